@@ -1,0 +1,69 @@
+from django.contrib.auth.base_user import AbstractBaseUser, BaseUserManager
+from django.contrib.auth.models import PermissionsMixin
+from django.db import models
+from django.utils import timezone
+
+
+class UserManager(BaseUserManager):
+    use_in_migrations = True
+
+    def create_user(self, email: str, password: str | None = None, **fields):
+        # Used by Django's own tooling (createsuperuser, tests); product code calls accounts.services.user_create.
+        from clawhub.accounts.services import user_create
+
+        return user_create(email=email, password=password, **fields)
+
+    def create_superuser(self, email: str, password: str | None = None, **fields):
+        fields.update(is_staff=True, is_superuser=True)
+        return self.create_user(email, password, **fields)
+
+
+class User(AbstractBaseUser, PermissionsMixin):
+    """A person. Signs in with email and password; owns API keys and a personal tenant."""
+
+    email = models.EmailField(unique=True)
+    display_name = models.CharField(max_length=150, blank=True)
+    is_active = models.BooleanField(default=True)
+    is_staff = models.BooleanField(default=False)
+    date_joined = models.DateTimeField(default=timezone.now)
+    email_verified_at = models.DateTimeField(null=True, blank=True)
+
+    objects = UserManager()
+
+    USERNAME_FIELD = "email"
+    EMAIL_FIELD = "email"
+    REQUIRED_FIELDS: list[str] = []
+
+    def __str__(self) -> str:
+        return self.email
+
+    @property
+    def name(self) -> str:
+        return self.display_name or self.email.split("@")[0]
+
+
+class AuditLog(models.Model):
+    """Who changed what, when, and from where. Rows are never edited."""
+
+    actor = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=32)
+    target_id = models.CharField(max_length=64)
+    target_repr = models.CharField(max_length=255, blank=True)
+    # Scopes that decide who may read the row: the user it concerns, and the group it happened in.
+    subject_user = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    group = models.ForeignKey("groups.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["actor", "-created_at"]),
+            models.Index(fields=["subject_user", "-created_at"]),
+            models.Index(fields=["group", "-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.target_type}:{self.target_id}"

@@ -1,0 +1,175 @@
+"""Settings shared by every environment; the embedded default needs nothing but this file.
+
+Every value is read through the one env reader below. Without any environment ClawHub runs on SQLite in
+``var/`` with a broker that needs no server, so a newcomer can start it on a bare machine.
+"""
+
+from datetime import timedelta
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+env = environ.Env()
+
+DATA_DIR = Path(env.str("CLAWHUB_DATA_DIR", default=str(BASE_DIR / "var")))
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="embedded-default-not-for-production")
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+# The address clients use to reach this server; the OpenClaw config points at {PUBLIC_BASE_URL}/v1.
+PUBLIC_BASE_URL = env.str("CLAWHUB_PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "clawhub.core",
+    "clawhub.accounts",
+    "clawhub.tenants",
+    "clawhub.groups",
+    "clawhub.keys",
+    "clawhub.web",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "clawhub.urls"
+WSGI_APPLICATION = "clawhub.wsgi.application"
+ASGI_APPLICATION = "clawhub.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'clawhub.sqlite3'}"),
+}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    # The embedded default runs several processes; a file cache is the one they can all see.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(DATA_DIR / "cache"),
+        }
+    }
+
+AUTH_USER_MODEL = "accounts.User"
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+# Accounts
+ACCOUNTS_REQUIRE_EMAIL_VERIFICATION = env.bool("CLAWHUB_REQUIRE_EMAIL_VERIFICATION", default=False)
+LOGIN_FAILURE_LIMIT = env.int("CLAWHUB_LOGIN_FAILURE_LIMIT", default=5)
+LOGIN_FAILURE_WINDOW = timedelta(seconds=env.int("CLAWHUB_LOGIN_FAILURE_WINDOW_SECONDS", default=900))
+PASSWORD_RESET_TIMEOUT = env.int("CLAWHUB_PASSWORD_RESET_TIMEOUT_SECONDS", default=3 * 24 * 3600)
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="ClawHub <noreply@localhost>")
+if env.str("EMAIL_URL", default=""):
+    vars().update(env.email_url("EMAIL_URL"))
+
+# Keys and groups
+KEY_ROTATION_GRACE = timedelta(seconds=env.int("CLAWHUB_KEY_ROTATION_GRACE_SECONDS", default=24 * 3600))
+INVITATION_TTL = timedelta(seconds=env.int("CLAWHUB_INVITATION_TTL_SECONDS", default=7 * 24 * 3600))
+
+# Models offered to clients. The OpenClaw config block lists them with these limits.
+MODEL_CONTEXT_WINDOW = env.int("CLAWHUB_MODEL_CONTEXT_WINDOW", default=32768)
+MODEL_MAX_TOKENS = env.int("CLAWHUB_MODEL_MAX_TOKENS", default=8192)
+MODEL_REASONING = env.bool("CLAWHUB_MODEL_REASONING", default=False)
+
+# Celery: Redis when CELERY_BROKER_URL is set, otherwise a broker and result store on the local disk.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+CELERY_RESULT_BACKEND = env.str(
+    "CELERY_RESULT_BACKEND",
+    default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else f"file://{DATA_DIR / 'results'}",
+)
+if CELERY_BROKER_URL == "filesystem://":
+    _broker_dir = DATA_DIR / "broker"
+    (_broker_dir / "out").mkdir(parents=True, exist_ok=True)
+    (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
+    (DATA_DIR / "results").mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "clawhub" / "web" / "static"]
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "clawhub.keys.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "clawhub.core.api.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "ClawHub API",
+    "DESCRIPTION": "Accounts, groups, API keys and the rest of ClawHub's web API.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("CLAWHUB_LOG_LEVEL", default="INFO")},
+}

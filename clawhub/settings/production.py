@@ -1,0 +1,32 @@
+"""Production settings: secrets and hosts come from the environment and have no defaults."""
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+for _name in ("DJANGO_SECRET_KEY", "DATABASE_URL", "DJANGO_ALLOWED_HOSTS"):
+    if not os.environ.get(_name):
+        raise ImproperlyConfigured(f"{_name} must be set in production")
+
+from .base import *  # noqa: E402,F403
+from .base import env  # noqa: E402
+
+DEBUG = False
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = env.bool("CLAWHUB_SECURE_COOKIES", default=True)
+CSRF_COOKIE_SECURE = env.bool("CLAWHUB_SECURE_COOKIES", default=True)
+# TLS is terminated by the reverse proxy; these are the operator's choice there (see README).
+SECURE_SSL_REDIRECT = env.bool("CLAWHUB_SSL_REDIRECT", default=False)
+SECURE_HSTS_SECONDS = env.int("CLAWHUB_HSTS_SECONDS", default=0)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("CLAWHUB_LOG_LEVEL", default="INFO")},
+}

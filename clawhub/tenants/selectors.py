@@ -1,0 +1,11 @@
+"""Reads for tenants."""
+
+from clawhub.tenants.models import Tenant
+
+
+def tenant_for_user(*, user) -> Tenant:
+    return Tenant.objects.get(kind=Tenant.Kind.USER, user=user)
+
+
+def tenant_for_group(*, group) -> Tenant:
+    return Tenant.objects.select_related("group").get(kind=Tenant.Kind.GROUP, group=group)

@@ -1,0 +1,20 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
+
+api_patterns = [
+    path("", include("clawhub.accounts.api_urls")),
+    path("", include("clawhub.groups.api_urls")),
+    path("", include("clawhub.keys.api_urls")),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
+]
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/", include(api_patterns)),
+    path("", include("clawhub.accounts.urls")),
+    path("", include("clawhub.groups.urls")),
+    path("", include("clawhub.keys.urls")),
+    path("", include("clawhub.web.urls")),
+]
