@@ -6,6 +6,9 @@ api_patterns = [
     path("", include("clawhub.accounts.api_urls")),
     path("", include("clawhub.groups.api_urls")),
     path("", include("clawhub.keys.api_urls")),
+    path("", include("clawhub.adapters.api_urls")),
+    path("", include("clawhub.conversations.api_urls")),
+    path("", include("clawhub.usage.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
 ]
@@ -16,5 +19,8 @@ urlpatterns = [
     path("", include("clawhub.accounts.urls")),
     path("", include("clawhub.groups.urls")),
     path("", include("clawhub.keys.urls")),
+    path("", include("clawhub.adapters.urls")),
+    path("", include("clawhub.conversations.urls")),
+    path("", include("clawhub.usage.urls")),
     path("", include("clawhub.web.urls")),
 ]

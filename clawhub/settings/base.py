@@ -38,6 +38,10 @@ INSTALLED_APPS = [
     "clawhub.tenants",
     "clawhub.groups",
     "clawhub.keys",
+    "clawhub.adapters",
+    "clawhub.gateway",
+    "clawhub.conversations",
+    "clawhub.usage",
     "clawhub.web",
 ]
 

@@ -1,0 +1,43 @@
+"""The record the gateway hands to the background writer for every /v1 request it served.
+
+Plain data: the hot path builds it without touching the database; ``clawhub.conversations.capture`` and
+``clawhub.usage`` persist batches of them off the event loop.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TurnRecord:
+    request_id: str
+    route: str  # "chat" | "completions"
+    key_id: int
+    user_id: int
+    tenant_id: int
+    group_id: int | None
+    model: str  # the client-facing model id ("clawhub-personal", "clawhub-group-<slug>", "base")
+    upstream_model: str  # what vLLM was asked for: an adapter name like "t7-v3", or the base model
+    adapter_version_id: int | None
+    upstream: str  # base URL of the upstream that served it
+    status: str  # "complete" | "cut" (stream ended early) | "failed"
+    http_status: int
+    started_at: float  # unix seconds
+    latency_ms: float
+    ttft_ms: float | None = None  # streams only
+    stream: bool = False
+    # Session identity as the client gave it (headers, body fields or the system-prompt marker); None = infer.
+    session_id: str | None = None
+    turn_type: str | None = None  # "main" | "side" | None (infer)
+    session_done: bool = False
+    # What was sent upstream minus ClawHub's own fields: messages (or prompt), tools, and sampling params.
+    request: dict[str, Any] = field(default_factory=dict)
+    # choices as the client would see them, joined from chunks for streams: content, tool_calls, finish_reason.
+    choices: list[dict[str, Any]] = field(default_factory=list)
+    # Sampled completion token ids and their logprobs for choice 0, as vLLM returned them.
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usage_estimated: bool = False  # True when a cut stream had no usage chunk and tokens were estimated
+    error: str | None = None
