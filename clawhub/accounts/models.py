@@ -8,7 +8,8 @@ class UserManager(BaseUserManager):
     use_in_migrations = True
 
     def create_user(self, email: str, password: str | None = None, **fields):
-        # Used by Django's own tooling (createsuperuser, tests); product code calls accounts.services.user_create.
+        # Used by Django's own tooling (createsuperuser, tests); product code calls
+        # accounts.services.user_create.
         from clawhub.accounts.services import user_create
 
         return user_create(email=email, password=password, **fields)
@@ -52,7 +53,8 @@ class AuditLog(models.Model):
     target_repr = models.CharField(max_length=255, blank=True)
     # Scopes that decide who may read the row: the user it concerns, and the group it happened in.
     subject_user = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    group = models.ForeignKey("groups.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    group = models.ForeignKey("groups.Group", null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="+")
     ip = models.GenericIPAddressField(null=True, blank=True)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)

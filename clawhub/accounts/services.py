@@ -1,31 +1,57 @@
-"""Writes for users and the audit log."""
+"""Writes for users, sign-in and the audit log."""
 
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import authenticate, login, logout
+from django.contrib.auth.password_validation import validate_password
+from django.contrib.auth.tokens import default_token_generator
+from django.core import signing
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.mail import send_mail
+from django.core.validators import validate_email
 from django.db import transaction
 from django.db.models import Model
+from django.http import HttpRequest
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from clawhub.accounts.models import AuditLog, User
-from clawhub.core.exceptions import Conflict, ValidationFailed
+from clawhub.accounts.selectors import (
+    EMAIL_VERIFICATION_SALT,
+    email_normalize,
+    user_for_email_verification,
+    user_for_password_reset,
+    user_get_by_email,
+)
+from clawhub.accounts.throttle import login_failure_record, login_failures_clear, login_throttle_check
+from clawhub.core.api import client_ip
+from clawhub.core.exceptions import AuthenticationFailed, Conflict, ValidationFailed
 
 
 def audit_record(
     *,
     actor: User | None,
     action: str,
-    target: Model,
+    target: Model | None,
     subject_user: User | None = None,
     group=None,
     ip: str | None = None,
     **data: Any,
 ) -> AuditLog:
-    """Records one change that matters. ``subject_user`` and ``group`` decide who may read it later."""
+    """Records one change that matters. ``subject_user`` and ``group`` decide who may read it later.
+
+    ``target`` may be None for events that concern no row (a lockout of an IP address).
+    """
     return AuditLog.objects.create(
         actor=actor,
         action=action,
-        target_type=target._meta.model_name,
-        target_id=str(target.pk),
-        target_repr=str(target)[:255],
+        target_type=target._meta.model_name if target is not None else "",
+        target_id=str(target.pk) if target is not None else "",
+        target_repr=str(target)[:255] if target is not None else "",
         subject_user=subject_user,
         group=group,
         ip=ip,
@@ -33,18 +59,197 @@ def audit_record(
     )
 
 
+def _clean_email(email: str) -> str:
+    email = email_normalize(email)
+    try:
+        validate_email(email)
+    except DjangoValidationError:
+        raise ValidationFailed("A valid email address is required.", field="email",
+                               fields={"email": ["Enter a valid email address."]}) from None
+    return email
+
+
+def _check_password_rules(password: str, *, user: User, field: str) -> None:
+    """Runs Django's password validators; their messages come back as field errors."""
+    try:
+        validate_password(password, user=user)
+    except DjangoValidationError as exc:
+        raise ValidationFailed("Choose a stronger password.", code="weak_password", field=field,
+                               fields={field: list(exc.messages)}) from None
+
+
 @transaction.atomic
 def user_create(*, email: str, password: str | None, display_name: str = "", **fields: Any) -> User:
     """Creates a user and their personal tenant."""
-    from clawhub.tenants.models import Tenant
-
-    email = User.objects.normalize_email(email or "").strip().lower()
-    if not email or "@" not in email:
-        raise ValidationFailed("A valid email address is required.", field="email")
+    email = _clean_email(email)
     if User.objects.filter(email__iexact=email).exists():
-        raise Conflict("An account with this email already exists.", code="email_taken", field="email")
+        raise Conflict("An account with this email already exists.", code="email_taken", field="email",
+                       fields={"email": ["An account with this email already exists."]})
     user = User(email=email, display_name=display_name, **fields)
     user.set_password(password) if password else user.set_unusable_password()
+    return user_insert(user=user)
+
+
+@transaction.atomic
+def user_insert(*, user: User) -> User:
+    """Saves a new user built elsewhere (Django admin's add form) together with their personal tenant."""
+    from clawhub.tenants.models import Tenant
+
+    user.email = email_normalize(user.email)
     user.save()
     Tenant.objects.create(kind=Tenant.Kind.USER, user=user)
     return user
+
+
+def user_signup(*, email: str, password: str, display_name: str = "", ip: str | None = None) -> User:
+    """Self-service sign-up. Sends the verification link when the site requires verified addresses."""
+    email = _clean_email(email)
+    display_name = (display_name or "").strip()
+    _check_password_rules(password, user=User(email=email, display_name=display_name), field="password")
+    with transaction.atomic():
+        user = user_create(email=email, password=password, display_name=display_name)
+        audit_record(actor=user, action="user.signup", target=user, subject_user=user, ip=ip)
+    if settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION:
+        email_verification_send(user=user)
+    return user
+
+
+def user_update(*, user: User, actor: User, display_name: str, ip: str | None = None) -> User:
+    # The email is the login and the verified contact; changing it needs its own confirmed flow, not a PATCH.
+    display_name = (display_name or "").strip()
+    if len(display_name) > User._meta.get_field("display_name").max_length:
+        raise ValidationFailed("The display name is too long.", field="display_name",
+                               fields={"display_name": ["At most 150 characters."]})
+    if display_name != user.display_name:
+        old = user.display_name
+        user.display_name = display_name
+        user.save(update_fields=["display_name"])
+        audit_record(actor=actor, action="user.update", target=user, subject_user=user, ip=ip,
+                     display_name={"old": old, "new": display_name})
+    return user
+
+
+# Sign-in ----------------------------------------------------------------------------------------------------
+
+def user_login(*, request: HttpRequest, email: str, password: str) -> User:
+    """Checks the password under the brute-force throttle and starts a session.
+
+    Raises RateLimited while the email or the client IP is locked out (even for the right password), and
+    AuthenticationFailed for wrong credentials or an address that still needs verifying.
+    """
+    email, ip = email_normalize(email), client_ip(request)
+    login_throttle_check(email=email, ip=ip)
+    user = authenticate(request, username=email, password=password)
+    if user is None:
+        for scope in login_failure_record(email=email, ip=ip):
+            _audit_lockout(email=email, ip=ip, scope=scope)
+        raise AuthenticationFailed("Wrong email or password.", code="invalid_credentials")
+    # The password was right: whatever the outcome below, these were not guesses.
+    login_failures_clear(email=email)
+    if settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION and user.email_verified_at is None:
+        # Said only after the password matched, so it reveals nothing to someone guessing addresses.
+        raise AuthenticationFailed(
+            "Confirm your email address before logging in: follow the link we sent you, "
+            "or ask for a new one.",
+            code="email_unverified",
+        )
+    login(request, user)
+    return user
+
+
+def _audit_lockout(*, email: str, ip: str | None, scope: str) -> None:
+    user = user_get_by_email(email=email)
+    audit_record(actor=None, action="auth.lockout", target=user, subject_user=user, ip=ip, scope=scope,
+                 email=email if scope == "email" else "")
+
+
+def user_logout(*, request: HttpRequest) -> None:
+    logout(request)
+
+
+# Passwords --------------------------------------------------------------------------------------------------
+
+@transaction.atomic
+def user_password_change(*, user: User, old_password: str, new_password: str, ip: str | None = None) -> User:
+    """Sets a new password after checking the current one. The caller keeps its own session alive
+    (update_session_auth_hash); every other session of the user ends because the auth hash changed."""
+    if not user.check_password(old_password):
+        raise ValidationFailed("The current password is wrong.", code="wrong_password", field="old_password",
+                               fields={"old_password": ["The current password is wrong."]})
+    _check_password_rules(new_password, user=user, field="new_password")
+    user.set_password(new_password)
+    user.save(update_fields=["password"])
+    audit_record(actor=user, action="user.password_change", target=user, subject_user=user, ip=ip)
+    return user
+
+
+def password_reset_request(*, email: str, ip: str | None = None) -> None:
+    """Mails a reset link if the address belongs to an active account. Callers answer the same either way,
+    so the form cannot be used to find out who has an account."""
+    user = user_get_by_email(email=email)
+    if user is None or not user.is_active:
+        return
+    link = settings.PUBLIC_BASE_URL + reverse("password_reset_confirm", kwargs={
+        "uidb64": urlsafe_base64_encode(force_bytes(user.pk)),
+        "token": default_token_generator.make_token(user),
+    })
+    _send(user=user, subject="Reset your ClawHub password", template="accounts/email/password_reset.txt",
+          link=link, valid_hours=settings.PASSWORD_RESET_TIMEOUT // 3600)
+    audit_record(actor=None, action="user.password_reset_request", target=user, subject_user=user, ip=ip)
+
+
+@transaction.atomic
+def password_reset_confirm(*, uidb64: str, token: str, new_password: str, ip: str | None = None) -> User:
+    """Sets the password a reset link was sent for. The token is bound to the old password hash and the last
+    login, so it works once."""
+    user = user_for_password_reset(uidb64=uidb64, token=token)
+    if user is None:
+        raise ValidationFailed("This password reset link is invalid or has expired. Ask for a new one.",
+                               code="invalid_token", field="token")
+    _check_password_rules(new_password, user=user, field="new_password")
+    user.set_password(new_password)
+    fields = ["password"]
+    if user.email_verified_at is None:
+        # Only the owner of the mailbox could follow the link.
+        user.email_verified_at = timezone.now()
+        fields.append("email_verified_at")
+    user.save(update_fields=fields)
+    login_failures_clear(email=user.email)
+    audit_record(actor=user, action="user.password_reset", target=user, subject_user=user, ip=ip)
+    return user
+
+
+# Email verification -----------------------------------------------------------------------------------------
+
+def email_verification_send(*, user: User) -> None:
+    token = signing.dumps({"u": user.pk, "e": user.email}, salt=EMAIL_VERIFICATION_SALT)
+    link = settings.PUBLIC_BASE_URL + reverse("verify_email", kwargs={"token": token})
+    _send(user=user, subject="Confirm your email address for ClawHub",
+          template="accounts/email/verify_email.txt", link=link,
+          valid_hours=settings.ACCOUNTS_EMAIL_VERIFICATION_TIMEOUT // 3600)
+
+
+def email_verification_resend(*, email: str) -> None:
+    """Sends a new link to an unverified account; like the password reset, silent about unknown addresses."""
+    user = user_get_by_email(email=email)
+    if user is not None and user.is_active and user.email_verified_at is None:
+        email_verification_send(user=user)
+
+
+def user_email_verify(*, token: str, ip: str | None = None) -> User:
+    user = user_for_email_verification(token=token)
+    if user is None:
+        raise ValidationFailed("This verification link is invalid or has expired. Ask for a new one.",
+                               code="invalid_token", field="token")
+    if user.email_verified_at is None:
+        user.email_verified_at = timezone.now()
+        user.save(update_fields=["email_verified_at"])
+        audit_record(actor=user, action="user.email_verify", target=user, subject_user=user, ip=ip)
+    return user
+
+
+def _send(*, user: User, subject: str, template: str, **context: Any) -> None:
+    # Sent inline rather than on commit: the link must reach the user even when a caller's transaction is
+    # still open, and a failing mail server should fail the request the user is waiting on, not vanish.
+    body = render_to_string(template, {"user": user, **context})
+    send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [user.email])

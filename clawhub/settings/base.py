@@ -113,6 +113,9 @@ ACCOUNTS_REQUIRE_EMAIL_VERIFICATION = env.bool("CLAWHUB_REQUIRE_EMAIL_VERIFICATI
 LOGIN_FAILURE_LIMIT = env.int("CLAWHUB_LOGIN_FAILURE_LIMIT", default=5)
 LOGIN_FAILURE_WINDOW = timedelta(seconds=env.int("CLAWHUB_LOGIN_FAILURE_WINDOW_SECONDS", default=900))
 PASSWORD_RESET_TIMEOUT = env.int("CLAWHUB_PASSWORD_RESET_TIMEOUT_SECONDS", default=3 * 24 * 3600)
+# accounts: how long an email-verification link stays valid.
+ACCOUNTS_EMAIL_VERIFICATION_TIMEOUT = env.int("CLAWHUB_EMAIL_VERIFICATION_TIMEOUT_SECONDS",
+                                              default=7 * 24 * 3600)
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="ClawHub <noreply@localhost>")
 if env.str("EMAIL_URL", default=""):
@@ -178,3 +181,50 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("CLAWHUB_LOG_LEVEL", default="INFO")},
 }
+
+# --- Gateway (/v1) -------------------------------------------------------------------------------------------
+# The vLLM servers behind /v1: a JSON list of {"url", "base_model", "max_adapters", "api_key"}.
+CLAWHUB_UPSTREAMS = env.json(
+    "CLAWHUB_UPSTREAMS",
+    default=[{"url": "http://127.0.0.1:8100", "base_model": "tiny", "max_adapters": 8, "api_key": ""}],
+)
+GATEWAY_MAX_BODY_BYTES = env.int("GATEWAY_MAX_BODY_BYTES", default=4 * 1024 * 1024)
+# Agents wait a long time for long generations; connecting should fail fast so another upstream can answer.
+GATEWAY_UPSTREAM_CONNECT_TIMEOUT = env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=5.0)
+GATEWAY_UPSTREAM_TIMEOUT = env.float("GATEWAY_UPSTREAM_TIMEOUT", default=600.0)
+GATEWAY_HEALTH_INTERVAL = env.float("GATEWAY_HEALTH_INTERVAL", default=5.0)
+GATEWAY_KEY_CACHE_SECONDS = env.float("GATEWAY_KEY_CACHE_SECONDS", default=10.0)
+GATEWAY_ADAPTER_CACHE_SECONDS = env.float("GATEWAY_ADAPTER_CACHE_SECONDS", default=2.0)
+# Limits every group key also counts against, per group; empty = unlimited.
+GATEWAY_GROUP_RPM = env.int("GATEWAY_GROUP_RPM", default=None)
+GATEWAY_GROUP_TPM = env.int("GATEWAY_GROUP_TPM", default=None)
+GATEWAY_GROUP_CONCURRENCY = env.int("GATEWAY_GROUP_CONCURRENCY", default=None)
+GATEWAY_CAPTURE_QUEUE_SIZE = env.int("GATEWAY_CAPTURE_QUEUE_SIZE", default=20000)
+
+# Conversations and usage (capture). A session with no turn for this long is closed by the periodic sweep
+# (conversations.services.session_close_idle) and its last main turn goes to judging without a next state.
+CONVERSATION_IDLE_TIMEOUT = timedelta(
+    seconds=env.int("CLAWHUB_CONVERSATION_IDLE_TIMEOUT_SECONDS", default=30 * 60)
+)
+# Regular expressions (a JSON list); a chat request whose newest user message matches one is a side turn, on
+# top of OpenClaw's own heartbeat and memory-flush markers.
+CONVERSATION_SIDE_PATTERNS = env.json("CLAWHUB_CONVERSATION_SIDE_PATTERNS", default=[])
+# The date range usage pages and the usage API show when none is asked for.
+USAGE_DEFAULT_DAYS = env.int("CLAWHUB_USAGE_DEFAULT_DAYS", default=30)
+
+# --- Operations: health, metrics, logs (deploy/, clawhub/core/{health,metrics,logging}.py) ------------------
+# OpsEndpointsMiddleware answers /healthz, /readyz and /metrics before host validation and HTTPS redirects
+# (probes and scrapers come by pod IP); RequestIdMiddleware then gives every request an id for its log lines.
+MIDDLEWARE = [
+    "clawhub.core.health.OpsEndpointsMiddleware",
+    "clawhub.core.logging.RequestIdMiddleware",
+    *MIDDLEWARE,
+]
+# /metrics answers a request with "Authorization: Bearer <METRICS_TOKEN>" or from one of these networks.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+METRICS_ALLOWED_NETS = env.list(
+    "METRICS_ALLOWED_NETS",
+    default=["127.0.0.1/32", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"],
+)
+# A Celery worker serves its own /metrics (task durations) on this port; 0 = off.
+CLAWHUB_WORKER_METRICS_PORT = env.int("CLAWHUB_WORKER_METRICS_PORT", default=0)

@@ -1,0 +1,75 @@
+from django import forms
+from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.contrib.auth.forms import BaseUserCreationForm, UserChangeForm
+
+from clawhub.accounts.models import AuditLog, User
+from clawhub.accounts.services import audit_record, user_insert
+
+
+class UserCreationForm(BaseUserCreationForm):
+    class Meta:
+        model = User
+        fields = ("email",)
+        field_classes = {"email": forms.EmailField}
+
+
+class UserEditForm(UserChangeForm):
+    class Meta:
+        model = User
+        fields = "__all__"
+
+
+@admin.register(User)
+class UserAdmin(DjangoUserAdmin):
+    form = UserEditForm
+    add_form = UserCreationForm
+    ordering = ["email"]
+    list_display = ["email", "display_name", "is_staff", "is_active", "email_verified_at", "date_joined"]
+    list_filter = ["is_staff", "is_superuser", "is_active"]
+    search_fields = ["email", "display_name"]
+    readonly_fields = ["last_login", "date_joined"]
+    fieldsets = [
+        (None, {"fields": ["email", "password"]}),
+        ("Profile", {"fields": ["display_name", "email_verified_at"]}),
+        ("Permissions", {"fields": ["is_active", "is_staff", "is_superuser", "groups", "user_permissions"]}),
+        ("Dates", {"fields": ["last_login", "date_joined"]}),
+    ]
+    add_fieldsets = [
+        (None, {"classes": ["wide"], "fields": ["email", "password1", "password2"]}),
+    ]
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            audit_record(actor=request.user, action="user.admin_change", target=obj, subject_user=obj,
+                         fields=sorted(form.changed_data))
+        else:
+            # Through the service, so that an admin-made user gets their personal tenant like everyone else.
+            user_insert(user=obj)
+            audit_record(actor=request.user, action="user.admin_create", target=obj, subject_user=obj)
+
+
+@admin.register(AuditLog)
+class AuditLogAdmin(admin.ModelAdmin):
+    """Read-only: audit rows are evidence and are never edited or deleted by hand."""
+
+    list_display = [
+        "created_at", "action", "actor", "subject_user", "group", "target_type", "target_repr", "ip",
+    ]
+    list_filter = ["action", "target_type"]
+    search_fields = ["action", "target_repr", "actor__email", "subject_user__email", "group__slug"]
+    list_select_related = ["actor", "subject_user", "group"]
+    date_hierarchy = "created_at"
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

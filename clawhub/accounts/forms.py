@@ -1,0 +1,69 @@
+"""Web forms. They check shape only (required, matching passwords); the rules live in the services."""
+
+from django import forms
+from django.contrib.auth.password_validation import password_validators_help_text_html
+
+from clawhub.core.exceptions import ClawHubError
+
+
+class _NewPasswordMixin:
+    """Two new-password fields that must match; the service then applies the password validators."""
+
+    def clean(self):
+        data = super().clean()
+        if data.get("new_password1") and data.get("new_password2") and \
+                data["new_password1"] != data["new_password2"]:
+            self.add_error("new_password2", "The two passwords do not match.")
+        return data
+
+
+def _new_password_fields() -> tuple[forms.CharField, forms.CharField]:
+    return (
+        forms.CharField(label="New password", strip=False, help_text=password_validators_help_text_html(),
+                        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"})),
+        forms.CharField(label="New password again", strip=False,
+                        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"})),
+    )
+
+
+class SignupForm(_NewPasswordMixin, forms.Form):
+    email = forms.EmailField(widget=forms.EmailInput(attrs={"autocomplete": "email", "autofocus": True}))
+    display_name = forms.CharField(label="Name (optional)", max_length=150, required=False)
+    new_password1, new_password2 = _new_password_fields()
+
+
+class LoginForm(forms.Form):
+    email = forms.EmailField(widget=forms.EmailInput(attrs={"autocomplete": "email", "autofocus": True}))
+    password = forms.CharField(strip=False,
+                               widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}))
+
+
+class PasswordChangeForm(_NewPasswordMixin, forms.Form):
+    old_password = forms.CharField(label="Current password", strip=False,
+                                   widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}))
+    new_password1, new_password2 = _new_password_fields()
+
+
+class SetPasswordForm(_NewPasswordMixin, forms.Form):
+    new_password1, new_password2 = _new_password_fields()
+
+
+class EmailForm(forms.Form):
+    email = forms.EmailField(widget=forms.EmailInput(attrs={"autocomplete": "email"}))
+
+
+# Services name the fields as the API does; the forms split a new password into two inputs.
+_FORM_FIELD = {"password": "new_password1", "new_password": "new_password1"}
+
+
+def form_add_service_error(form: forms.Form, exc: ClawHubError) -> None:
+    """Shows a service's error on the form: on the fields it names where the form has them, else on top."""
+    placed = False
+    for name, messages in (exc.data.get("fields") or {}).items():
+        field = _FORM_FIELD.get(name, name)
+        if field in form.fields:
+            for message in messages:
+                form.add_error(field, message)
+            placed = True
+    if not placed:
+        form.add_error(None, exc.message)
