@@ -8,11 +8,13 @@ class ApiKey(models.Model):
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
     # A key bound to a group trains (and is served) the group's adapter.
-    group = models.ForeignKey("groups.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="api_keys")
+    group = models.ForeignKey("groups.Group", null=True, blank=True, on_delete=models.CASCADE,
+                              related_name="api_keys")
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=12)
     last4 = models.CharField(max_length=4)
-    allowed_models = models.JSONField(default=list, blank=True, help_text="Model ids this key may use; empty = all.")
+    allowed_models = models.JSONField(default=list, blank=True,
+                                      help_text="Model ids this key may use; empty = all.")
     rpm_limit = models.PositiveIntegerField(null=True, blank=True)
     tpm_limit = models.PositiveIntegerField(null=True, blank=True)
     concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
@@ -38,7 +40,8 @@ class ApiKey(models.Model):
 
 
 class ApiKeySecret(models.Model):
-    """One secret of a key, stored as its SHA-256 digest. Rotation adds a new one and ends the old one's life."""
+    """One secret of a key, stored as its SHA-256 digest. Rotation adds a new one and ends the old one's
+    life."""
 
     key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="secrets")
     digest = models.CharField(max_length=64, unique=True)

@@ -3,13 +3,19 @@
 import hashlib
 from dataclasses import dataclass
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from clawhub.accounts.models import User
+from clawhub.core.exceptions import NotFound, PermissionDenied, ValidationFailed
+from clawhub.groups.models import ROLE_RANK, Group, Role
+from clawhub.groups.selectors import has_role
 from clawhub.keys.models import ApiKey, ApiKeySecret
 from clawhub.tenants.models import Tenant
 
 SECRET_PREFIX = "chk_"
+# The model id that reaches the shared base model with no adapter; every tenant may use it.
+BASE_MODEL_ID = "base"
 
 
 def secret_digest(secret: str) -> str:
@@ -49,14 +55,76 @@ def key_resolve(*, secret: str) -> ResolvedKey | None:
     return ResolvedKey(key=key, user=key.owner, tenant=tenant)
 
 
-def keys_for_user(*, user: User):
+def key_tenant(key: ApiKey) -> Tenant:
+    """The tenant whose adapter a key reaches: the bound group's, else the owner's personal one."""
+    return key.group.tenant if key.group_id else key.owner.tenant
+
+
+def model_ids_for_tenant(tenant: Tenant) -> list[str]:
+    """Every model id a key of this tenant could be allowed: the tenant's adapter first, then the base."""
+    return [tenant.model_id, BASE_MODEL_ID]
+
+
+def models_for_key(key: ApiKey, *, tenant: Tenant | None = None) -> list[str]:
+    """The model ids this key may use, in the order /v1/models lists them.
+
+    ``allowed_models`` empty means everything the tenant offers. Pass ``tenant`` when the caller already has
+    it (the gateway's ``ResolvedKey.tenant``) to spare the lookup.
+    """
+    offered = model_ids_for_tenant(tenant or key_tenant(key))
+    if not key.allowed_models:
+        return offered
+    return [model_id for model_id in offered if model_id in key.allowed_models]
+
+
+def keys_for_user(*, user: User) -> QuerySet[ApiKey]:
     return ApiKey.objects.filter(owner=user).select_related("group")
 
 
 def key_get_for_owner(*, key_id: int, user: User) -> ApiKey:
-    from clawhub.core.exceptions import NotFound
-
-    key = ApiKey.objects.select_related("group").filter(pk=key_id, owner=user).first()
+    """The user's own key. Anyone else's key is a 404, so that key ids do not leak."""
+    key = ApiKey.objects.select_related("group", "owner").filter(pk=key_id, owner=user).first()
     if key is None:
         raise NotFound("No such key.")
     return key
+
+
+def can_manage_group_keys(*, group: Group, user: User) -> bool:
+    """Group owners and admins may see and revoke every key bound to their group."""
+    return has_role(group=group, user=user, at_least=Role.ADMIN)
+
+
+def _require_group_key_manager(*, group: Group, actor: User) -> None:
+    if not can_manage_group_keys(group=group, user=actor):
+        raise PermissionDenied("Only the group's owners and admins may manage its keys.")
+
+
+def keys_for_group(*, group: Group, actor: User) -> QuerySet[ApiKey]:
+    """Every key bound to the group, for its owners and admins."""
+    _require_group_key_manager(group=group, actor=actor)
+    return ApiKey.objects.filter(group=group).select_related("group", "owner")
+
+
+def key_get_in_group(*, group: Group, key_id: int, actor: User) -> ApiKey:
+    """A key bound to the group, for its owners and admins. The role is checked before the key is looked up,
+    so that members cannot probe which key ids exist."""
+    _require_group_key_manager(group=group, actor=actor)
+    key = ApiKey.objects.select_related("group", "owner").filter(pk=key_id, group=group).first()
+    if key is None:
+        raise NotFound("No such key in this group.")
+    return key
+
+
+def groups_for_key_binding(*, user: User) -> QuerySet[Group]:
+    """Groups the user may bind a new key to: member role or above (viewers may not)."""
+    roles = [role for role, rank in ROLE_RANK.items() if rank >= ROLE_RANK[Role.MEMBER]]
+    return Group.objects.filter(memberships__user=user, memberships__role__in=roles).order_by("name", "pk")
+
+
+def group_for_key_binding(*, slug: str, user: User) -> Group:
+    """The group named in a create request. Groups the user is not in read as unknown, so names do not leak;
+    the member-role check itself is the service's."""
+    group = Group.objects.filter(slug=slug, memberships__user=user).first() if user.is_authenticated else None
+    if group is None:
+        raise ValidationFailed("No such group.", field="group")
+    return group

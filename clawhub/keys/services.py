@@ -1,7 +1,9 @@
-"""Writes for API keys: create, rotate, revoke, update."""
+"""Writes for API keys: create, update, rotate, revoke."""
 
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -13,7 +15,24 @@ from clawhub.core.exceptions import PermissionDenied, ValidationFailed
 from clawhub.groups.models import Group, Role
 from clawhub.groups.selectors import has_role
 from clawhub.keys.models import ApiKey, ApiKeySecret
-from clawhub.keys.selectors import SECRET_PREFIX, secret_digest
+from clawhub.keys.selectors import (
+    SECRET_PREFIX,
+    can_manage_group_keys,
+    key_tenant,
+    model_ids_for_tenant,
+    secret_digest,
+)
+from clawhub.tenants.models import Tenant
+
+
+class _Unset:
+    """Marks an argument of key_update that was not given (None means "clear it")."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
 
 
 def _new_secret() -> str:
@@ -22,8 +41,33 @@ def _new_secret() -> str:
 
 def _validate_limits(**limits: int | None) -> None:
     for name, value in limits.items():
-        if value is not None and (not isinstance(value, int) or value < 1):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValidationFailed(f"{name} must be a positive integer or empty.", field=name)
+
+
+def _validate_expiry(expires_at: datetime | None) -> None:
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationFailed("The expiry must be in the future.", field="expires_at")
+
+
+def _clean_allowed_models(allowed_models: Iterable[str] | None, *, tenant: Tenant) -> list[str]:
+    """Deduplicated, in the order given; every id must be one the key's tenant can use."""
+    if allowed_models is None:
+        return []
+    if isinstance(allowed_models, str):
+        # A lone string would otherwise be read as a list of one-letter model ids.
+        raise ValidationFailed("allowed_models must be a list of model ids.", field="allowed_models")
+    offered = model_ids_for_tenant(tenant)
+    cleaned: list[str] = []
+    for model_id in allowed_models:
+        if model_id not in offered:
+            raise ValidationFailed(
+                f"Unknown model {model_id!r} for this key; choose among {', '.join(offered)}.",
+                field="allowed_models", allowed=offered,
+            )
+        if model_id not in cleaned:
+            cleaned.append(model_id)
+    return cleaned
 
 
 @transaction.atomic
@@ -45,9 +89,10 @@ def key_create(
         raise ValidationFailed("A key needs a name.", field="name")
     if group is not None and not has_role(group=group, user=owner, at_least=Role.MEMBER):
         raise PermissionDenied("Only members of a group may bind a key to it.")
-    if expires_at is not None and expires_at <= timezone.now():
-        raise ValidationFailed("The expiry must be in the future.", field="expires_at")
+    _validate_expiry(expires_at)
     _validate_limits(rpm_limit=rpm_limit, tpm_limit=tpm_limit, concurrency_limit=concurrency_limit)
+    tenant = group.tenant if group is not None else owner.tenant
+    allowed = _clean_allowed_models(allowed_models, tenant=tenant)
     secret = _new_secret()
     key = ApiKey.objects.create(
         owner=owner,
@@ -55,7 +100,7 @@ def key_create(
         name=name,
         prefix=secret[:8],
         last4=secret[-4:],
-        allowed_models=list(allowed_models or []),
+        allowed_models=allowed,
         rpm_limit=rpm_limit,
         tpm_limit=tpm_limit,
         concurrency_limit=concurrency_limit,
@@ -67,8 +112,62 @@ def key_create(
 
 
 @transaction.atomic
+def key_update(
+    *,
+    key: ApiKey,
+    actor: User,
+    name: str = UNSET,
+    allowed_models: list[str] | None = UNSET,
+    rpm_limit: int | None = UNSET,
+    tpm_limit: int | None = UNSET,
+    concurrency_limit: int | None = UNSET,
+    expires_at: datetime | None = UNSET,
+    ip: str | None = None,
+) -> ApiKey:
+    """Changes what the owner may change on a key. Arguments left out stay as they are; None clears a limit,
+    the expiry or the model list (empty = every model the tenant offers)."""
+    if actor.pk != key.owner_id:
+        raise PermissionDenied("Only the key's owner may change it.")
+    if key.revoked_at is not None:
+        raise ValidationFailed("A revoked key cannot be changed.", code="key_revoked")
+    changes: dict[str, Any] = {}
+    if name is not UNSET:
+        name = (name or "").strip()
+        if not name:
+            raise ValidationFailed("A key needs a name.", field="name")
+        changes["name"] = name
+    if allowed_models is not UNSET:
+        changes["allowed_models"] = _clean_allowed_models(allowed_models, tenant=key_tenant(key))
+    limits = {field: value for field, value in
+              (("rpm_limit", rpm_limit), ("tpm_limit", tpm_limit), ("concurrency_limit", concurrency_limit))
+              if value is not UNSET}
+    _validate_limits(**limits)
+    changes.update(limits)
+    if expires_at is not UNSET:
+        _validate_expiry(expires_at)
+        changes["expires_at"] = expires_at
+    changed = {field: value for field, value in changes.items() if getattr(key, field) != value}
+    if not changed:
+        return key
+    for field, value in changed.items():
+        setattr(key, field, value)
+    key.save(update_fields=list(changed))
+    audit_record(
+        actor=actor, action="key.update", target=key, subject_user=key.owner, group=key.group, ip=ip,
+        changes={field: value.isoformat() if isinstance(value, datetime) else value
+                 for field, value in changed.items()},
+    )
+    # Limits and model lists are read from the gateway's cached copy of the key.
+    _forget_cached_key(key)
+    return key
+
+
+@transaction.atomic
 def key_rotate(*, key: ApiKey, actor: User, ip: str | None = None) -> str:
     """Gives the key a new secret. The previous secrets keep working until the grace window ends."""
+    if actor.pk != key.owner_id:
+        # Whoever rotates sees the new secret, so nobody but the owner may.
+        raise PermissionDenied("Only the key's owner may rotate it.")
     if key.revoked_at is not None:
         raise ValidationFailed("A revoked key cannot be rotated.", code="key_revoked")
     now = timezone.now()
@@ -85,8 +184,17 @@ def key_rotate(*, key: ApiKey, actor: User, ip: str | None = None) -> str:
     return secret
 
 
+def _may_revoke(*, key: ApiKey, actor: User) -> bool:
+    if actor.pk == key.owner_id or actor.is_staff:
+        return True
+    return key.group_id is not None and can_manage_group_keys(group=key.group, user=actor)
+
+
 @transaction.atomic
 def key_revoke(*, key: ApiKey, actor: User, ip: str | None = None, reason: str = "") -> ApiKey:
+    """Ends a key for good. Its owner, the bound group's owners and admins, and site staff may do it."""
+    if not _may_revoke(key=key, actor=actor):
+        raise PermissionDenied("You may not revoke this key.")
     if key.revoked_at is None:
         key.revoked_at = timezone.now()
         key.save(update_fields=["revoked_at"])

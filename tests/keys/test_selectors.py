@@ -73,3 +73,56 @@ def test_clear_secret_is_stored_nowhere():
         assert all(secret not in str(value) for value in row.values())
     for row in ApiKeySecret.objects.filter(key=key).values():
         assert all(secret not in str(value) for value in row.values())
+
+
+# models_for_key, keys_for_group, bindable groups
+
+def test_models_for_personal_and_group_keys():
+    from clawhub.keys.selectors import models_for_key
+
+    owner = make_user()
+    personal, _ = make_key(owner)
+    assert models_for_key(personal) == ["clawhub-personal", "base"]
+    group = make_group(owner, name="Night Shift")
+    bound, _ = make_key(owner, group=group)
+    assert models_for_key(bound) == ["clawhub-group-night-shift", "base"]
+    only_base, _ = make_key(owner, group=group, allowed_models=["base"])
+    assert models_for_key(only_base) == ["base"]
+
+
+def test_models_for_key_costs_no_query_with_a_resolved_key(django_assert_num_queries):
+    from clawhub.keys.selectors import models_for_key
+
+    group = make_group()
+    _, secret = make_key(group.created_by, group=group)
+    resolved = key_resolve(secret=secret)
+    with django_assert_num_queries(0):
+        assert models_for_key(resolved.key, tenant=resolved.tenant)[0] == f"clawhub-group-{group.slug}"
+
+
+def test_keys_for_group_lists_only_that_groups_keys_for_admins():
+    from clawhub.core.exceptions import PermissionDenied
+    from clawhub.keys.selectors import keys_for_group
+
+    group = make_group()
+    admin = add_member(group, role=Role.ADMIN)
+    member = add_member(group, role=Role.MEMBER)
+    bound, _ = make_key(member, group=group)
+    make_key(member)  # personal: not the group's business
+    make_key(make_group().created_by)
+    assert [k.pk for k in keys_for_group(group=group, actor=admin)] == [bound.pk]
+    assert [k.pk for k in keys_for_group(group=group, actor=group.created_by)] == [bound.pk]
+    with pytest.raises(PermissionDenied):
+        keys_for_group(group=group, actor=member)
+
+
+def test_groups_for_key_binding_excludes_viewer_groups():
+    from clawhub.keys.selectors import groups_for_key_binding
+
+    user = make_user()
+    mine = make_group(user, name="A")
+    member_of = make_group(name="B")
+    add_member(member_of, user, Role.MEMBER)
+    viewer_of = make_group(name="C")
+    add_member(viewer_of, user, Role.VIEWER)
+    assert list(groups_for_key_binding(user=user)) == [mine, member_of]

@@ -1,0 +1,50 @@
+"""Forms for the key pages. They only parse input; the rules (roles, model ids, limits) are the services'."""
+
+from django import forms
+
+from clawhub.keys.models import ApiKey
+from clawhub.keys.selectors import BASE_MODEL_ID, key_tenant, model_ids_for_tenant
+
+
+class _KeySettingsForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    allowed_models = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple,
+        help_text="Leave all unticked to allow every model this key's adapter offers.",
+    )
+    rpm_limit = forms.IntegerField(label="Requests per minute", min_value=1, required=False)
+    tpm_limit = forms.IntegerField(label="Tokens per minute", min_value=1, required=False)
+    concurrency_limit = forms.IntegerField(label="Concurrent requests", min_value=1, required=False)
+    expires_at = forms.DateTimeField(
+        label="Expires at (UTC)", required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+    )
+
+
+class KeyCreateForm(_KeySettingsForm):
+    group = forms.ChoiceField(required=False, help_text="A group key trains the group's shared adapter.")
+
+    field_order = ["name", "group", "allowed_models", "rpm_limit", "tpm_limit", "concurrency_limit",
+                   "expires_at"]
+
+    def __init__(self, *args, groups, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["group"].choices = [("", "Personal (my own adapter)")] + [(g.slug, g.name)
+                                                                               for g in groups]
+        # Every id any of these tenants offers; the service checks that the chosen ones fit the chosen tenant.
+        self.fields["allowed_models"].choices = (
+            [("clawhub-personal", "clawhub-personal (personal keys)")]
+            + [(f"clawhub-group-{g.slug}", f"clawhub-group-{g.slug} ({g.name} keys)") for g in groups]
+            + [(BASE_MODEL_ID, "base (the shared base model)")]
+        )
+
+
+class KeyEditForm(_KeySettingsForm):
+    def __init__(self, *args, key: ApiKey, **kwargs):
+        kwargs.setdefault("initial", {
+            "name": key.name, "allowed_models": key.allowed_models, "rpm_limit": key.rpm_limit,
+            "tpm_limit": key.tpm_limit, "concurrency_limit": key.concurrency_limit,
+            "expires_at": key.expires_at,
+        })
+        super().__init__(*args, **kwargs)
+        self.fields["allowed_models"].choices = [(m, m) for m in model_ids_for_tenant(key_tenant(key))]

@@ -1,0 +1,86 @@
+"""What a user pastes into OpenClaw to use a key: the ``models.providers`` block of
+``~/.openclaw/openclaw.json`` and the equivalent ``openclaw onboard`` command line.
+
+The clear secret exists only in the response to a create or rotate; every later rendering passes
+``secret=None`` and gets a placeholder instead.
+"""
+
+import json
+import shlex
+
+from django.conf import settings
+
+from clawhub.keys.models import ApiKey
+from clawhub.keys.selectors import BASE_MODEL_ID, key_tenant, models_for_key
+from clawhub.tenants.models import Tenant
+
+PROVIDER_ID = "clawhub"
+SECRET_PLACEHOLDER = "<paste your ClawHub key>"
+# Left unquoted-for-expansion in the onboard command so that the user's shell fills it in.
+SECRET_ENV_REFERENCE = '"$CLAWHUB_API_KEY"'
+DOWNLOAD_FILENAME = "openclaw-clawhub.json"
+
+
+def _v1_url(base_url: str | None) -> str:
+    return f"{(base_url or settings.PUBLIC_BASE_URL).rstrip('/')}/v1"
+
+
+def _model_name(model_id: str, tenant: Tenant) -> str:
+    if model_id == BASE_MODEL_ID:
+        return "ClawHub base model"
+    if tenant.kind == Tenant.Kind.GROUP:
+        return f"ClawHub {tenant.group.name} (group adapter)"
+    return "ClawHub personal adapter"
+
+
+def _primary_model_id(key: ApiKey, tenant: Tenant) -> str:
+    # The tenant's adapter is what trains from use; fall back to whatever the key is limited to.
+    allowed = models_for_key(key, tenant=tenant)
+    return tenant.model_id if tenant.model_id in allowed else allowed[0]
+
+
+def openclaw_provider_config(*, key: ApiKey, secret: str | None = None, base_url: str | None = None) -> dict:
+    """The ``models.providers.clawhub`` block (and the default agent model) for ``openclaw.json``."""
+    tenant = key_tenant(key)
+    models = [
+        {
+            "id": model_id,
+            "name": _model_name(model_id, tenant),
+            "reasoning": settings.MODEL_REASONING,
+            "input": ["text"],
+            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+            "contextWindow": settings.MODEL_CONTEXT_WINDOW,
+            "maxTokens": settings.MODEL_MAX_TOKENS,
+        }
+        for model_id in models_for_key(key, tenant=tenant)
+    ]
+    return {
+        "models": {
+            "providers": {
+                PROVIDER_ID: {
+                    "baseUrl": _v1_url(base_url),
+                    "apiKey": secret or SECRET_PLACEHOLDER,
+                    "api": "openai-completions",
+                    "models": models,
+                }
+            }
+        },
+        "agents": {"defaults": {"model": {"primary": f"{PROVIDER_ID}/{_primary_model_id(key, tenant)}"}}},
+    }
+
+
+def openclaw_config_json(*, key: ApiKey, secret: str | None = None, base_url: str | None = None) -> str:
+    return json.dumps(openclaw_provider_config(key=key, secret=secret, base_url=base_url), indent=2)
+
+
+def openclaw_onboard_command(*, key: ApiKey, secret: str | None = None, base_url: str | None = None) -> str:
+    """``openclaw onboard`` for a non-interactive setup. Without the secret it reads ``$CLAWHUB_API_KEY``."""
+    tenant = key_tenant(key)
+    api_key = shlex.quote(secret) if secret else SECRET_ENV_REFERENCE
+    return " ".join([
+        "openclaw onboard --non-interactive --auth-choice custom-api-key",
+        f"--custom-base-url {shlex.quote(_v1_url(base_url))}",
+        f"--custom-model-id {shlex.quote(_primary_model_id(key, tenant))}",
+        f"--custom-api-key {api_key}",
+        f"--custom-provider-id {PROVIDER_ID} --custom-compatibility openai",
+    ])

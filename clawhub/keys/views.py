@@ -1,0 +1,138 @@
+"""Server-rendered key pages. The page that shows a secret is rendered straight from the POST that made it:
+the secret is never put in the session, the messages framework or any cache."""
+
+from urllib.parse import quote
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from clawhub.core.api import client_ip
+from clawhub.core.exceptions import ClawHubError, NotFound
+from clawhub.keys.forms import KeyCreateForm, KeyEditForm
+from clawhub.keys.models import ApiKey
+from clawhub.keys.openclaw import DOWNLOAD_FILENAME, openclaw_config_json, openclaw_onboard_command
+from clawhub.keys.selectors import (
+    group_for_key_binding,
+    groups_for_key_binding,
+    key_get_for_owner,
+    keys_for_user,
+    models_for_key,
+)
+from clawhub.keys.services import key_create, key_revoke, key_rotate, key_update
+
+
+def _own_key(request, key_id: int) -> ApiKey:
+    try:
+        return key_get_for_owner(key_id=key_id, user=request.user)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+
+
+def _form_error(form, exc: ClawHubError) -> None:
+    field = exc.data.get("field")
+    form.add_error(field if field in form.fields else None, exc.message)
+
+
+def _secret_page(request, key: ApiKey, secret: str, *, rotated: bool) -> HttpResponse:
+    config_json = openclaw_config_json(key=key, secret=secret)
+    response = render(request, "keys/secret.html", {
+        "key": key,
+        "secret": secret,
+        "rotated": rotated,
+        "config_json": config_json,
+        "onboard_command": openclaw_onboard_command(key=key, secret=secret),
+        # A data: URL lets the browser save the file with the secret in it without the server keeping it.
+        "download_href": "data:application/json;charset=utf-8," + quote(config_json, safe=""),
+        "download_filename": DOWNLOAD_FILENAME,
+    })
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def keys(request):
+    groups = list(groups_for_key_binding(user=request.user))
+    form = KeyCreateForm(request.POST if request.method == "POST" else None, groups=groups)
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        slug = data.pop("group")
+        try:
+            group = group_for_key_binding(slug=slug, user=request.user) if slug else None
+            key, secret = key_create(owner=request.user, group=group, ip=client_ip(request), **data)
+        except ClawHubError as exc:
+            _form_error(form, exc)
+        else:
+            return _secret_page(request, key, secret, rotated=False)
+    return render(request, "keys/list.html", {"keys": keys_for_user(user=request.user), "form": form},
+                  status=400 if form.errors else 200)
+
+
+@login_required
+@require_GET
+def key_detail(request, key_id: int):
+    key = _own_key(request, key_id)
+    return _detail_page(request, key, KeyEditForm(key=key))
+
+
+def _detail_page(request, key: ApiKey, form: KeyEditForm, *, status: int = 200) -> HttpResponse:
+    return render(request, "keys/detail.html", {
+        "key": key,
+        "form": form,
+        "models": models_for_key(key),
+        "config_json": openclaw_config_json(key=key),
+        "onboard_command": openclaw_onboard_command(key=key),
+        "download_filename": DOWNLOAD_FILENAME,
+    }, status=status)
+
+
+@login_required
+@require_POST
+def key_edit(request, key_id: int):
+    key = _own_key(request, key_id)
+    form = KeyEditForm(request.POST, key=key)
+    if form.is_valid():
+        try:
+            key_update(key=key, actor=request.user, ip=client_ip(request), **form.cleaned_data)
+        except ClawHubError as exc:
+            _form_error(form, exc)
+        else:
+            messages.success(request, "Key updated.")
+            return redirect("key_detail", key_id=key.pk)
+    key.refresh_from_db()
+    return _detail_page(request, key, form, status=400)
+
+
+@login_required
+@require_POST
+def key_rotate_view(request, key_id: int):
+    key = _own_key(request, key_id)
+    try:
+        secret = key_rotate(key=key, actor=request.user, ip=client_ip(request))
+    except ClawHubError as exc:
+        messages.error(request, exc.message)
+        return redirect("key_detail", key_id=key.pk)
+    return _secret_page(request, key, secret, rotated=True)
+
+
+@login_required
+@require_POST
+def key_revoke_view(request, key_id: int):
+    key = _own_key(request, key_id)
+    reason = request.POST.get("reason", "")[:500]
+    key_revoke(key=key, actor=request.user, ip=client_ip(request), reason=reason)
+    messages.success(request, f"Key {key.name} revoked. Clients using it now get 401.")
+    return redirect("key_detail", key_id=key.pk)
+
+
+@login_required
+@require_GET
+def key_openclaw_download(request, key_id: int):
+    """The OpenClaw config as a file, with the placeholder: the server no longer knows the secret."""
+    key = _own_key(request, key_id)
+    response = HttpResponse(openclaw_config_json(key=key), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{DOWNLOAD_FILENAME}"'
+    return response
