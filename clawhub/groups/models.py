@@ -24,7 +24,9 @@ class Group(models.Model):
 
     name = models.CharField(max_length=100)
     slug = models.SlugField(max_length=60, unique=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -40,7 +42,9 @@ class Membership(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["group", "user"], name="one_membership_per_user_and_group"),
-            models.UniqueConstraint(fields=["group"], condition=models.Q(role="owner"), name="one_owner_per_group"),
+            models.UniqueConstraint(
+                fields=["group"], condition=models.Q(role="owner"), name="one_owner_per_group"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -54,7 +58,9 @@ class Invitation(models.Model):
     email = models.EmailField(blank=True)
     role = models.CharField(max_length=8, choices=Role.choices, default=Role.MEMBER)
     token_digest = models.CharField(max_length=64, unique=True)
-    invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
     accepted_by = models.ForeignKey(

@@ -9,7 +9,7 @@ for _name in ("DJANGO_SECRET_KEY", "DATABASE_URL", "DJANGO_ALLOWED_HOSTS"):
         raise ImproperlyConfigured(f"{_name} must be set in production")
 
 from .base import *  # noqa: E402,F403
-from .base import env  # noqa: E402
+from .base import BASE_DIR, env  # noqa: E402
 
 DEBUG = False
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -20,6 +20,8 @@ SECURE_SSL_REDIRECT = env.bool("CLAWHUB_SSL_REDIRECT", default=False)
 SECURE_HSTS_SECONDS = env.int("CLAWHUB_HSTS_SECONDS", default=0)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+STATIC_ROOT = BASE_DIR / "staticfiles"  # filled by `manage.py collectstatic` in the image build
+WHITENOISE_USE_FINDERS = False
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},

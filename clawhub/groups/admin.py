@@ -1,0 +1,53 @@
+"""Django admin for groups. Site staff use it to look and to fix; membership rules are the services' business,
+so the admin shows memberships and invitations read-mostly and never shows or edits token digests."""
+
+from django.contrib import admin
+
+from clawhub.groups.models import Group, Invitation, Membership
+from clawhub.groups.selectors import invitation_status
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    fields = ("user", "role", "created_at")
+    readonly_fields = ("created_at",)
+    raw_id_fields = ("user",)
+
+
+@admin.register(Group)
+class GroupAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "created_by", "created_at", "member_count")
+    search_fields = ("name", "slug")
+    readonly_fields = ("created_at", "created_by")
+    inlines = [MembershipInline]
+
+    @admin.display(description="members")
+    def member_count(self, group: Group) -> int:
+        return group.memberships.count()
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "group", "role", "created_at")
+    list_filter = ("role",)
+    search_fields = ("user__email", "group__slug", "group__name")
+    raw_id_fields = ("user", "group")
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    list_display = ("id", "group", "email", "role", "status", "invited_by", "created_at", "expires_at")
+    list_filter = ("role",)
+    search_fields = ("email", "group__slug")
+    # The digest is of no use to a person and only helps someone guessing tokens (never stored in clear).
+    exclude = ("token_digest",)
+    readonly_fields = ("group", "invited_by", "created_at", "accepted_by", "accepted_at", "declined_at")
+
+    @admin.display(description="status")
+    def status(self, invitation: Invitation) -> str:
+        return invitation_status(invitation)
+
+    def has_add_permission(self, request) -> bool:
+        # Invitations carry a token that must reach someone; only invitation_create can make and deliver one.
+        return False

@@ -1,0 +1,289 @@
+"""REST API for groups, memberships and invitations. Thin: validate, resolve the group once, call a service.
+
+Every group-scoped view resolves (group, caller's role) through ``group_get_for_member``, so non-members get
+404 before anything else happens; the services check the role again for the operation itself.
+"""
+
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clawhub.core.api import client_ip
+from clawhub.core.exceptions import PermissionDenied
+from clawhub.groups import selectors, services
+from clawhub.groups.models import Group, Invitation, Role
+from clawhub.groups.rules import can_manage
+
+
+def one_url(*operations: type[APIView]) -> type[APIView]:
+    """One APIView class for a URL served by several single-operation views (GET list + POST create, ...).
+
+    Each operation class defines only its own HTTP method and refers to its own nested serializers by class
+    name, so combining them by inheritance cannot mix them up.
+    """
+    name = "".join(op.__name__.removesuffix("Api") for op in operations) + "Api"
+    return type(name, operations, {"__doc__": " / ".join(op.__doc__ or op.__name__ for op in operations)})
+
+
+class GroupScopedApi(APIView):
+    def resolve(self, request: Request, slug: str) -> tuple[Group, Role]:
+        return selectors.group_get_for_member(slug=slug, user=request.user)
+
+
+class GroupOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    slug = serializers.CharField()
+    model_id = serializers.SerializerMethodField()
+    role = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+
+    def get_model_id(self, group: Group) -> str:
+        return f"clawhub-group-{group.slug}"
+
+    def get_role(self, group: Group) -> str:
+        # The caller's role: from the list annotation, or passed in the context by single-group views.
+        return getattr(group, "my_role", None) or str(self.context["role"])
+
+
+def _group_response(group: Group, role: Role | str, status_code: int = status.HTTP_200_OK) -> Response:
+    return Response(GroupOutputSerializer(group, context={"role": role}).data, status=status_code)
+
+
+# --- groups -------------------------------------------------------------------------------------------------
+
+
+class GroupListApi(APIView):
+    """List the caller's groups, with the caller's role in each."""
+
+    def get(self, request: Request) -> Response:
+        groups = selectors.groups_for_user(user=request.user)
+        return Response(GroupOutputSerializer(groups, many=True).data)
+
+
+class GroupCreateApi(APIView):
+    """Create a group; the caller becomes its owner."""
+
+    class InputSerializer(serializers.Serializer):
+        name = serializers.CharField(max_length=100)
+        slug = serializers.CharField(max_length=60, required=False, allow_blank=True)
+
+    def post(self, request: Request) -> Response:
+        data = GroupCreateApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        group = services.group_create(actor=request.user, ip=client_ip(request), **data.validated_data)
+        return _group_response(group, Role.OWNER, status.HTTP_201_CREATED)
+
+
+class GroupDetailApi(GroupScopedApi):
+    """One group, with the caller's role."""
+
+    def get(self, request: Request, slug: str) -> Response:
+        group, role = self.resolve(request, slug)
+        return _group_response(group, role)
+
+
+class GroupUpdateApi(GroupScopedApi):
+    """Rename a group (admins and the owner). The slug never changes."""
+
+    class InputSerializer(serializers.Serializer):
+        name = serializers.CharField(max_length=100)
+
+    def patch(self, request: Request, slug: str) -> Response:
+        group, role = self.resolve(request, slug)
+        data = GroupUpdateApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        group = services.group_update(actor=request.user, group=group, ip=client_ip(request),
+                                      **data.validated_data)
+        return _group_response(group, role)
+
+
+class GroupDeleteApi(GroupScopedApi):
+    """Delete a group (owner only); its keys are revoked."""
+
+    def delete(self, request: Request, slug: str) -> Response:
+        group, _ = self.resolve(request, slug)
+        services.group_delete(actor=request.user, group=group, ip=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class GroupLeaveApi(GroupScopedApi):
+    """Leave a group. The owner must transfer ownership first."""
+
+    def post(self, request: Request, slug: str) -> Response:
+        group, _ = self.resolve(request, slug)
+        services.membership_leave(actor=request.user, group=group, ip=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class GroupTransferApi(GroupScopedApi):
+    """Transfer ownership to a member (owner only); the old owner becomes admin."""
+
+    class InputSerializer(serializers.Serializer):
+        user_id = serializers.IntegerField()
+
+    def post(self, request: Request, slug: str) -> Response:
+        group, _ = self.resolve(request, slug)
+        data = GroupTransferApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        target = selectors.group_member_get(group=group, user_id=data.validated_data["user_id"])
+        services.group_transfer_ownership(actor=request.user, group=group, new_owner=target.user,
+                                          ip=client_ip(request))
+        return _group_response(group, Role.ADMIN)
+
+
+# --- members ------------------------------------------------------------------------------------------------
+
+
+class MemberOutputSerializer(serializers.Serializer):
+    user_id = serializers.IntegerField()
+    email = serializers.EmailField(source="user.email")
+    name = serializers.CharField(source="user.name")
+    role = serializers.CharField()
+    joined_at = serializers.DateTimeField(source="created_at")
+
+
+class MemberListApi(GroupScopedApi):
+    """The group's members (any member may see them)."""
+
+    def get(self, request: Request, slug: str) -> Response:
+        group, role = self.resolve(request, slug)
+        members = selectors.group_members(group=group)
+        return Response({"role": role, "members": MemberOutputSerializer(members, many=True).data})
+
+
+class MemberUpdateApi(GroupScopedApi):
+    """Change a member's role."""
+
+    class InputSerializer(serializers.Serializer):
+        role = serializers.ChoiceField(choices=Role.choices)
+
+    def patch(self, request: Request, slug: str, user_id: int) -> Response:
+        group, _ = self.resolve(request, slug)
+        data = MemberUpdateApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        target = selectors.group_member_get(group=group, user_id=user_id)
+        membership = services.membership_change_role(actor=request.user, group=group, user=target.user,
+                                                     role=data.validated_data["role"], ip=client_ip(request))
+        return Response(MemberOutputSerializer(membership).data)
+
+
+class MemberRemoveApi(GroupScopedApi):
+    """Remove a member; their keys bound to the group are revoked. Removing yourself is leaving."""
+
+    def delete(self, request: Request, slug: str, user_id: int) -> Response:
+        group, _ = self.resolve(request, slug)
+        target = selectors.group_member_get(group=group, user_id=user_id)
+        services.membership_remove(actor=request.user, group=group, user=target.user, ip=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- invitations (group side) -------------------------------------------------------------------------------
+
+
+class InvitationOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    email = serializers.EmailField()
+    role = serializers.CharField()
+    status = serializers.SerializerMethodField()
+    invited_by = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+
+    def get_status(self, invitation: Invitation) -> str:
+        return selectors.invitation_status(invitation)
+
+    def get_invited_by(self, invitation: Invitation) -> str | None:
+        return invitation.invited_by.email if invitation.invited_by_id else None
+
+
+class InvitationListApi(GroupScopedApi):
+    """Open invitations of the group (admins and the owner)."""
+
+    def get(self, request: Request, slug: str) -> Response:
+        group, role = self.resolve(request, slug)
+        if not can_manage(role):
+            # A read has no service to refuse it; this is the same rule invitation_create enforces.
+            raise PermissionDenied("Only a group admin or the owner may see invitations.")
+        invitations = selectors.group_invitations(group=group)
+        return Response(InvitationOutputSerializer(invitations, many=True).data)
+
+
+class InvitationCreateApi(GroupScopedApi):
+    """Invite by email (the link is mailed) or create a link-only invitation (the link is returned, once)."""
+
+    class InputSerializer(serializers.Serializer):
+        email = serializers.EmailField(required=False, allow_blank=True, default="")
+        role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
+
+    class OutputSerializer(InvitationOutputSerializer):
+        link = serializers.SerializerMethodField()
+
+        def get_link(self, invitation: Invitation) -> str | None:
+            # Email invitations travel by email only; a link-only invitation has no other way to reach anyone.
+            return None if invitation.email else self.context["link"]
+
+    def post(self, request: Request, slug: str) -> Response:
+        group, _ = self.resolve(request, slug)
+        data = InvitationCreateApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        invitation, link = services.invitation_create(actor=request.user, group=group, ip=client_ip(request),
+                                                      **data.validated_data)
+        output = InvitationCreateApi.OutputSerializer(invitation, context={"link": link})
+        return Response(output.data, status=status.HTTP_201_CREATED)
+
+
+class InvitationRevokeApi(GroupScopedApi):
+    """Revoke an open invitation (admins and the owner)."""
+
+    def delete(self, request: Request, slug: str, invitation_id: int) -> Response:
+        group, _ = self.resolve(request, slug)
+        invitation = selectors.group_invitation_get(group=group, invitation_id=invitation_id)
+        services.invitation_revoke(actor=request.user, invitation=invitation, ip=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- invitations (invitee side) -----------------------------------------------------------------------------
+
+
+class InvitationDetailApi(APIView):
+    """What an invitation link offers: which group, which role, and whether it is still open."""
+
+    class OutputSerializer(serializers.Serializer):
+        group = serializers.SerializerMethodField()
+        role = serializers.CharField()
+        email = serializers.EmailField()
+        invited_by = serializers.SerializerMethodField()
+        status = serializers.SerializerMethodField()
+        expires_at = serializers.DateTimeField()
+
+        def get_group(self, invitation: Invitation) -> dict:
+            return {"name": invitation.group.name, "slug": invitation.group.slug}
+
+        def get_invited_by(self, invitation: Invitation) -> str | None:
+            return invitation.invited_by.name if invitation.invited_by_id else None
+
+        def get_status(self, invitation: Invitation) -> str:
+            return selectors.invitation_status(invitation)
+
+    def get(self, request: Request, token: str) -> Response:
+        invitation = selectors.invitation_get_by_token(token=token)
+        return Response(InvitationDetailApi.OutputSerializer(invitation).data)
+
+
+class InvitationAcceptApi(APIView):
+    """Accept an invitation as the signed-in user; returns the group with the caller's new role."""
+
+    def post(self, request: Request, token: str) -> Response:
+        membership = services.invitation_accept(actor=request.user, token=token, ip=client_ip(request))
+        return _group_response(membership.group, membership.role)
+
+
+class InvitationDeclineApi(APIView):
+    """Decline an invitation; it cannot be used afterwards."""
+
+    def post(self, request: Request, token: str) -> Response:
+        services.invitation_decline(actor=request.user, token=token, ip=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+

@@ -1,0 +1,54 @@
+"""Drives the real web UI in Debian's headless Chromium: sign up, create a key, see the OpenClaw block, log out."""
+
+import json
+import os
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def page(output_dir):
+    # Playwright's sync API runs an event loop in this thread; the ORM is only used by the live server's thread.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        yield page
+        browser.close()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_signup_create_key_see_openclaw_block_logout(live_server, page, output_dir, settings):
+    settings.PUBLIC_BASE_URL = "https://hub.example.com"
+    page.goto(f"{live_server.url}/signup/")
+    page.fill("input[name=email]", "ada@example.com")
+    page.fill("input[name=new_password1]", "a-long-and-unusual-passphrase-7")
+    page.fill("input[name=new_password2]", "a-long-and-unusual-passphrase-7")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/dashboard/")
+
+    page.goto(f"{live_server.url}/keys/")
+    page.fill("form.key-form input[name=name]", "laptop agent")
+    page.click("form.key-form button[type=submit]")
+
+    secret = page.inner_text("#key-secret").strip()
+    assert secret.startswith("chk_")
+    config = json.loads(page.inner_text("#openclaw-config"))
+    provider = config["models"]["providers"]["clawhub"]
+    assert provider["baseUrl"] == "https://hub.example.com/v1"
+    assert provider["apiKey"] == secret
+    assert [m["id"] for m in provider["models"]][0] == "clawhub-personal"
+    assert secret in page.inner_text("#openclaw-onboard")
+    page.screenshot(path=str(output_dir / "openclaw-block.png"), full_page=True)
+
+    page.click("nav button:has-text('Log out')")
+    page.wait_for_url(f"{live_server.url}/login/**")
+    page.goto(f"{live_server.url}/keys/")
+    assert "/login/" in page.url  # the key pages need a session again
