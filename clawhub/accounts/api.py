@@ -5,6 +5,7 @@ from django.contrib.auth import login, update_session_auth_hash
 from django.middleware.csrf import get_token
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import ensure_csrf_cookie
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.pagination import PageNumberPagination
@@ -18,6 +19,24 @@ from clawhub.core.api import client_ip
 _RESET_SENT = "If an account exists for this address, we sent it a link to reset the password."
 _VERIFICATION_SENT = "If this address has an account that still needs confirming, we sent it a new link."
 
+# --- OpenAPI description ------------------------------------------------------------------------------------
+# The views return plain dicts, so their response shapes are declared here for drf-spectacular. Each
+# inline_serializer is built once: two built with the same name would be two components that collide.
+TAGS = ["accounts"]
+_ERROR = "Error body: {\"error\": {\"code\", \"message\", \"data\"}}."
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(description=f"{description} {_ERROR}")
+
+
+INVALID = _error("Invalid input; data.fields names the fields.")
+CSRF_FAILED = _error("The CSRF token (GET /api/auth/csrf/) is missing or wrong.")
+NOT_SIGNED_IN = _error("No valid session or API key.")
+# Session-only views have no authenticator that asks for credentials, so DRF answers 403 rather than 401.
+NO_SESSION = _error("Not signed in with a session, or the CSRF token is wrong.")
+TOO_MANY = _error("Too many failed attempts; Retry-After says when to try again.")
+
 
 class UserOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
@@ -28,6 +47,13 @@ class UserOutputSerializer(serializers.Serializer):
 
     def get_email_verified(self, user) -> bool:
         return user.email_verified_at is not None
+
+
+CSRF_TOKEN_OUTPUT = inline_serializer(name="CsrfTokenOutput", fields={
+    "csrf_token": serializers.CharField(help_text="Send it back as the X-CSRFToken header on writes."),
+})
+NOTICE_OUTPUT = inline_serializer(name="AccountNoticeOutput", fields={"detail": serializers.CharField()})
+USER_ONLY_OUTPUT = inline_serializer(name="UserOnlyOutput", fields={"user": UserOutputSerializer()})
 
 
 class CsrfProtectedAnonymousApi(APIView):
@@ -51,16 +77,34 @@ class CsrfTokenApi(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
+    @extend_schema(tags=TAGS, responses=CSRF_TOKEN_OUTPUT)
     def get(self, request):
         return Response({"csrf_token": get_token(request)})
 
 
 class SignupApi(CsrfProtectedAnonymousApi):
+    """Create an account; signs it in unless email verification is required."""
+
     class InputSerializer(serializers.Serializer):
         email = serializers.CharField(max_length=254)
         password = serializers.CharField(max_length=4096, trim_whitespace=False)
         display_name = serializers.CharField(max_length=150, required=False, allow_blank=True, default="")
 
+        class Meta:
+            ref_name = "SignupInput"
+
+    @extend_schema(tags=TAGS, request=InputSerializer, responses={
+        201: inline_serializer(name="SignupOutput", fields={
+            "user": UserOutputSerializer(),
+            "logged_in": serializers.BooleanField(),
+            "email_verification_required": serializers.BooleanField(
+                help_text="True when the account must confirm its address before it can log in."),
+            "csrf_token": serializers.CharField(help_text="The token to use from now on."),
+        }),
+        400: INVALID,
+        403: CSRF_FAILED,
+        409: _error("An account with this email already exists (email_taken)."),
+    })
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -78,10 +122,26 @@ class SignupApi(CsrfProtectedAnonymousApi):
 
 
 class LoginApi(CsrfProtectedAnonymousApi):
+    """Sign in with email and password; starts a session."""
+
     class InputSerializer(serializers.Serializer):
         email = serializers.CharField(max_length=254)
         password = serializers.CharField(max_length=4096, trim_whitespace=False)
 
+        class Meta:
+            ref_name = "LoginInput"
+
+    @extend_schema(tags=TAGS, request=InputSerializer, responses={
+        200: inline_serializer(name="LoginOutput", fields={
+            "user": UserOutputSerializer(),
+            "csrf_token": serializers.CharField(help_text="Login rotates the token; use this one from now."),
+        }),
+        400: INVALID,
+        401: _error("Wrong email or password (invalid_credentials), or an unconfirmed address "
+                    "(email_unverified)."),
+        403: CSRF_FAILED,
+        429: TOO_MANY,
+    })
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -93,6 +153,10 @@ class LogoutApi(APIView):
     # Session only: an API key has no session to end.
     authentication_classes = [SessionAuthentication]
 
+    @extend_schema(tags=TAGS, request=None, responses={
+        204: OpenApiResponse(description="Signed out; the session is gone."),
+        403: NO_SESSION,
+    })
     def post(self, request):
         services.user_logout(request=request)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -106,6 +170,15 @@ class PasswordChangeApi(APIView):
         old_password = serializers.CharField(max_length=4096, trim_whitespace=False)
         new_password = serializers.CharField(max_length=4096, trim_whitespace=False)
 
+        class Meta:
+            ref_name = "PasswordChangeInput"
+
+    @extend_schema(tags=TAGS, request=InputSerializer, responses={
+        200: CSRF_TOKEN_OUTPUT,
+        400: _error("Invalid input, a wrong current password (wrong_password) or a weak new one "
+                    "(weak_password)."),
+        403: NO_SESSION,
+    })
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -115,9 +188,17 @@ class PasswordChangeApi(APIView):
 
 
 class PasswordResetApi(CsrfProtectedAnonymousApi):
+    """Mail a password-reset link to the address, if it has an account."""
+
     class InputSerializer(serializers.Serializer):
         email = serializers.CharField(max_length=254)
 
+        class Meta:
+            ref_name = "PasswordResetInput"
+
+    # The same 202 whether or not the address has an account, so the endpoint reveals nobody.
+    @extend_schema(tags=TAGS, request=InputSerializer,
+                   responses={202: NOTICE_OUTPUT, 400: INVALID, 403: CSRF_FAILED})
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -126,11 +207,21 @@ class PasswordResetApi(CsrfProtectedAnonymousApi):
 
 
 class PasswordResetConfirmApi(CsrfProtectedAnonymousApi):
+    """Set a new password with the uid and token from a reset link."""
+
     class InputSerializer(serializers.Serializer):
         uid = serializers.CharField(max_length=64)
         token = serializers.CharField(max_length=128)
         new_password = serializers.CharField(max_length=4096, trim_whitespace=False)
 
+        class Meta:
+            ref_name = "PasswordResetConfirmInput"
+
+    @extend_schema(tags=TAGS, request=InputSerializer, responses={
+        200: NOTICE_OUTPUT,
+        400: _error("Invalid input, an invalid or expired link, or a weak password."),
+        403: CSRF_FAILED,
+    })
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -141,9 +232,19 @@ class PasswordResetConfirmApi(CsrfProtectedAnonymousApi):
 
 
 class VerifyEmailApi(CsrfProtectedAnonymousApi):
+    """Confirm an email address with the token from a verification link."""
+
     class InputSerializer(serializers.Serializer):
         token = serializers.CharField(max_length=512)
 
+        class Meta:
+            ref_name = "VerifyEmailInput"
+
+    @extend_schema(tags=TAGS, request=InputSerializer, responses={
+        200: USER_ONLY_OUTPUT,
+        400: _error("Invalid input, or an invalid or expired link."),
+        403: CSRF_FAILED,
+    })
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -152,9 +253,17 @@ class VerifyEmailApi(CsrfProtectedAnonymousApi):
 
 
 class VerifyEmailResendApi(CsrfProtectedAnonymousApi):
+    """Mail a new verification link to the address, if it still needs one."""
+
     class InputSerializer(serializers.Serializer):
         email = serializers.CharField(max_length=254)
 
+        class Meta:
+            ref_name = "VerifyEmailResendInput"
+
+    # Like the password reset: the same 202 for every address.
+    @extend_schema(tags=TAGS, request=InputSerializer,
+                   responses={202: NOTICE_OUTPUT, 400: INVALID, 403: CSRF_FAILED})
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -166,9 +275,15 @@ class MeApi(APIView):
     class InputSerializer(serializers.Serializer):
         display_name = serializers.CharField(max_length=150, allow_blank=True)
 
+        class Meta:
+            ref_name = "MeUpdateInput"
+
+    @extend_schema(tags=TAGS, responses={200: UserOutputSerializer, 401: NOT_SIGNED_IN})
     def get(self, request):
         return Response(UserOutputSerializer(request.user).data)
 
+    @extend_schema(tags=TAGS, request=InputSerializer,
+                   responses={200: UserOutputSerializer, 400: INVALID, 401: NOT_SIGNED_IN})
     def patch(self, request):
         data = self.InputSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
@@ -186,6 +301,9 @@ class AuditPagination(PageNumberPagination):
 
 
 class AuditListApi(APIView):
+    # Declared so the schema shows the page envelope (count/next/previous/results); get() pages by hand.
+    pagination_class = AuditPagination
+
     class FilterSerializer(serializers.Serializer):
         group = serializers.CharField(max_length=60, required=False, default="")
         all = serializers.BooleanField(required=False, default=False)
@@ -206,12 +324,31 @@ class AuditListApi(APIView):
         def get_ip(self, row) -> str | None:
             return row.ip if selectors.audit_ip_visible(row=row, viewer=self.context["viewer"]) else None
 
+        class Meta:
+            ref_name = "AuditEntryOutput"
+
+    @extend_schema(
+        tags=TAGS,
+        parameters=[
+            FilterSerializer,
+            OpenApiParameter("page", int, description="1-based page number."),
+            OpenApiParameter("page_size", int,
+                             description=f"Rows per page (at most {AuditPagination.max_page_size})."),
+        ],
+        responses={
+            200: OutputSerializer(many=True),
+            400: INVALID,
+            401: NOT_SIGNED_IN,
+            403: _error("Not an admin of the group, or not staff (all=true)."),
+            404: _error("No such group."),
+        },
+    )
     def get(self, request):
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         rows = selectors.audit_list(user=request.user, group_slug=filters.validated_data["group"],
                                     everything=filters.validated_data["all"])
-        paginator = AuditPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(rows, request, view=self)
         out = self.OutputSerializer(page, many=True, context={"viewer": request.user})
         return paginator.get_paginated_response(out.data)

@@ -4,6 +4,7 @@ Every group-scoped view resolves (group, caller's role) through ``group_get_for_
 404 before anything else happens; the services check the role again for the operation itself.
 """
 
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,10 +21,32 @@ def one_url(*operations: type[APIView]) -> type[APIView]:
     """One APIView class for a URL served by several single-operation views (GET list + POST create, ...).
 
     Each operation class defines only its own HTTP method and refers to its own nested serializers by class
-    name, so combining them by inheritance cannot mix them up.
+    name, so combining them by inheritance cannot mix them up. For the same reason their @extend_schema passes
+    ``description=__doc__`` (the class body's own docstring): the combined class's docstring joins them all.
     """
     name = "".join(op.__name__.removesuffix("Api") for op in operations) + "Api"
     return type(name, operations, {"__doc__": " / ".join(op.__doc__ or op.__name__ for op in operations)})
+
+
+# --- OpenAPI description ------------------------------------------------------------------------------------
+TAGS = ["groups"]
+_ERROR = "Error body: {\"error\": {\"code\", \"message\", \"data\"}}."
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(description=f"{description} {_ERROR}")
+
+
+def _empty(description: str) -> OpenApiResponse:
+    return OpenApiResponse(description=description)
+
+
+INVALID = _error("Invalid input; data.fields names the fields.")
+NOT_SIGNED_IN = _error("No valid session or API key.")
+# Non-members get 404, not 403, so a slug reveals nothing about groups the caller is not in.
+NOT_A_MEMBER = _error("No such group, or the caller is not a member.")
+FORBIDDEN = _error("The caller's role does not allow this.")
+NO_SUCH_INVITATION = _error("The invitation link is not valid (invitation_not_found).")
 
 
 class GroupScopedApi(APIView):
@@ -57,6 +80,9 @@ def _group_response(group: Group, role: Role | str, status_code: int = status.HT
 class GroupListApi(APIView):
     """List the caller's groups, with the caller's role in each."""
 
+    # GET /api/groups/ and GET /api/groups/{slug}/ would both be "groups_retrieve" without explicit ids.
+    @extend_schema(tags=TAGS, description=__doc__, operation_id="groups_list",
+                   responses={200: GroupOutputSerializer(many=True), 401: NOT_SIGNED_IN})
     def get(self, request: Request) -> Response:
         groups = selectors.groups_for_user(user=request.user)
         return Response(GroupOutputSerializer(groups, many=True).data)
@@ -69,6 +95,15 @@ class GroupCreateApi(APIView):
         name = serializers.CharField(max_length=100)
         slug = serializers.CharField(max_length=60, required=False, allow_blank=True)
 
+        class Meta:
+            ref_name = "GroupCreateInput"
+
+    @extend_schema(tags=TAGS, description=__doc__, request=InputSerializer, responses={
+        201: GroupOutputSerializer,
+        400: INVALID,
+        401: NOT_SIGNED_IN,
+        409: _error("A group with this slug already exists (slug_taken)."),
+    })
     def post(self, request: Request) -> Response:
         data = GroupCreateApi.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -79,6 +114,8 @@ class GroupCreateApi(APIView):
 class GroupDetailApi(GroupScopedApi):
     """One group, with the caller's role."""
 
+    @extend_schema(tags=TAGS, description=__doc__, operation_id="groups_retrieve",
+                   responses={200: GroupOutputSerializer, 401: NOT_SIGNED_IN, 404: NOT_A_MEMBER})
     def get(self, request: Request, slug: str) -> Response:
         group, role = self.resolve(request, slug)
         return _group_response(group, role)
@@ -90,6 +127,13 @@ class GroupUpdateApi(GroupScopedApi):
     class InputSerializer(serializers.Serializer):
         name = serializers.CharField(max_length=100)
 
+        class Meta:
+            ref_name = "GroupUpdateInput"
+
+    # drf-spectacular marks every PATCH field optional; this view is not partial, so the text says so.
+    @extend_schema(tags=TAGS, description=f"{__doc__} `name` is required.", request=InputSerializer,
+                   responses={200: GroupOutputSerializer, 400: INVALID, 401: NOT_SIGNED_IN, 403: FORBIDDEN,
+                              404: NOT_A_MEMBER})
     def patch(self, request: Request, slug: str) -> Response:
         group, role = self.resolve(request, slug)
         data = GroupUpdateApi.InputSerializer(data=request.data)
@@ -102,6 +146,9 @@ class GroupUpdateApi(GroupScopedApi):
 class GroupDeleteApi(GroupScopedApi):
     """Delete a group (owner only); its keys are revoked."""
 
+    @extend_schema(tags=TAGS, description=__doc__, responses={
+        204: _empty("Deleted."), 401: NOT_SIGNED_IN, 403: FORBIDDEN, 404: NOT_A_MEMBER,
+    })
     def delete(self, request: Request, slug: str) -> Response:
         group, _ = self.resolve(request, slug)
         services.group_delete(actor=request.user, group=group, ip=client_ip(request))
@@ -111,6 +158,12 @@ class GroupDeleteApi(GroupScopedApi):
 class GroupLeaveApi(GroupScopedApi):
     """Leave a group. The owner must transfer ownership first."""
 
+    @extend_schema(tags=TAGS, request=None, responses={
+        204: _empty("Left the group."),
+        401: NOT_SIGNED_IN,
+        404: NOT_A_MEMBER,
+        409: _error("The owner cannot leave; transfer ownership first."),
+    })
     def post(self, request: Request, slug: str) -> Response:
         group, _ = self.resolve(request, slug)
         services.membership_leave(actor=request.user, group=group, ip=client_ip(request))
@@ -123,6 +176,16 @@ class GroupTransferApi(GroupScopedApi):
     class InputSerializer(serializers.Serializer):
         user_id = serializers.IntegerField()
 
+        class Meta:
+            ref_name = "GroupTransferInput"
+
+    @extend_schema(tags=TAGS, request=InputSerializer, responses={
+        200: OpenApiResponse(GroupOutputSerializer, description="The group, with the caller now an admin."),
+        400: _error("Invalid input, or the new owner is the caller or not a member."),
+        401: NOT_SIGNED_IN,
+        403: FORBIDDEN,
+        404: _error("No such group or member, or the caller is not a member."),
+    })
     def post(self, request: Request, slug: str) -> Response:
         group, _ = self.resolve(request, slug)
         data = GroupTransferApi.InputSerializer(data=request.data)
@@ -147,6 +210,14 @@ class MemberOutputSerializer(serializers.Serializer):
 class MemberListApi(GroupScopedApi):
     """The group's members (any member may see them)."""
 
+    @extend_schema(tags=TAGS, responses={
+        200: inline_serializer(name="GroupMembersOutput", fields={
+            "role": serializers.CharField(help_text="The caller's role in the group."),
+            "members": MemberOutputSerializer(many=True),
+        }),
+        401: NOT_SIGNED_IN,
+        404: NOT_A_MEMBER,
+    })
     def get(self, request: Request, slug: str) -> Response:
         group, role = self.resolve(request, slug)
         members = selectors.group_members(group=group)
@@ -159,6 +230,17 @@ class MemberUpdateApi(GroupScopedApi):
     class InputSerializer(serializers.Serializer):
         role = serializers.ChoiceField(choices=Role.choices)
 
+        class Meta:
+            ref_name = "MemberUpdateInput"
+
+    @extend_schema(tags=TAGS, description=f"{__doc__} `role` is required.", request=InputSerializer,
+                   responses={
+                       200: MemberOutputSerializer,
+                       400: _error("Invalid input, or an attempt to make someone the owner (use_transfer)."),
+                       401: NOT_SIGNED_IN,
+                       403: FORBIDDEN,
+                       404: _error("No such group or member, or the caller is not a member."),
+                   })
     def patch(self, request: Request, slug: str, user_id: int) -> Response:
         group, _ = self.resolve(request, slug)
         data = MemberUpdateApi.InputSerializer(data=request.data)
@@ -172,6 +254,12 @@ class MemberUpdateApi(GroupScopedApi):
 class MemberRemoveApi(GroupScopedApi):
     """Remove a member; their keys bound to the group are revoked. Removing yourself is leaving."""
 
+    @extend_schema(tags=TAGS, description=__doc__, responses={
+        204: _empty("Removed."),
+        401: NOT_SIGNED_IN,
+        403: FORBIDDEN,
+        404: _error("No such group or member, or the caller is not a member."),
+    })
     def delete(self, request: Request, slug: str, user_id: int) -> Response:
         group, _ = self.resolve(request, slug)
         target = selectors.group_member_get(group=group, user_id=user_id)
@@ -201,6 +289,9 @@ class InvitationOutputSerializer(serializers.Serializer):
 class InvitationListApi(GroupScopedApi):
     """Open invitations of the group (admins and the owner)."""
 
+    @extend_schema(tags=TAGS, description=__doc__, responses={
+        200: InvitationOutputSerializer(many=True), 401: NOT_SIGNED_IN, 403: FORBIDDEN, 404: NOT_A_MEMBER,
+    })
     def get(self, request: Request, slug: str) -> Response:
         group, role = self.resolve(request, slug)
         if not can_manage(role):
@@ -217,6 +308,9 @@ class InvitationCreateApi(GroupScopedApi):
         email = serializers.EmailField(required=False, allow_blank=True, default="")
         role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
 
+        class Meta:
+            ref_name = "InvitationCreateInput"
+
     class OutputSerializer(InvitationOutputSerializer):
         link = serializers.SerializerMethodField()
 
@@ -224,6 +318,17 @@ class InvitationCreateApi(GroupScopedApi):
             # Email invitations travel by email only; a link-only invitation has no other way to reach anyone.
             return None if invitation.email else self.context["link"]
 
+        class Meta:
+            ref_name = "InvitationCreateOutput"
+
+    @extend_schema(tags=TAGS, description=__doc__, request=InputSerializer, responses={
+        201: OutputSerializer,
+        400: INVALID,
+        401: NOT_SIGNED_IN,
+        403: FORBIDDEN,
+        404: NOT_A_MEMBER,
+        409: _error("Already a member (already_member), or the address has an open invitation."),
+    })
     def post(self, request: Request, slug: str) -> Response:
         group, _ = self.resolve(request, slug)
         data = InvitationCreateApi.InputSerializer(data=request.data)
@@ -237,6 +342,13 @@ class InvitationCreateApi(GroupScopedApi):
 class InvitationRevokeApi(GroupScopedApi):
     """Revoke an open invitation (admins and the owner)."""
 
+    @extend_schema(tags=TAGS, responses={
+        204: _empty("Revoked."),
+        401: NOT_SIGNED_IN,
+        403: FORBIDDEN,
+        404: _error("No such group or invitation, or the caller is not a member."),
+        409: _error("The invitation was already accepted, declined or revoked."),
+    })
     def delete(self, request: Request, slug: str, invitation_id: int) -> Response:
         group, _ = self.resolve(request, slug)
         invitation = selectors.group_invitation_get(group=group, invitation_id=invitation_id)
@@ -267,6 +379,10 @@ class InvitationDetailApi(APIView):
         def get_status(self, invitation: Invitation) -> str:
             return selectors.invitation_status(invitation)
 
+        class Meta:
+            ref_name = "InvitationDetailOutput"
+
+    @extend_schema(tags=TAGS, responses={200: OutputSerializer, 401: NOT_SIGNED_IN, 404: NO_SUCH_INVITATION})
     def get(self, request: Request, token: str) -> Response:
         invitation = selectors.invitation_get_by_token(token=token)
         return Response(InvitationDetailApi.OutputSerializer(invitation).data)
@@ -275,6 +391,14 @@ class InvitationDetailApi(APIView):
 class InvitationAcceptApi(APIView):
     """Accept an invitation as the signed-in user; returns the group with the caller's new role."""
 
+    @extend_schema(tags=TAGS, request=None, responses={
+        200: GroupOutputSerializer,
+        400: _error("The invitation is no longer open (invitation_used, _declined, _revoked, _expired)."),
+        401: NOT_SIGNED_IN,
+        403: _error("The invitation was sent to another address (wrong_email)."),
+        404: NO_SUCH_INVITATION,
+        409: _error("The caller is already a member (already_member)."),
+    })
     def post(self, request: Request, token: str) -> Response:
         membership = services.invitation_accept(actor=request.user, token=token, ip=client_ip(request))
         return _group_response(membership.group, membership.role)
@@ -283,6 +407,14 @@ class InvitationAcceptApi(APIView):
 class InvitationDeclineApi(APIView):
     """Decline an invitation; it cannot be used afterwards."""
 
+    @extend_schema(tags=TAGS, request=None, responses={
+        204: _empty("Declined."),
+        400: _error("The invitation is no longer open (invitation_used, _declined, _revoked, _expired)."),
+        401: NOT_SIGNED_IN,
+        403: _error("The invitation was sent to another address (wrong_email)."),
+        404: NO_SUCH_INVITATION,
+        409: _error("The caller is already a member (already_member)."),
+    })
     def post(self, request: Request, token: str) -> Response:
         services.invitation_decline(actor=request.user, token=token, ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
