@@ -8,12 +8,15 @@ api_patterns = [
     path("", include("clawhub.keys.api_urls")),
     path("", include("clawhub.adapters.api_urls")),
     path("", include("clawhub.conversations.api_urls")),
+    path("", include("clawhub.feedback.api_urls")),
     path("", include("clawhub.usage.api_urls")),
+    path("", include("clawhub.review.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
 urlpatterns = [
+    path("", include("clawhub.core.urls")),  # /healthz, /readyz, /metrics
     path("admin/", admin.site.urls),
     path("api/", include(api_patterns)),
     path("", include("clawhub.accounts.urls")),
@@ -22,5 +25,6 @@ urlpatterns = [
     path("", include("clawhub.adapters.urls")),
     path("", include("clawhub.conversations.urls")),
     path("", include("clawhub.usage.urls")),
+    path("", include("clawhub.review.urls")),
     path("", include("clawhub.web.urls")),
 ]

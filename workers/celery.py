@@ -5,9 +5,15 @@ import os
 
 from celery import Celery
 
+from clawhub.core import logging as ops_logging
+from clawhub.core import metrics as ops_metrics
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "clawhub.settings.base")
 
 app = Celery("clawhub")
+# Request ids follow a request into its tasks, and task durations are exported; both hook Celery's signals.
+ops_logging.connect_celery_signals()
+ops_metrics.connect_celery_signals()
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(
     task_default_queue="default",
@@ -17,5 +23,15 @@ app.conf.update(
     result_expires=3600,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
+    # Judging runs on many CPU workers, training on GPU workers: each family of tasks has its own queue.
+    task_routes={"clawhub.judge.*": {"queue": "judge"}, "clawhub.train.*": {"queue": "train"}},
+    # `celery -A workers.celery beat`: the idle sweep that closes sessions and hands their last turns to judging.
+    beat_schedule={
+        "close-idle-sessions": {
+            "task": "clawhub.conversations.close_idle",
+            "schedule": 60.0,
+            "options": {"queue": "judge", "expires": 60},
+        },
+    },
 )
 app.autodiscover_tasks(["workers.tasks"], related_name=None)

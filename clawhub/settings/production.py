@@ -9,6 +9,8 @@ for _name in ("DJANGO_SECRET_KEY", "DATABASE_URL", "DJANGO_ALLOWED_HOSTS"):
         raise ImproperlyConfigured(f"{_name} must be set in production")
 
 from .base import *  # noqa: E402,F403
+from clawhub.core.logging import build_logging  # noqa: E402
+
 from .base import BASE_DIR, env  # noqa: E402
 
 DEBUG = False
@@ -26,9 +28,4 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env.str("CLAWHUB_LOG_LEVEL", default="INFO")},
-}
+LOGGING = build_logging(level=env.str("CLAWHUB_LOG_LEVEL", default="INFO"), json_format=True)

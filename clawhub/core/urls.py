@@ -1,0 +1,12 @@
+"""Routes for the operational endpoints. OpsEndpointsMiddleware answers these paths first; the routes keep
+them reachable (and reversible) where that middleware is not installed."""
+
+from django.urls import path
+
+from clawhub.core import health
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics, name="metrics"),
+]
