@@ -1,1 +1,8 @@
-urlpatterns: list = []
+from django.urls import path
+
+from clawhub.conversations import api
+
+urlpatterns = [
+    path("sessions/", api.SessionListApi.as_view(), name="api-sessions"),
+    path("sessions/<int:session_id>/", api.SessionDetailApi.as_view(), name="api-session"),
+]

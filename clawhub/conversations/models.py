@@ -1,1 +1,120 @@
-from django.db import models  # noqa: F401
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Session(models.Model):
+    """One conversation of one user with one tenant's model, named by the client or inferred by ClawHub."""
+
+    class CloseReason(models.TextChoices):
+        DONE = "done"  # the client said so (X-Session-Done / session_done)
+        IDLE = "idle"  # no turn for CONVERSATION_IDLE_TIMEOUT
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="sessions")
+    key = models.ForeignKey("keys.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sessions")
+    # The client's session id, or a generated one ("inf-…") for sessions ClawHub inferred from the messages.
+    external_id = models.CharField(max_length=200)
+    inferred = models.BooleanField(default=False)
+    started_at = models.DateTimeField()
+    last_activity_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    close_reason = models.CharField(max_length=8, choices=CloseReason.choices, blank=True)
+    # Turns so far, so the next turn's index: capture numbers turns under the session's row lock.
+    turn_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-last_activity_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "external_id"], name="one_session_per_tenant_external_id"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["user", "-last_activity_at"], name="session_user_recent"),
+            # The idle sweep reads only open sessions.
+            models.Index(
+                fields=["last_activity_at"], condition=Q(closed_at__isnull=True), name="session_open_idle"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"session {self.external_id}"
+
+
+class Turn(models.Model):
+    """One request served by the gateway and what came back, linked to what the user or a tool did next."""
+
+    class Type(models.TextChoices):
+        MAIN = "main"  # part of the user's dialogue: judged and trained on
+        SIDE = "side"  # heartbeats, memory flushes and other housekeeping: served and logged, never trained
+
+    class Status(models.TextChoices):
+        COMPLETE = "complete"
+        CUT = "cut"  # the stream ended early
+        FAILED = "failed"
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="turns")
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="turns")
+    key = models.ForeignKey("keys.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="turns")
+    index = models.PositiveIntegerField(help_text="Position in the session, from 0.")
+    turn_type = models.CharField(max_length=4, choices=Type.choices)
+    request_id = models.CharField(max_length=100, unique=True)
+    route = models.CharField(max_length=16)
+    model = models.CharField(max_length=100, help_text="The client-facing model id.")
+    upstream_model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.ForeignKey(
+        "adapters.AdapterVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="turns"
+    )
+    request = models.JSONField(
+        default=dict, help_text="messages (or prompt), tools and sampling params as sent."
+    )
+    response = models.JSONField(default=list, help_text="choices as the client saw them.")
+    token_ids = models.JSONField(null=True, blank=True)
+    logprobs = models.JSONField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    usage_estimated = models.BooleanField(default=False)
+    status = models.CharField(max_length=8, choices=Status.choices)
+    http_status = models.PositiveSmallIntegerField()
+    latency_ms = models.FloatField()
+    ttft_ms = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(help_text="When the request started.")
+    # What followed this turn, always a list of messages: the newest user message, or the tool results that
+    # answered this turn's tool calls (with a user message after them, if there was one).
+    next_state = models.JSONField(null=True, blank=True)
+    next_state_at = models.DateTimeField(null=True, blank=True)
+    closed_without_next = models.BooleanField(default=False)
+    # sha256 over the canonical request messages plus this turn's reply as the client resends it: a later
+    # request whose messages start with exactly that continues this turn's session (conversations.identity).
+    continuation_hash = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["session_id", "index"]
+        constraints = [
+            # Also serves as the (session, index) index.
+            models.UniqueConstraint(fields=["session", "index"], name="one_turn_per_session_index"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="turn_tenant_recent"),
+            models.Index(
+                fields=["tenant", "continuation_hash"],
+                condition=~Q(continuation_hash=""),
+                name="turn_continuation",
+            ),
+            # Main turns still waiting for their next state, read whenever a session gets a new main turn.
+            models.Index(
+                fields=["session"],
+                name="turn_awaiting_next",
+                condition=Q(turn_type="main", next_state__isnull=True, closed_without_next=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"turn {self.request_id}"
+
+    @property
+    def ready_for_judging(self) -> bool:
+        return self.next_state is not None or self.closed_without_next

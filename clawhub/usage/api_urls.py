@@ -1,1 +1,7 @@
-urlpatterns: list = []
+from django.urls import path
+
+from clawhub.usage import api
+
+urlpatterns = [
+    path("usage/", api.UsageApi.as_view(), name="api-usage"),
+]

@@ -1,1 +1,7 @@
-urlpatterns: list = []
+from django.urls import path
+
+from clawhub.usage import views
+
+urlpatterns = [
+    path("usage/", views.usage_page, name="usage"),
+]

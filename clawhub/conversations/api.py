@@ -1,0 +1,96 @@
+"""REST API for a user's own conversations: sessions and their turns (read only for now)."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clawhub.conversations.models import Turn
+from clawhub.conversations.selectors import session_get_for_user, sessions_for_user, turns_for_session
+
+
+class SessionOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    external_id = serializers.CharField()
+    inferred = serializers.BooleanField()
+    model = serializers.CharField(source="tenant.model_id")
+    key = serializers.IntegerField(source="key_id")
+    started_at = serializers.DateTimeField()
+    last_activity_at = serializers.DateTimeField()
+    closed_at = serializers.DateTimeField()
+    close_reason = serializers.CharField()
+    turn_count = serializers.IntegerField()
+
+
+class TurnOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    index = serializers.IntegerField()
+    turn_type = serializers.CharField()
+    request_id = serializers.CharField()
+    route = serializers.CharField()
+    model = serializers.CharField()
+    status = serializers.CharField()
+    http_status = serializers.IntegerField()
+    error = serializers.CharField()
+    request = serializers.JSONField()
+    response = serializers.JSONField()
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    usage_estimated = serializers.BooleanField()
+    latency_ms = serializers.FloatField()
+    ttft_ms = serializers.FloatField()
+    created_at = serializers.DateTimeField()
+    next_state = serializers.JSONField()
+    next_state_at = serializers.DateTimeField()
+    closed_without_next = serializers.BooleanField()
+
+
+class SessionListOutputSerializer(SessionOutputSerializer):
+    main_turns = serializers.IntegerField()
+    side_turns = serializers.IntegerField()
+
+
+class SessionDetailOutputSerializer(SessionOutputSerializer):
+    turns = TurnOutputSerializer(many=True)
+
+
+class SessionListApi(APIView):
+    """GET /api/sessions/?type=main|side&limit=&offset= — the caller's sessions, newest activity first."""
+
+    class InputSerializer(serializers.Serializer):
+        type = serializers.ChoiceField(choices=Turn.Type.choices, required=False)
+
+    OutputSerializer = SessionListOutputSerializer
+
+    class Pagination(LimitOffsetPagination):
+        default_limit = 50
+        max_limit = 200
+
+    @extend_schema(parameters=[InputSerializer], responses=OutputSerializer(many=True))
+    def get(self, request):
+        filters = self.InputSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        sessions = sessions_for_user(user=request.user, turn_type=filters.validated_data.get("type"))
+        paginator = self.Pagination()
+        page = paginator.paginate_queryset(sessions, request, view=self)
+        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+
+
+class SessionDetailApi(APIView):
+    """GET /api/sessions/<id>/?type=main|side — one of the caller's sessions with its turns in order."""
+
+    class InputSerializer(serializers.Serializer):
+        type = serializers.ChoiceField(choices=Turn.Type.choices, required=False)
+
+    OutputSerializer = SessionOutputSerializer
+    TurnSerializer = TurnOutputSerializer
+
+    @extend_schema(parameters=[InputSerializer], responses=SessionDetailOutputSerializer)
+    def get(self, request, session_id: int):
+        filters = self.InputSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        session = session_get_for_user(user=request.user, session_id=session_id)
+        turns = turns_for_session(session=session, turn_type=filters.validated_data.get("type"))
+        turns_data = self.TurnSerializer(turns, many=True).data
+        return Response({**self.OutputSerializer(session).data, "turns": turns_data})

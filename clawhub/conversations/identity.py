@@ -1,0 +1,202 @@
+"""Session and turn identity from the messages alone: pure functions, no database.
+
+Session inference: a chat request whose messages are an earlier request's messages plus that request's reply
+(and more after it) continues the earlier request's session. Each stored turn keeps a ``continuation_hash`` of
+its messages plus its reply; a new request hashes every prefix of its messages that ends right after an
+assistant message and looks those hashes up. Hashes are taken over a canonical form, so that what clients
+change when they resend history (content as a string or as text parts, null vs missing fields, whitespace at
+the ends, tool-call ids, reasoning fields they drop) does not break the match.
+"""
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+MAIN = "main"
+SIDE = "side"
+
+# How many assistant-ending prefixes of one request are looked up, newest first. The newest matches in the
+# normal case; older ones catch a client that dropped or regenerated its last exchanges.
+MAX_PREFIX_CANDIDATES = 32
+
+# OpenClaw's own housekeeping turns, recognised by the newest user message. The heartbeat prompt is
+# configurable in OpenClaw, but its reply convention (HEARTBEAT_OK) and HEARTBEAT.md are not; the memory flush
+# before compaction starts with its fixed phrase. Only the user message is read: OpenClaw's ordinary system
+# prompt explains HEARTBEAT_OK on every turn.
+SIDE_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("heartbeat", re.compile(r"HEARTBEAT_OK|\bHEARTBEAT\.md\b")),
+    ("memory_flush", re.compile(r"pre-compaction memory flush", re.IGNORECASE)),
+)
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content, whether a string or a list of parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and part.get("type") in ("text", "input_text", None):
+                texts.append(str(part.get("text") or ""))
+        return "\n".join(texts)
+    return str(content)
+
+
+def _canonical_content(content: Any) -> Any:
+    if content is None:
+        return None
+    if isinstance(content, str):
+        return content.strip() or None
+    if isinstance(content, list):
+        if all(
+            isinstance(p, str) or (isinstance(p, dict) and p.get("type") in ("text", None)) for p in content
+        ):
+            return content_text(content).strip() or None
+        # Images and other parts: keep them, with their text parts normalised the same way.
+        return [
+            {"type": "text", "text": content_text([p]).strip()}
+            if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")
+            else p
+            for p in content
+        ]
+    return content
+
+
+def _canonical_arguments(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return arguments.strip()
+    return arguments
+
+
+def canonical_message(message: Any) -> dict:
+    """The parts of a message that say what was said: role, content and tool calls (name and arguments).
+
+    Tool-call ids, names, reasoning and other fields are left out: clients resend them inconsistently, and
+    they never distinguish two conversations that agree on everything else.
+    """
+    if not isinstance(message, dict):
+        return {"role": "", "content": str(message)}
+    out: dict[str, Any] = {"role": str(message.get("role") or "")}
+    content = _canonical_content(message.get("content"))
+    if content is not None:
+        out["content"] = content
+    calls = []
+    for call in message.get("tool_calls") or []:
+        if isinstance(call, dict):
+            function = call.get("function") or {}
+            calls.append(
+                {"name": function.get("name"), "arguments": _canonical_arguments(function.get("arguments"))}
+            )
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _encoded(message: Any) -> bytes:
+    # orjson escapes newlines inside strings, so "\n" cleanly separates messages in the hashed stream.
+    return orjson.dumps(canonical_message(message), option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def prefix_hashes(messages: Sequence[Any]) -> list[str]:
+    """Hashes of every prefix of ``messages`` that ends right after an assistant message, newest first.
+
+    One pass with an incremental hash: long agent conversations have hundreds of messages.
+    """
+    hasher = hashlib.sha256()
+    found = []
+    for message in messages:
+        hasher.update(_encoded(message))
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            found.append(hasher.hexdigest())
+    return found[::-1][:MAX_PREFIX_CANDIDATES]
+
+
+def continuation_hash(messages: Sequence[Any], reply: dict | None) -> str:
+    """The hash a request continuing this exchange will have for its prefix ending with ``reply``."""
+    if reply is None:
+        return ""
+    hasher = hashlib.sha256()
+    for message in messages:
+        hasher.update(_encoded(message))
+    hasher.update(_encoded(reply))
+    return hasher.hexdigest()
+
+
+def reply_message(choices: Sequence[Any]) -> dict | None:
+    """Choice 0 as the assistant message a client resends in its next request, or None if there was no reply.
+
+    Accepts the shapes the gateway may record: an OpenAI ``message``, a joined stream ``delta``, or the
+    fields directly on the choice.
+    """
+    if not choices or not isinstance(choices[0], dict):
+        return None
+    choice = choices[0]
+    message = choice.get("message") or choice.get("delta") or choice
+    if not isinstance(message, dict):
+        return None
+    content, tool_calls = message.get("content"), message.get("tool_calls")
+    if content is None and not tool_calls:
+        return None
+    return {"role": "assistant", "content": content, "tool_calls": tool_calls or None}
+
+
+def next_state_messages(messages: Sequence[Any]) -> list[dict]:
+    """What a request adds after the conversation's last assistant message: its user and tool messages.
+
+    That is the previous turn's next state: the tool results answering its tool calls, or the user's reply.
+    Without any assistant message (a client that does not resend history) it is the newest user message.
+    """
+    last_assistant = None
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            last_assistant = i
+    if last_assistant is not None:
+        return [
+            m
+            for m in messages[last_assistant + 1 :]
+            if isinstance(m, dict) and m.get("role") in ("user", "tool")
+        ]
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return [message]
+    return []
+
+
+def newest_user_text(messages: Sequence[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return content_text(message.get("content"))
+    return ""
+
+
+def turn_type_for(
+    *,
+    explicit: str | None,
+    route: str,
+    messages: Sequence[Any] | None,
+    side_patterns: Iterable[re.Pattern[str]] = (),
+) -> str:
+    """main or side, in this order: the client's explicit type; a request without a dialogue (the legacy
+    completions route) is side; OpenClaw's heartbeat and memory-flush prompts, or a pattern the operator (or,
+    later, the tenant) configured, in the newest user message make it side; everything else continues the
+    user's dialogue and is main."""
+    if explicit in (MAIN, SIDE):
+        return explicit
+    if route != "chat" or messages is None:
+        return SIDE
+    text = newest_user_text(messages)
+    if any(pattern.search(text) for _, pattern in SIDE_MARKERS):
+        return SIDE
+    if any(pattern.search(text) for pattern in side_patterns):
+        return SIDE
+    return MAIN

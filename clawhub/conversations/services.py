@@ -1,0 +1,67 @@
+"""Writes for sessions and turns outside the capture path: closing idle sessions, handing turns to judging.
+
+Capture itself (``clawhub.conversations.capture``) writes turns in batches for the gateway. These writes are
+the system's own bookkeeping, not a person's change, so they leave no audit rows.
+"""
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from clawhub.conversations import hooks
+from clawhub.conversations.models import Session, Turn
+
+
+def turns_ready_notify(*, turn_ids: Iterable[int]) -> None:
+    """Hands the turns to the judging hook once the current transaction commits (never before: the task it
+    enqueues must find the rows). A failing hook is logged by Django and does not undo the commit."""
+    ids = sorted(set(turn_ids))
+    if ids:
+        transaction.on_commit(lambda: hooks.on_turn_ready_for_judging(ids), robust=True)
+
+
+def turns_awaiting_next(*, session_ids: Iterable[int]):
+    """Main turns of these sessions that still wait for a next state. Failed turns never do: they had no
+    reply for anything to answer."""
+    return Turn.objects.filter(
+        session_id__in=list(session_ids),
+        turn_type=Turn.Type.MAIN,
+        next_state__isnull=True,
+        closed_without_next=False,
+    ).exclude(status=Turn.Status.FAILED)
+
+
+def session_close_idle(*, idle_for: timedelta | None = None, batch_size: int = 500) -> int:
+    """Closes open sessions with no turn for ``idle_for`` (default settings.CONVERSATION_IDLE_TIMEOUT); their
+    last main turn is closed without a next state and handed to judging. Returns how many sessions closed.
+
+    Runs in short transactions of ``batch_size`` sessions and skips rows capture holds locked at the moment:
+    those are getting a turn and are not idle.
+    """
+    idle_for = idle_for if idle_for is not None else settings.CONVERSATION_IDLE_TIMEOUT
+    now = timezone.now()
+    cutoff = now - idle_for
+    closed = 0
+    while True:
+        with transaction.atomic():
+            session_ids = list(
+                Session.objects.select_for_update(skip_locked=True)
+                .filter(closed_at__isnull=True, last_activity_at__lt=cutoff)
+                .order_by("id")
+                .values_list("id", flat=True)[:batch_size]
+            )
+            if not session_ids:
+                break
+            turn_ids = list(turns_awaiting_next(session_ids=session_ids).values_list("id", flat=True))
+            Turn.objects.filter(id__in=turn_ids).update(closed_without_next=True)
+            Session.objects.filter(id__in=session_ids).update(
+                closed_at=now, close_reason=Session.CloseReason.IDLE
+            )
+            turns_ready_notify(turn_ids=turn_ids)
+        closed += len(session_ids)
+        if len(session_ids) < batch_size:
+            break
+    return closed

@@ -1,0 +1,74 @@
+"""REST API for usage: GET /api/usage/ as JSON, or as CSV with ?format=csv."""
+
+from datetime import timedelta
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.views import APIView
+
+from clawhub.usage.renderers import UsageCSVRenderer
+from clawhub.usage.selectors import BY, usage_default_range, usage_scope_resolve, usage_summary, usage_totals
+
+# A longer range is a different question (an export of everything); refuse it rather than scan for it.
+MAX_RANGE = timedelta(days=400)
+
+
+class UsageOutputSerializer(serializers.Serializer):
+    by = serializers.CharField()
+    since = serializers.DateField()
+    until = serializers.DateField()
+    # Flat rows: the ``by`` column(s), then requests, errors, prompt/completion/total tokens, streams,
+    # avg_latency_ms, avg_ttft_ms. The same rows are the CSV's lines.
+    results = serializers.ListField(child=serializers.DictField())
+    totals = serializers.DictField()
+
+
+class UsageApi(APIView):
+    """Sums per ``by`` (day, model, key, user or group) over ``since``..``until`` (dates, inclusive).
+
+    Scope: the caller's own usage; ``group=<slug>`` the group's (owners, admins and staff: everyone's in it,
+    members: their own part); ``user=<id>`` one member (group owners/admins within their group, staff
+    anywhere); ``all=true`` everyone (staff). ``key`` and ``model`` narrow further.
+    """
+
+    renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, UsageCSVRenderer]
+
+    class InputSerializer(serializers.Serializer):
+        group = serializers.SlugField(required=False)
+        user = serializers.IntegerField(required=False, min_value=1)
+        all = serializers.BooleanField(required=False, default=False)
+        key = serializers.IntegerField(required=False, min_value=1)
+        model = serializers.CharField(required=False, max_length=100)
+        since = serializers.DateField(required=False)
+        until = serializers.DateField(required=False)
+        by = serializers.ChoiceField(choices=BY, default="day")
+
+        def validate(self, data):
+            default_since, until = usage_default_range(until=data.get("until"))
+            since = data.get("since") or default_since
+            if since > until:
+                raise serializers.ValidationError({"since": "must not be after until"})
+            if until - since > MAX_RANGE:
+                raise serializers.ValidationError({"since": f"the range is at most {MAX_RANGE.days} days"})
+            return {**data, "since": since, "until": until}
+
+    OutputSerializer = UsageOutputSerializer
+
+    @extend_schema(parameters=[InputSerializer], responses=OutputSerializer)
+    def get(self, request):
+        params = self.InputSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        p = params.validated_data
+        scope = usage_scope_resolve(actor=request.user, group_slug=p.get("group"), user_id=p.get("user"),
+                                    everything=p["all"])
+        narrow = {"since": p["since"], "until": p["until"], "key_id": p.get("key"), "model": p.get("model")}
+        results = usage_summary(scope=scope, by=p["by"], **narrow)
+        body = {"by": p["by"], "since": p["since"], "until": p["until"], "results": results,
+                "totals": usage_totals(scope=scope, **narrow)}
+        response = Response(self.OutputSerializer(body).data)
+        if request.accepted_renderer.format == UsageCSVRenderer.format:
+            response["Content-Disposition"] = (
+                f'attachment; filename="clawhub-usage-{p["by"]}-{p["since"]}-{p["until"]}.csv"')
+        return response

@@ -1,0 +1,137 @@
+"""Reads for usage: who may see which rows (the scope), and the sums per day, model, key, user or group.
+
+A user sees their own usage; group owners and admins see their group's; members see their own part of it;
+staff see anyone's.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from django.conf import settings
+from django.db.models import F, Q, QuerySet, Sum
+
+from clawhub.core.exceptions import NotFound, PermissionDenied
+from clawhub.groups.models import ROLE_RANK, Group, Role
+from clawhub.groups.selectors import role_of
+from clawhub.usage.models import UsageDaily
+
+BY = ("day", "model", "key", "user", "group")
+_GROUPING = {
+    "day": {"day": "day"},
+    "model": {"model": "model"},
+    "key": {
+        "key_id": "key_id",
+        "key_name": "key__name",
+        "key_prefix": "key__prefix",
+        "key_last4": "key__last4",
+    },
+    "user": {"user_id": "user_id", "user_email": "user__email"},
+    "group": {"group": "group__slug"},
+}
+_SUMS = (
+    "requests",
+    "errors",
+    "prompt_tokens",
+    "completion_tokens",
+    "streams",
+    "latency_ms_sum",
+    "ttft_ms_sum",
+)
+
+
+@dataclass(frozen=True)
+class UsageScope:
+    """The rows a request may read: one user's, one group's (optionally one member's), or everyone's."""
+
+    user_id: int | None = None
+    group: Group | None = None
+    everything: bool = False
+
+    def filter(self) -> Q:
+        where = Q()
+        if self.group is not None:
+            where &= Q(group=self.group)
+        if self.user_id is not None:
+            where &= Q(user_id=self.user_id)
+        if not where and not self.everything:
+            raise ValueError("an unrestricted usage scope must say so")
+        return where
+
+
+def usage_scope_resolve(
+    *, actor, group_slug: str | None = None, user_id: int | None = None, everything: bool = False
+) -> UsageScope:
+    """Turns what a request asks to see into what it may see, or refuses."""
+    others = user_id is not None and user_id != actor.pk
+    if group_slug:
+        group = Group.objects.filter(slug=group_slug).first()
+        role = role_of(group=group, user=actor) if group is not None else None
+        if group is None or (role is None and not actor.is_staff):
+            raise NotFound("No such group.")  # non-members get 404 so that group names do not leak
+        if actor.is_staff or ROLE_RANK[role] >= ROLE_RANK[Role.ADMIN]:
+            return UsageScope(group=group, user_id=user_id)
+        if others:
+            raise PermissionDenied("Only the group's owner and admins see other members' usage.")
+        return UsageScope(group=group, user_id=actor.pk)
+    if everything or others:
+        if not actor.is_staff:
+            raise PermissionDenied("Only staff see other users' usage.")
+        return UsageScope(user_id=user_id, everything=user_id is None)
+    return UsageScope(user_id=actor.pk)
+
+
+def usage_default_range(*, until: date | None = None) -> tuple[date, date]:
+    """The USAGE_DEFAULT_DAYS days up to ``until`` (default today, UTC)."""
+    until = until or datetime.now(tz=UTC).date()
+    return until - timedelta(days=settings.USAGE_DEFAULT_DAYS - 1), until
+
+
+def _rows(*, scope: UsageScope, since: date, until: date, key_id: int | None, model: str | None) -> QuerySet:
+    rows = UsageDaily.objects.filter(scope.filter(), day__gte=since, day__lte=until)
+    if key_id is not None:
+        rows = rows.filter(key_id=key_id)
+    if model:
+        rows = rows.filter(model=model)
+    return rows
+
+
+def _finish(row: dict) -> dict:
+    requests, streams = row["requests"] or 0, row["streams"] or 0
+    row.update({name: row[name] or 0 for name in _SUMS})
+    row["total_tokens"] = row["prompt_tokens"] + row["completion_tokens"]
+    latency, ttft = row.pop("latency_ms_sum"), row.pop("ttft_ms_sum")
+    row["avg_latency_ms"] = round(latency / requests, 1) if requests else None
+    row["avg_ttft_ms"] = round(ttft / streams, 1) if streams else None
+    return row
+
+
+def usage_summary(
+    *,
+    scope: UsageScope,
+    since: date,
+    until: date,
+    by: str = "day",
+    key_id: int | None = None,
+    model: str | None = None,
+) -> list[dict]:
+    """One flat row per day (newest first), model, key, user or group (busiest first) with the sums."""
+    grouping = _GROUPING[by]
+    rows = (
+        _rows(scope=scope, since=since, until=until, key_id=key_id, model=model)
+        .values(
+            *[path for alias, path in grouping.items() if alias == path],
+            **{alias: F(path) for alias, path in grouping.items() if alias != path},
+        )
+        .annotate(**{name: Sum(name) for name in _SUMS})
+        .order_by(*(["-day"] if by == "day" else ["-requests", *grouping]))
+    )
+    return [_finish(dict(row)) for row in rows]
+
+
+def usage_totals(
+    *, scope: UsageScope, since: date, until: date, key_id: int | None = None, model: str | None = None
+) -> dict:
+    totals = _rows(scope=scope, since=since, until=until, key_id=key_id, model=model).aggregate(
+        **{name: Sum(name) for name in _SUMS}
+    )
+    return _finish(totals)

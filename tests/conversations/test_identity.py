@@ -1,0 +1,160 @@
+"""Session inference hashes and the turn-type rule table, without a database."""
+
+import re
+
+import pytest
+
+from clawhub.conversations.identity import (
+    MAIN,
+    SIDE,
+    canonical_message,
+    continuation_hash,
+    next_state_messages,
+    prefix_hashes,
+    reply_message,
+    turn_type_for,
+)
+from tests.conversations.conftest import assistant, system, tool, tool_call, user
+
+HISTORY = [system(), user("What is 2+2?")]
+REPLY = {"role": "assistant", "content": "4"}
+
+
+def test_a_continuation_matches_the_newest_prefix():
+    stored = continuation_hash(HISTORY, REPLY)
+    follow_up = [*HISTORY, assistant("4"), user("And 3+3?")]
+    assert prefix_hashes(follow_up)[0] == stored
+
+
+@pytest.mark.parametrize(
+    "resent",
+    [
+        # content as text parts instead of a string
+        [
+            system(),
+            {"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "4"}]},
+        ],
+        # whitespace at the ends, and fields the client adds as null or drops
+        [
+            {"role": "system", "content": "You are a helpful agent.\n", "name": None},
+            {"role": "user", "content": "  What is 2+2?"},
+            {
+                "role": "assistant",
+                "content": "4 ",
+                "tool_calls": None,
+                "refusal": None,
+                "reasoning_content": "hmm",
+            },
+        ],
+        # tool_calls as an empty list
+        [*HISTORY, {"role": "assistant", "content": "4", "tool_calls": []}],
+    ],
+)
+def test_harmless_differences_in_resent_history_still_match(resent):
+    assert prefix_hashes([*resent, user("next")])[0] == continuation_hash(HISTORY, REPLY)
+
+
+def test_real_differences_do_not_match():
+    stored = continuation_hash(HISTORY, REPLY)
+    assert prefix_hashes([*HISTORY, assistant("5"), user("next")])[0] != stored
+    assert prefix_hashes([system(), user("What is 2+3?"), assistant("4"), user("next")])[0] != stored
+    assert prefix_hashes([system("Other prompt."), user("What is 2+2?"), assistant("4")])[0] != stored
+
+
+def test_tool_call_arguments_and_ids_are_canonical():
+    call = tool_call("read", '{"path": "a.txt", "limit": 10}', call_id="call_1")
+    stored = continuation_hash(
+        [user("read a.txt")], {"role": "assistant", "content": None, "tool_calls": [call]}
+    )
+    resent = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_other",
+                "type": "function",
+                "function": {"name": "read", "arguments": '{"limit":10,"path":"a.txt"}'},
+            },
+        ],
+    }
+    assert prefix_hashes([user("read a.txt"), resent, tool("contents", "call_other")])[0] == stored
+    changed = {**resent, "tool_calls": [{"function": {"name": "read", "arguments": '{"path": "b.txt"}'}}]}
+    assert prefix_hashes([user("read a.txt"), changed])[0] != stored
+
+
+def test_prefix_hashes_are_newest_first_and_only_after_assistant_messages():
+    messages = [system(), user("a"), assistant("A"), user("b"), assistant("B"), user("c")]
+    hashes = prefix_hashes(messages)
+    assert len(hashes) == 2
+    assert hashes[0] == continuation_hash(messages[:4], messages[4])
+    assert hashes[1] == continuation_hash(messages[:2], messages[2])
+    assert prefix_hashes([system(), user("a")]) == []
+
+
+def test_reply_message_reads_every_recorded_choice_shape():
+    assert reply_message([{"message": {"role": "assistant", "content": "hi"}}])["content"] == "hi"
+    assert reply_message([{"delta": {"content": "hi"}}])["content"] == "hi"
+    assert reply_message([{"content": None, "tool_calls": [tool_call("x")]}])["tool_calls"]
+    assert reply_message([]) is None
+    assert reply_message([{"message": {"content": None}}]) is None
+
+
+def test_canonical_message_keeps_images():
+    image = {"type": "image_url", "image_url": {"url": "data:x"}}
+    message = canonical_message({"role": "user", "content": [{"type": "text", "text": " look "}, image]})
+    assert message["content"] == [{"type": "text", "text": "look"}, image]
+
+
+def test_next_state_is_what_follows_the_last_assistant_message():
+    assert next_state_messages([user("a"), assistant("A"), user("b")]) == [user("b")]
+    results = [tool("r1", "c1"), tool("r2", "c2")]
+    calls = assistant(None, [tool_call("x", call_id="c1"), tool_call("y", call_id="c2")])
+    assert next_state_messages([user("a"), calls, *results]) == results
+    assert next_state_messages([user("a"), calls, *results, user("thanks")]) == [*results, user("thanks")]
+    # A client that does not resend history: the newest user message.
+    assert next_state_messages([system(), user("only")]) == [user("only")]
+
+
+@pytest.mark.parametrize(
+    ("explicit", "route", "text", "expected"),
+    [
+        ("side", "chat", "a real question", SIDE),
+        (
+            "main",
+            "chat",
+            "Read HEARTBEAT.md if it exists. If nothing needs attention, reply HEARTBEAT_OK.",
+            MAIN,
+        ),
+        (None, "chat", "a real question", MAIN),
+        (None, "chat", "Read HEARTBEAT.md if it exists (workspace context). Follow it strictly.", SIDE),
+        (None, "chat", "Check the inbox. If nothing needs attention, reply HEARTBEAT_OK.", SIDE),
+        (None, "chat", "Pre-compaction memory flush. Store durable memories now.", SIDE),
+        (None, "chat", "my heartbeat monitor is broken, help", MAIN),
+        (None, "completions", "anything", SIDE),
+        ("bogus", "chat", "a real question", MAIN),
+    ],
+)
+def test_turn_type_rules(explicit, route, text, expected):
+    messages = [system("Reply HEARTBEAT_OK to heartbeat polls."), user(text)]
+    assert turn_type_for(explicit=explicit, route=route, messages=messages) == expected
+
+
+def test_turn_type_reads_the_newest_user_message_only():
+    heartbeat_then_real = [user("Read HEARTBEAT.md"), assistant("HEARTBEAT_OK"), user("now a real task")]
+    assert turn_type_for(explicit=None, route="chat", messages=heartbeat_then_real) == MAIN
+    # The tool loop of a heartbeat run is still the heartbeat run.
+    loop = [user("Read HEARTBEAT.md"), assistant(None, [tool_call("ls")]), tool("files")]
+    assert turn_type_for(explicit=None, route="chat", messages=loop) == SIDE
+
+
+def test_configured_side_patterns():
+    patterns = [re.compile(r"^\[cron\]")]
+    assert (
+        turn_type_for(explicit=None, route="chat", messages=[user("[cron] nightly")], side_patterns=patterns)
+        == SIDE
+    )
+    assert (
+        turn_type_for(explicit=None, route="chat", messages=[user("nightly [cron]")], side_patterns=patterns)
+        == MAIN
+    )
