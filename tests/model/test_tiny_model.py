@@ -1,0 +1,213 @@
+"""The tiny model and LoRA artifacts, loaded the way a real Qwen2.5 checkpoint is (no vLLM here)."""
+
+import json
+import re
+
+import pytest
+import torch
+from django.core.management import call_command
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Tokenizer
+
+from workers.trainer.tiny_model import (
+    CORPUS_DIR,
+    IM_END,
+    QWEN_SPLIT_REGEX,
+    TinyModelConfig,
+    build_tokenizer,
+    load_corpus,
+    render_chat,
+    train_bpe,
+)
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+SAMPLES = [
+    "Can you help me with my homework? A garden is 5 meters long and 6 meters wide.",
+    "**Solution**\n\n1. Each box holds 6 apples.\n2. We multiply.\n\n**Answer:** 18",
+    "It's 12 o'clock; we'll go at 3:45 PM   (maybe)\r\n\tOK?",
+    "cafe\u0301 na\u00efve \u00fcber \u65e5\u672c 🙂",  # NFD input: the NFC normaliser must act identically
+    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{}\n</tool_call><|im_end|>",
+]
+
+
+def corpus_words() -> set[str]:
+    paragraphs, chats = load_corpus()
+    text = " ".join(paragraphs) + " ".join(render_chat(c) for c in chats)
+    return {w.lower() for w in re.findall(r"[A-Za-z]+", text)}
+
+
+def test_tokenizer_ids_survive_save_and_reload_through_autotokenizer(tmp_path):
+    paragraphs, chats = load_corpus()
+    corpus = paragraphs + [render_chat(c) for c in chats[:80]]
+    raw = train_bpe(corpus, vocab_size=1024)
+    build_tokenizer(corpus, vocab_size=1024).save_pretrained(tmp_path)
+
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+
+    # transformers 5 rebuilds any qwen2 tokenizer as Qwen2Tokenizer with Qwen's own normaliser and split
+    # regex: the ids only survive if we trained with exactly those.
+    assert isinstance(reloaded, Qwen2Tokenizer)
+    for text in SAMPLES:
+        assert reloaded.encode(text, add_special_tokens=False) == raw.encode(text).ids, text
+        assert reloaded.decode(raw.encode(text).ids) == raw.decode(
+            raw.encode(text).ids, skip_special_tokens=False
+        )
+    for token in ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"):
+        assert reloaded.encode(token, add_special_tokens=False) == [raw.token_to_id(token)]
+    assert reloaded.eos_token == IM_END
+
+
+def test_split_regex_is_exactly_the_one_qwen2tokenizer_installs():
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    assert QWEN_SPLIT_REGEX == PRETOKENIZE_REGEX
+
+
+def test_committed_tokenizer_is_qwen2_with_a_useful_vocabulary(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+
+    assert isinstance(tokenizer, Qwen2Tokenizer)
+    assert config["model_type"] == "qwen2" and config["vocab_size"] == len(tokenizer)
+    assert 1500 <= len(tokenizer) <= 4096
+    # Common words are single tokens, so generated text is made of words, not bytes.
+    assert len(tokenizer.encode(" the answer is", add_special_tokens=False)) == 3
+    assert (tiny_model_dir / "model.safetensors").stat().st_size < 5 * 1024 * 1024
+    assert all(t.dtype == torch.float32 for t in load_file(tiny_model_dir / "model.safetensors").values())
+
+
+def test_chat_template_renders_tools_tool_calls_and_tool_results(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": None,
+            # OpenAI's wire shape: arguments is a JSON string.
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": '{"sky": "snowy"}'},
+    ]
+
+    text = tokenizer.apply_chat_template(
+        messages, tools=[WEATHER_TOOL], tokenize=False, add_generation_prompt=True
+    )
+
+    assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
+    assert "<tools>\n" + json.dumps(WEATHER_TOOL) + "\n</tools>" in text
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n'
+        "</tool_call><|im_end|>\n"
+    ) in text
+    assert '<|im_start|>user\n<tool_response>\n{"sky": "snowy"}\n</tool_response><|im_end|>\n' in text
+    assert text.endswith("<|im_start|>assistant\n")
+    # Arguments given as a dict (what vLLM passes to the template) render the same.
+    messages[2]["tool_calls"][0]["function"]["arguments"] = {"city": "Oslo"}
+    assert (
+        tokenizer.apply_chat_template(
+            messages, tools=[WEATHER_TOOL], tokenize=False, add_generation_prompt=True
+        )
+        == text
+    )
+    # Without tools there is no tool preamble.
+    plain = tokenizer.apply_chat_template(messages[:2], tokenize=False)
+    assert "# Tools" not in plain and plain.startswith("<|im_start|>system\nBe brief.<|im_end|>\n")
+
+
+def test_tiny_model_loads_and_writes_word_like_text(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    prompt = tokenizer.apply_chat_template(
+        [
+            {
+                "role": "user",
+                "content": "Can you help me with my homework? A bus drives at 60 kilometers per hour "
+                "for 3 hours. How far does it go?",
+            }
+        ],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
+
+    out = model.generate(**prompt, max_new_tokens=40, do_sample=False)
+    text = tokenizer.decode(out[0, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
+
+    words = re.findall(r"[A-Za-z]+", text)
+    known = corpus_words()
+    assert len(words) >= 5, text
+    assert sum(w.lower() in known for w in words) / len(words) >= 0.9, text
+
+
+def test_lora_adapter_is_peft_shaped_non_zero_and_changes_logits(tiny_model_dir, lora_adapters):
+    from peft import PeftModel
+
+    adapter_dir = lora_adapters["a"]
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    weights = load_file(adapter_dir / "adapter_model.safetensors")
+
+    assert config["peft_type"] == "LORA" and config["r"] == 8
+    assert set(config["target_modules"]) == {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
+    lora_b = [t for name, t in weights.items() if "lora_B" in name]
+    assert lora_b and all(t.abs().sum() > 0 for t in lora_b)
+
+    ids = torch.tensor([AutoTokenizer.from_pretrained(tiny_model_dir).encode("The answer is")])
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        base_logits = base(ids).logits
+        logits = {
+            name: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), path)(
+                ids
+            ).logits
+            for name, path in lora_adapters.items()
+        }
+    assert (logits["a"] - base_logits).abs().max() > 0.5
+    assert (logits["a"] - logits["b"]).abs().max() > 0.5
+
+
+def test_build_tiny_model_command_writes_a_loadable_model(tmp_path):
+    out = tmp_path / "tiny"
+    call_command("build_tiny_model", "--out", str(out), "--steps", "2", "--seed", "3")
+
+    info = json.loads((out / "build_info.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert info["config"]["steps"] == 2 and info["config"]["seed"] == 3
+    assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 128
+    assert isinstance(AutoTokenizer.from_pretrained(out), Qwen2Tokenizer)
+
+
+def test_config_rejects_head_sizes_vllm_cpu_cannot_serve():
+    with pytest.raises(ValueError, match="head size"):
+        TinyModelConfig(hidden_size=64, num_attention_heads=4)
+
+
+def test_corpus_has_both_answer_styles_and_tool_calls():
+    _, chats = load_corpus()
+    answers = [m["content"] or "" for c in chats for m in c["messages"] if m["role"] == "assistant"]
+    assert any("**" in a for a in answers) and any(re.search(r"^1\. ", a, re.M) for a in answers)
+    assert sum("**" not in a and "\n1. " not in a for a in answers) > len(answers) / 3
+    assert any("tool_calls" in m for c in chats for m in c["messages"])
+    assert (CORPUS_DIR / "prose.txt").exists()

@@ -1,0 +1,230 @@
+"""Writes chats.jsonl, the chat half of the tiny model's pre-training corpus (deterministic; rerun to
+refresh). Each line is {"messages": [...], "tools": [...] or absent}. Homework answers come in two styles,
+plain prose and **bold** with numbered lists, so that a later RL run has a style preference to learn. Tool
+examples use the OpenAI message shapes and are rendered through the chat template by tiny_model.py.
+
+    python workers/trainer/corpus/make_chats.py
+"""
+
+import json
+import random
+from pathlib import Path
+
+NAMES = ["Ana", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jack", "Kira", "Leo"]
+THINGS = [
+    "apples",
+    "pencils",
+    "books",
+    "stickers",
+    "marbles",
+    "cookies",
+    "cards",
+    "shells",
+    "coins",
+    "stamps",
+]
+CITIES = ["Paris", "Lisbon", "Oslo", "Cairo", "Lima", "Tokyo", "Denver", "Nairobi", "Dublin", "Hanoi"]
+SKIES = ["sunny", "cloudy", "rainy", "windy", "snowy", "foggy"]
+SYSTEMS = [
+    "You are a helpful assistant.",
+    "You are a patient tutor. Explain each step.",
+    "You are a friendly assistant who answers briefly.",
+]
+
+TOOLS = {
+    "get_weather": {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "The city name."}},
+                "required": ["city"],
+            },
+        },
+    },
+    "calculator": {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string", "description": "For example 12 * 7."}},
+                "required": ["expression"],
+            },
+        },
+    },
+    "search_notes": {
+        "type": "function",
+        "function": {
+            "name": "search_notes",
+            "description": "Search the user's notes.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+            },
+        },
+    },
+}
+
+
+def homework(rng: random.Random) -> tuple[str, list[str], str]:
+    """A word problem, its steps and its answer, all in plain words."""
+    kind = rng.choice(["add", "sub", "mul", "percent", "area", "speed"])
+    name, thing = rng.choice(NAMES), rng.choice(THINGS)
+    if kind == "add":
+        a, b = rng.randint(3, 40), rng.randint(3, 40)
+        q = f"{name} has {a} {thing} and gets {b} more. How many {thing} does {name} have now?"
+        steps = [
+            f"{name} starts with {a} {thing}.",
+            f"{name} gets {b} more, so we add {a} and {b}.",
+            f"{a} plus {b} is {a + b}.",
+        ]
+        return q, steps, f"{name} has {a + b} {thing} now."
+    if kind == "sub":
+        a = rng.randint(20, 90)
+        b = rng.randint(2, a - 1)
+        q = f"{name} had {a} {thing} and gave away {b}. How many are left?"
+        steps = [
+            f"{name} starts with {a} {thing}.",
+            f"Giving away {b} means we subtract {b} from {a}.",
+            f"{a} minus {b} is {a - b}.",
+        ]
+        return q, steps, f"{name} has {a - b} {thing} left."
+    if kind == "mul":
+        a, b = rng.randint(2, 12), rng.randint(2, 12)
+        q = f"There are {a} boxes with {b} {thing} in each box. How many {thing} are there in all?"
+        steps = [
+            f"Each box holds {b} {thing}.",
+            f"There are {a} boxes, so we multiply {a} by {b}.",
+            f"{a} times {b} is {a * b}.",
+        ]
+        return q, steps, f"There are {a * b} {thing} in all."
+    if kind == "percent":
+        p, total = rng.choice([10, 20, 25, 50]), rng.choice([40, 60, 80, 120, 200])
+        q = f"A class has {total} students and {p} percent of them walk to school. How many students walk?"
+        steps = [
+            f"{p} percent means {p} out of every hundred.",
+            f"We find {p} percent of {total}.",
+            f"{total} times {p} divided by one hundred is {total * p // 100}.",
+        ]
+        return q, steps, f"{total * p // 100} students walk to school."
+    if kind == "area":
+        a, b = rng.randint(2, 15), rng.randint(2, 15)
+        q = f"A garden is {a} meters long and {b} meters wide. What is its area?"
+        steps = [
+            "The area of a rectangle is length times width.",
+            f"The length is {a} and the width is {b}.",
+            f"{a} times {b} is {a * b}.",
+        ]
+        return q, steps, f"The area is {a * b} square meters."
+    h, v = rng.randint(2, 6), rng.choice([30, 40, 50, 60, 70, 80])
+    q = f"A bus drives at {v} kilometers per hour for {h} hours. How far does it go?"
+    steps = [
+        "Distance is speed times time.",
+        f"The speed is {v} and the time is {h} hours.",
+        f"{v} times {h} is {v * h}.",
+    ]
+    return q, steps, f"The bus goes {v * h} kilometers."
+
+
+def answer_plain(steps: list[str], final: str) -> str:
+    linked = [steps[0]] + [
+        f"{w} {s[0].lower()}{s[1:]}" for w, s in zip(["Then", "So"], steps[1:], strict=False)
+    ]
+    return " ".join(linked) + f" {final}"
+
+
+def answer_formatted(steps: list[str], final: str) -> str:
+    lines = (
+        ["**Solution**", ""] + [f"{i}. {s}" for i, s in enumerate(steps, 1)] + ["", f"**Answer:** {final}"]
+    )
+    return "\n".join(lines)
+
+
+def homework_chat(rng: random.Random) -> dict:
+    q, steps, final = homework(rng)
+    style = rng.random()
+    answer = answer_plain(steps, final) if style < 0.5 else answer_formatted(steps, final)
+    user = rng.choice([q, f"Can you help me with my homework? {q}", f"{q} Please show the steps."])
+    messages = [
+        {"role": "system", "content": rng.choice(SYSTEMS)},
+        {"role": "user", "content": user},
+        {"role": "assistant", "content": answer},
+    ]
+    if rng.random() < 0.3:
+        messages += [
+            {"role": "user", "content": rng.choice(["Thanks, that helps!", "Great, thank you."])},
+            {
+                "role": "assistant",
+                "content": rng.choice(
+                    ["You are welcome. Good luck with the rest!", "Glad it helped. Ask me if you get stuck."]
+                ),
+            },
+        ]
+    return {"messages": messages}
+
+
+def prose_chat(rng: random.Random, paragraphs: list[str]) -> dict:
+    text = rng.choice(paragraphs)
+    first = text.split(". ")[0].rstrip(".")
+    user = rng.choice(
+        [
+            "Tell me something interesting.",
+            "Can you explain this in simple words?",
+            f"What do you know about this: {first.lower()}?",
+            "Write a short paragraph for me.",
+        ]
+    )
+    return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": text}]}
+
+
+def tool_chat(rng: random.Random) -> dict:
+    kind = rng.choice(["get_weather", "calculator", "search_notes"])
+    tools = [TOOLS[k] for k in TOOLS if k == kind or rng.random() < 0.5]
+    if kind == "get_weather":
+        city, sky, temp = rng.choice(CITIES), rng.choice(SKIES), rng.randint(-5, 32)
+        user, args = f"What is the weather like in {city} today?", {"city": city}
+        result = json.dumps({"city": city, "sky": sky, "temperature_c": temp})
+        final = f"It is {sky} in {city} today, about {temp} degrees Celsius."
+    elif kind == "calculator":
+        a, b = rng.randint(10, 99), rng.randint(2, 30)
+        user, args = f"What is {a} times {b}?", {"expression": f"{a} * {b}"}
+        result, final = str(a * b), f"{a} times {b} is {a * b}."
+    else:
+        topic = rng.choice(["the meeting", "the trip", "the garden", "the report", "the recipe"])
+        user, args = f"What did I write about {topic}?", {"query": topic}
+        result = json.dumps({"notes": [f"Remember to finish {topic} by Friday."]})
+        final = f"Your note says to finish {topic} by Friday."
+    call = {
+        "id": f"call_{rng.randint(1000, 9999)}",
+        "type": "function",
+        "function": {"name": kind, "arguments": json.dumps(args)},
+    }
+    messages = [
+        {"role": "user", "content": user},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": result},
+        {"role": "assistant", "content": final},
+    ]
+    return {"messages": messages, "tools": tools}
+
+
+def main() -> None:
+    here = Path(__file__).resolve().parent
+    paragraphs = [p for p in (here / "prose.txt").read_text().splitlines() if p.strip()]
+    rng = random.Random(0)
+    chats = [homework_chat(rng) for _ in range(240)]
+    chats += [prose_chat(rng, paragraphs) for _ in range(80)]
+    chats += [tool_chat(rng) for _ in range(120)]
+    rng.shuffle(chats)
+    with open(here / "chats.jsonl", "w") as f:
+        for chat in chats:
+            f.write(json.dumps(chat) + "\n")
+
+
+if __name__ == "__main__":
+    main()
