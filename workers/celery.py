@@ -25,12 +25,17 @@ app.conf.update(
     worker_hijack_root_logger=False,
     # Judging runs on many CPU workers, training on GPU workers: each family of tasks has its own queue.
     task_routes={"clawhub.judge.*": {"queue": "judge"}, "clawhub.train.*": {"queue": "train"}},
-    # `celery -A workers.celery beat`: the idle sweep that closes sessions and hands their last turns to judging.
+    # `celery -A workers.celery beat`: the idle sweep closes sessions and hands their last turns to judging.
     beat_schedule={
         "close-idle-sessions": {
             "task": "clawhub.conversations.close_idle",
             "schedule": 60.0,
             "options": {"queue": "judge", "expires": 60},
+        },
+        "purge-old-turns": {
+            "task": "clawhub.retention.purge",
+            "schedule": 24 * 3600.0,
+            "options": {"queue": "judge", "expires": 3600},
         },
     },
 )

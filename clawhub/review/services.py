@@ -1,0 +1,300 @@
+"""Writes for review: samples from judgments (with the poisoning guards), reviewers' decisions, and users'
+control over their own data (deleting samples, training and storage switches, deleting the account).
+
+Reviewers' decisions and users' changes are audited; the policy's automatic outcome is the system's own
+bookkeeping and is recorded on the sample itself (state, flags) rather than in the audit log.
+"""
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from clawhub.accounts.models import AuditLog, User
+from clawhub.accounts.services import audit_record
+from clawhub.conversations.identity import content_text
+from clawhub.conversations.models import Turn
+from clawhub.core.exceptions import Conflict, NotFound, ValidationFailed
+from clawhub.groups.models import Group, Membership, Role
+from clawhub.keys.models import ApiKey
+from clawhub.review import flags as guards
+from clawhub.review.models import ReviewPolicy, Sample
+from clawhub.review.selectors import require_review_access, review_policy_for, review_scope
+from clawhub.tenants.models import Tenant
+
+BULK_MAX = 500
+
+
+# --- samples from judgments ---------------------------------------------------------------------------------
+
+
+def next_state_text(next_state) -> str:
+    """The text of a turn's next state (a list of user and tool messages)."""
+    if not next_state:
+        return ""
+    if isinstance(next_state, dict):
+        next_state = [next_state]
+    return "\n".join(content_text(m.get("content")) if isinstance(m, dict) else str(m) for m in next_state)
+
+
+def next_state_digest(next_state) -> str:
+    text = guards.normalise_text(next_state_text(next_state))
+    return hashlib.sha256(text.encode()).hexdigest() if text else ""
+
+
+def _member_stats(*, tenant: Tenant, since: datetime) -> dict[int, guards.MemberStats]:
+    rows = (
+        Sample.objects.filter(tenant=tenant, created_at__gte=since)
+        .values("user_id")
+        .annotate(total=Count("id"), negative=Count("id", filter=Q(reward__lt=0)))
+    )
+    return {r["user_id"]: guards.MemberStats(total=r["total"], negative=r["negative"]) for r in rows}
+
+
+def _flags_for(*, policy: ReviewPolicy, turn: Turn, reward: int, votes, digest: str, judged_at: datetime,
+               now: datetime) -> list[guards.Flag]:
+    """Runs every guard for a new sample; the figures come from the database, the decisions from the pure
+    functions in ``review.flags``."""
+    found: list[guards.Flag | None] = []
+    key = turn.key
+    if key is not None:
+        found.append(guards.new_key(key_created_at=key.created_at, at=turn.created_at,
+                                    min_age=policy.new_key_age))
+        found.append(guards.revoked_key(key_revoked_at=key.revoked_at, at=judged_at))
+    if digest:
+        previous = Sample.objects.filter(user_id=turn.user_id, next_state_digest=digest,
+                                         created_at__gte=now - policy.dup_window).count()
+        found.append(guards.near_duplicate(previous=previous, threshold=policy.dup_threshold))
+    found.append(guards.split_votes(votes))
+    if turn.tenant.kind == Tenant.Kind.GROUP:
+        stats = _member_stats(tenant=turn.tenant, since=now - policy.outlier_window)
+        mine = stats.pop(turn.user_id, guards.MemberStats(0, 0))
+        mine = guards.MemberStats(total=mine.total + 1, negative=mine.negative + (1 if reward < 0 else 0))
+        found.append(guards.member_outlier(
+            mine, list(stats.values()), rate_diff=policy.outlier_rate_diff,
+            min_samples=policy.outlier_min_samples, volume_factor=policy.outlier_volume_factor,
+        ))
+    return [f for f in found if f is not None]
+
+
+def sample_create_for_judgment(*, judgment_id: int) -> Sample | None:
+    """Turns a stored judgment into a sample under the tenant's review policy; None when there is nothing to
+    learn (reward 0 and no hint), the turn is not a main turn, the judgment failed, or the user or key has
+    training switched off. Idempotent: a judgment delivered twice gives one sample.
+
+    Called by the judge task after it stores each judgment.
+    """
+    from clawhub.feedback.models import Judgment
+
+    existing = Sample.objects.filter(judgment_id=judgment_id).first()
+    if existing is not None:
+        return existing
+    judgment = (Judgment.objects.select_related("turn__user", "turn__key", "turn__tenant")
+                .filter(pk=judgment_id).first())
+    if judgment is None:
+        return None
+    turn = judgment.turn
+    hints = [h for h in (judgment.hints or []) if h]
+    if getattr(judgment, "status", "ok") != "ok" or (judgment.reward == 0 and not hints):
+        return None
+    if turn.turn_type != Turn.Type.MAIN or not turn.user.training_enabled:
+        return None
+    if turn.key is not None and not turn.key.training_enabled:
+        return None
+    now = timezone.now()
+    policy = review_policy_for(tenant=turn.tenant)
+    digest = next_state_digest(turn.next_state)
+    found = _flags_for(policy=policy, turn=turn, reward=judgment.reward, votes=judgment.votes, digest=digest,
+                       judged_at=getattr(judgment, "created_at", None) or now, now=now)
+    sample = Sample(
+        turn=turn, judgment=judgment, tenant=turn.tenant, user=turn.user, key=turn.key,
+        reward=judgment.reward, has_hint=bool(hints), state=guards.initial_state(policy.mode, found),
+        flags=[f.as_json() for f in found], next_state_digest=digest, created_at=now,
+    )
+    try:
+        with transaction.atomic():
+            sample.save()
+    except IntegrityError:
+        # A concurrent delivery of the same judgment got there first.
+        return Sample.objects.get(judgment_id=judgment_id)
+    return sample
+
+
+# --- reviewers' decisions -----------------------------------------------------------------------------------
+
+
+_ACTIONS = {"approve": Sample.State.APPROVED, "reject": Sample.State.REJECTED}
+
+
+def _decide(*, actor: User, sample_ids: Sequence[int], action: str, reason: str, ip: str | None,
+            bulk: bool) -> list[Sample]:
+    if action not in _ACTIONS:
+        raise ValidationFailed(f"Unknown action {action!r}.", field="action", allowed=list(_ACTIONS))
+    state = _ACTIONS[action]
+    reason = (reason or "").strip()
+    if state == Sample.State.REJECTED and not reason:
+        raise ValidationFailed("Say why the sample is rejected.", field="reason",
+                               fields={"reason": ["A reason is required to reject."]})
+    scope = review_scope(actor=actor)
+    # Locked in id order, so concurrent bulk decisions over overlapping ids take turns instead of deadlocking.
+    samples = list(
+        Sample.objects.select_for_update(of=("self",)).select_related("tenant", "user")
+        .filter(pk__in=sample_ids).order_by("pk")
+    )
+    missing = sorted(set(sample_ids) - {s.pk for s in samples})
+    if missing:
+        raise NotFound("No such sample." if len(missing) == 1 else "Some samples do not exist.", ids=missing)
+    for sample in samples:
+        require_review_access(scope=scope, tenant=sample.tenant)
+    for sample in samples:
+        if sample.state == Sample.State.DELETED:
+            raise Conflict(f"Sample {sample.pk} was deleted by its user.", code="sample_deleted",
+                           id=sample.pk)
+        if sample.claimed and sample.state != state:
+            raise Conflict(f"Sample {sample.pk} has already gone to training.", code="sample_trained",
+                           id=sample.pk)
+    now = timezone.now()
+    for sample in samples:
+        if sample.state == state and sample.reason == reason:
+            continue
+        previous = sample.state
+        sample.state, sample.reason, sample.decided_by, sample.decided_at = state, reason, actor, now
+        sample.save(update_fields=["state", "reason", "decided_by", "decided_at"])
+        audit_record(actor=actor, action=f"sample.{action}", target=sample, subject_user=sample.user,
+                     group=sample.tenant.group if sample.tenant.group_id else None, ip=ip,
+                     previous_state=previous, reason=reason, flags=sample.flag_codes, reward=sample.reward,
+                     bulk=bulk)
+    return samples
+
+
+@transaction.atomic
+def sample_approve(*, actor: User, sample_id: int, reason: str = "", ip: str | None = None) -> Sample:
+    return _decide(actor=actor, sample_ids=[sample_id], action="approve", reason=reason, ip=ip, bulk=False)[0]
+
+
+@transaction.atomic
+def sample_reject(*, actor: User, sample_id: int, reason: str, ip: str | None = None) -> Sample:
+    return _decide(actor=actor, sample_ids=[sample_id], action="reject", reason=reason, ip=ip, bulk=False)[0]
+
+
+@transaction.atomic
+def samples_bulk_decide(*, actor: User, sample_ids: Iterable[int], action: str, reason: str = "",
+                        ip: str | None = None) -> list[Sample]:
+    """Approves or rejects every listed sample, or none of them: one sample the actor may not review, or
+    that cannot change, fails the whole request."""
+    ids = sorted({int(i) for i in sample_ids})
+    if not ids:
+        raise ValidationFailed("Choose at least one sample.", field="ids")
+    if len(ids) > BULK_MAX:
+        raise ValidationFailed(f"At most {BULK_MAX} samples at a time.", field="ids")
+    return _decide(actor=actor, sample_ids=ids, action=action, reason=reason, ip=ip, bulk=True)
+
+
+@transaction.atomic
+def review_policy_set(*, actor: User, tenant: Tenant, mode: str, ip: str | None = None) -> ReviewPolicy:
+    """Changes a tenant's review mode; for those who review the tenant."""
+    require_review_access(scope=review_scope(actor=actor), tenant=tenant)
+    if mode not in ReviewPolicy.Mode.values:
+        raise ValidationFailed(f"Unknown review mode {mode!r}.", field="mode",
+                               allowed=ReviewPolicy.Mode.values)
+    policy = review_policy_for(tenant=tenant)
+    old = policy.mode if policy.pk else None
+    if old != mode:
+        policy.mode = mode
+        policy.save()
+        audit_record(actor=actor, action="review.policy", target=policy, subject_user=tenant.user,
+                     group=tenant.group, ip=ip, old_mode=old, mode=mode)
+    return policy
+
+
+# --- users' own data ----------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def sample_delete_own(*, actor: User, sample_id: int, ip: str | None = None) -> Sample:
+    """The user withdraws one of their samples: it is never offered for training again. The turn stays
+    (the user still sees their conversation); a sample already trained on stays in that adapter version."""
+    sample = (Sample.objects.select_for_update(of=("self",)).select_related("tenant")
+              .filter(pk=sample_id, user=actor).first())
+    if sample is None:
+        raise NotFound("No such sample.")
+    if sample.state != Sample.State.DELETED:
+        previous = sample.state
+        sample.state = Sample.State.DELETED
+        sample.save(update_fields=["state"])
+        audit_record(actor=actor, action="sample.delete", target=sample, subject_user=actor,
+                     group=sample.tenant.group if sample.tenant.group_id else None, ip=ip,
+                     previous_state=previous)
+    return sample
+
+
+@transaction.atomic
+def privacy_update(*, actor: User, training_enabled: bool | None = None, store_turns: bool | None = None,
+                   ip: str | None = None) -> User:
+    """The user's own switches: train on my data at all, and store my turns at all. Turning storage off
+    also stops training (nothing stored, nothing to learn from); capture reads both through
+    ``clawhub.conversations.privacy.capture_allowed``."""
+    user = User.objects.select_for_update().get(pk=actor.pk)
+    changes = {}
+    for field, value in (("training_enabled", training_enabled), ("store_turns", store_turns)):
+        if value is not None and getattr(user, field) != bool(value):
+            changes[field] = {"old": getattr(user, field), "new": bool(value)}
+            setattr(user, field, bool(value))
+    if changes:
+        user.save(update_fields=list(changes))
+        audit_record(actor=actor, action="user.privacy", target=user, subject_user=user, ip=ip, **changes)
+    actor.training_enabled, actor.store_turns = user.training_enabled, user.store_turns
+    return user
+
+
+@transaction.atomic
+def key_training_set(*, actor: User, key_id: int, training_enabled: bool, ip: str | None = None) -> ApiKey:
+    """Switches training on or off for what one of the actor's own keys sends."""
+    key = ApiKey.objects.select_for_update().filter(pk=key_id, owner=actor).first()
+    if key is None:
+        raise NotFound("No such key.")
+    if key.training_enabled != bool(training_enabled):
+        key.training_enabled = bool(training_enabled)
+        key.save(update_fields=["training_enabled"])
+        audit_record(actor=actor, action="key.training", target=key, subject_user=actor, group=key.group,
+                     ip=ip, training_enabled=key.training_enabled)
+    return key
+
+
+@transaction.atomic
+def account_delete(*, actor: User, password: str, ip: str | None = None) -> None:
+    """Deletes the actor's account and everything that is theirs: keys (revoked first so that gateways drop
+    them at once), personal tenant and its adapter data, sessions, turns, judgments and samples (also those in
+    group tenants), usage and memberships. Groups they own alone go too; a group they own with other members
+    must be handed over first. Audit rows stay, for the groups and the site, with their name scrubbed.
+    """
+    from clawhub.groups.services import group_delete
+    from clawhub.keys.services import key_revoke
+
+    user = User.objects.select_for_update().get(pk=actor.pk)
+    if not password or not user.check_password(password):
+        raise ValidationFailed("The password is wrong.", code="wrong_password", field="password",
+                               fields={"password": ["The password is wrong."]})
+    owned = list(Group.objects.filter(memberships__user=user, memberships__role=Role.OWNER))
+    shared = [g for g in owned if Membership.objects.filter(group=g).exclude(user=user).exists()]
+    if shared:
+        raise Conflict(
+            "You own groups with other members: transfer their ownership before deleting your account.",
+            code="owner_must_transfer", groups=[g.slug for g in shared],
+        )
+    for group in owned:
+        group_delete(actor=user, group=group, ip=ip)
+    for key in ApiKey.objects.filter(owner=user, revoked_at__isnull=True).select_related("owner", "group"):
+        key_revoke(key=key, actor=user, ip=ip, reason="account deleted")
+    email, pk = user.email, user.pk
+    # The user's name lives on in audit rows' snapshots; the actions stay, the person does not.
+    about_user = Q(target_type="user", target_id=str(pk)) | Q(target_repr__icontains=email)
+    AuditLog.objects.filter(about_user).update(target_repr="(deleted user)")
+    for row in AuditLog.objects.filter(data__email=email):
+        row.data = {**row.data, "email": ""}
+        row.save(update_fields=["data"])
+    user.delete()
+    audit_record(actor=None, action="user.delete", target=None, ip=ip, user_id=pk)

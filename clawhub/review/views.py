@@ -1,0 +1,244 @@
+"""Server-rendered pages: the review console (/review/) and the user's privacy page (/privacy/)."""
+
+import json
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.paginator import Paginator
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from clawhub.accounts.services import user_logout
+from clawhub.core.api import client_ip
+from clawhub.core.exceptions import ClawHubError, NotFound, PermissionDenied
+from clawhub.review import flags, selectors, services
+from clawhub.review.models import ReviewPolicy, Sample
+
+
+def _page_errors(view):
+    """Turns the services' NotFound and PermissionDenied into Django's 404 and 403 pages; other errors of a
+    form post come back to the page as a message (the view names where)."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except NotFound as exc:
+            raise Http404(exc.message) from exc
+        except PermissionDenied as exc:
+            raise DjangoPermissionDenied(exc.message) from exc
+
+    return wrapped
+
+
+def _back(request, default: str) -> str:
+    target = request.POST.get("next") or ""
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                       require_https=request.is_secure()):
+        return target
+    return default
+
+
+# --- review console -----------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@_page_errors
+def review_list(request):
+    scope = selectors.review_scope(actor=request.user)
+    filters = {name: request.GET.get(name, "") for name in ("tenant", "flag", "reward", "state")}
+    if "state" not in request.GET:
+        filters["state"] = Sample.State.PENDING  # the queue: what waits for a human
+    try:
+        samples = selectors.samples_for_review(scope=scope, tenant_id=filters["tenant"], flag=filters["flag"],
+                                               reward=filters["reward"], state=filters["state"])
+    except ClawHubError as exc:
+        if isinstance(exc, NotFound | PermissionDenied):
+            raise
+        messages.error(request, exc.message)
+        samples = Sample.objects.none()
+    page = Paginator(samples, 50).get_page(request.GET.get("page"))
+    tenants = list(selectors.reviewable_tenants(scope=scope))
+    query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
+    return render(request, "review/list.html", {
+        "page": page,
+        "filters": filters,
+        "tenants": [(t.pk, selectors.tenant_label(t)) for t in tenants],
+        "flag_codes": flags.CODES,
+        "states": Sample.State.values,
+        "query": query,
+        "here": request.get_full_path(),
+        "policies": [(t, selectors.review_policy_for(tenant=t)) for t in tenants],
+        "modes": ReviewPolicy.Mode.values,
+    })
+
+
+@login_required
+@require_GET
+@_page_errors
+def review_detail(request, sample_id: int):
+    sample = selectors.sample_get_for_review(scope=selectors.review_scope(actor=request.user),
+                                             sample_id=sample_id)
+    turn, judgment = sample.turn, sample.judgment
+    return render(request, "review/detail.html", {
+        "sample": sample,
+        "tenant_label": selectors.tenant_label(sample.tenant),
+        "messages_in": _pretty_messages((turn.request or {}).get("messages") or []),
+        "tools": (turn.request or {}).get("tools") or [],
+        "response": _pretty_messages([c.get("message") or c for c in turn.response or []
+                                      if isinstance(c, dict)]),
+        "next_state": _pretty_messages(turn.next_state or []),
+        "votes": _votes(judgment),
+        "hints": judgment.hints or [],
+        "judgment": judgment,
+    })
+
+
+def _votes(judgment) -> list[dict]:
+    """Each vote's score beside the judge's raw answer it was parsed from."""
+    raw = (judgment.raw_outputs or {}).get("prm") or []
+    votes = []
+    for i, vote in enumerate(judgment.votes or []):
+        score = vote.get("score") if isinstance(vote, dict) else vote
+        text = vote.get("raw") if isinstance(vote, dict) else (raw[i] if i < len(raw) else "")
+        votes.append({"score": score, "raw": text or ""})
+    return votes
+
+
+def _pretty_messages(items) -> list[dict]:
+    """Messages for the template: role, text, and tool calls as indented JSON."""
+    out = []
+    for m in items if isinstance(items, list) else [items]:
+        if not isinstance(m, dict):
+            out.append({"role": "", "text": str(m), "tool_calls": ""})
+            continue
+        content = m.get("content")
+        text = content if isinstance(content, str) else (json.dumps(content, indent=2) if content else "")
+        calls = m.get("tool_calls")
+        out.append({"role": m.get("role", ""), "text": text,
+                    "name": m.get("name") or m.get("tool_call_id", ""),
+                    "tool_calls": json.dumps(calls, indent=2) if calls else ""})
+    return out
+
+
+@login_required
+@require_POST
+@_page_errors
+def review_decide(request, sample_id: int):
+    action, reason = request.POST.get("action", ""), request.POST.get("reason", "")
+    decide = services.sample_reject if action == "reject" else services.sample_approve
+    try:
+        decide(actor=request.user, sample_id=sample_id, reason=reason, ip=client_ip(request))
+    except (NotFound, PermissionDenied):
+        raise
+    except ClawHubError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Sample {sample_id} {'rejected' if action == 'reject' else 'approved'}.")
+    return redirect(_back(request, reverse("review_sample", args=[sample_id])))
+
+
+@login_required
+@require_POST
+@_page_errors
+def review_bulk(request):
+    ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
+    action = request.POST.get("action", "")
+    try:
+        done = services.samples_bulk_decide(actor=request.user, sample_ids=ids, action=action,
+                                            reason=request.POST.get("reason", ""), ip=client_ip(request))
+    except (NotFound, PermissionDenied):
+        raise
+    except ClawHubError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"{len(done)} samples {'rejected' if action == 'reject' else 'approved'}.")
+    return redirect(_back(request, reverse("review")))
+
+
+@login_required
+@require_POST
+@_page_errors
+def review_policy(request, tenant_id: int):
+    scope = selectors.review_scope(actor=request.user)
+    tenant = selectors.tenant_get_for_review(scope=scope, tenant_id=tenant_id)
+    try:
+        services.review_policy_set(actor=request.user, tenant=tenant, mode=request.POST.get("mode", ""),
+                                   ip=client_ip(request))
+    except ClawHubError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Review mode of {selectors.tenant_label(tenant)} saved.")
+    return redirect(_back(request, reverse("review")))
+
+
+# --- privacy ------------------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def privacy(request):
+    samples = Paginator(selectors.samples_for_user(user=request.user), 50).get_page(request.GET.get("page"))
+    return render(request, "review/privacy.html", {
+        "keys": selectors.keys_for_privacy(user=request.user),
+        "samples": samples,
+    })
+
+
+@login_required
+@require_POST
+def privacy_switches(request):
+    services.privacy_update(actor=request.user, training_enabled=request.POST.get("training_enabled") == "on",
+                            store_turns=request.POST.get("store_turns") == "on", ip=client_ip(request))
+    messages.success(request, "Your privacy settings are saved.")
+    return redirect("privacy")
+
+
+@login_required
+@require_POST
+@_page_errors
+def privacy_key(request, key_id: int):
+    key = services.key_training_set(actor=request.user, key_id=key_id,
+                                    training_enabled=request.POST.get("training_enabled") == "on",
+                                    ip=client_ip(request))
+    messages.success(request, f"Training {'on' if key.training_enabled else 'off'} for key {key.name}.")
+    return redirect("privacy")
+
+
+@login_required
+@require_POST
+@_page_errors
+def privacy_sample_delete(request, sample_id: int):
+    services.sample_delete_own(actor=request.user, sample_id=sample_id, ip=client_ip(request))
+    messages.success(request, f"Sample {sample_id} deleted: it will never be used for training again.")
+    return redirect("privacy")
+
+
+@login_required
+@require_GET
+def privacy_export(request):
+    body = json.dumps(selectors.user_data_export(user=request.user), cls=DjangoJSONEncoder, indent=2)
+    response = HttpResponse(body, content_type="application/json")
+    response["Content-Disposition"] = 'attachment; filename="clawhub-export.json"'
+    return response
+
+
+@login_required
+@require_POST
+def privacy_delete_account(request):
+    try:
+        services.account_delete(actor=request.user, password=request.POST.get("password", ""),
+                                ip=client_ip(request))
+    except ClawHubError as exc:
+        messages.error(request, exc.message)
+        return redirect("privacy")
+    user_logout(request=request)
+    messages.success(request, "Your account and all your data have been deleted.")
+    return redirect("login")
