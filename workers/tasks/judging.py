@@ -1,0 +1,171 @@
+"""Judging tasks: score a main turn by its next state, and close idle sessions (which hands their last turns
+to judging). The bridge between ``clawhub`` (rows) and ``workers.judge`` (plain data).
+
+``judge_turn`` is enqueued on commit by ``clawhub.conversations.hooks`` with a turn id. It is idempotent: a
+turn with a successful judgment is left alone, so a redelivered task (``acks_late``: a worker lost mid-task
+leaves the message to be delivered again) costs one read.
+"""
+
+import logging
+import threading
+from typing import Any
+
+from celery.exceptions import MaxRetriesExceededError
+from django.apps import apps
+from django.conf import settings
+from django.db import transaction
+
+from clawhub.conversations.models import Turn
+from clawhub.conversations.services import session_close_idle
+from clawhub.feedback.models import JudgeRules
+from clawhub.feedback.selectors import judge_rules_for_tenant, judgment_for_turn, turn_for_judging
+from clawhub.feedback.services import judgment_store, judgment_store_failure
+from workers.celery import app
+from workers.judge import Judge, JudgeError, JudgeInput, LLMJudge, RuleJudge, RuleSet, TransientJudgeError
+
+logger = logging.getLogger("workers.tasks.judging")
+
+JUDGE_QUEUE = "judge"
+
+
+@app.task(
+    name="clawhub.judge.turn",
+    queue=JUDGE_QUEUE,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=3,
+    ignore_result=True,
+)
+def judge_turn(self, turn_id: int) -> dict[str, Any]:
+    turn = turn_for_judging(turn_id=turn_id)
+    if turn is None:
+        return {"turn": turn_id, "outcome": "missing"}
+    if turn.turn_type != Turn.Type.MAIN:
+        return {"turn": turn_id, "outcome": "side"}  # side turns are served and logged, never judged
+    if not turn.ready_for_judging:
+        # Enqueued for a turn that has neither a next state nor a close: nothing to judge yet.
+        return {"turn": turn_id, "outcome": "not_ready"}
+    existing = judgment_for_turn(turn_id=turn_id)
+    if existing is not None and existing.status == existing.Status.OK:
+        return {"turn": turn_id, "outcome": "exists", "judgment": existing.pk}
+
+    judge = judge_for_tenant(tenant_id=turn.tenant_id)
+    attempts = self.request.retries + 1
+    try:
+        result = judge.judge(judge_input(turn))
+    except TransientJudgeError as exc:
+        try:
+            delay = settings.CLAWHUB_JUDGE_TASK_RETRY_DELAY * 2**self.request.retries
+            raise self.retry(exc=exc, countdown=delay)
+        except MaxRetriesExceededError:
+            return _failed(turn, judge, exc, attempts)
+        except TransientJudgeError:
+            # retry() re-raises exc itself once max_retries is spent
+            return _failed(turn, judge, exc, attempts)
+    except JudgeError as exc:
+        return _failed(turn, judge, exc, attempts)
+
+    with transaction.atomic():
+        # One transaction with the review hand-off: a worker lost in between leaves neither, and the
+        # redelivered task does both; never a judgment that review did not see.
+        judgment, stored = judgment_store(
+            turn=turn,
+            reward=result.reward,
+            votes=[v.score for v in result.votes],
+            hints=result.hints,
+            judge=result.judge,
+            prompt_version=result.prompt_version,
+            raw_outputs={**result.raw_outputs, "hint_votes": [v.score for v in result.hint_votes]},
+            attempts=attempts,
+        )
+        if stored:
+            _hand_to_review(judgment.pk)
+    return {"turn": turn_id, "outcome": "judged" if stored else "exists", "judgment": judgment.pk,
+            "reward": judgment.reward}
+
+
+def _failed(turn: Turn, judge: Judge, exc: Exception, attempts: int) -> dict[str, Any]:
+    logger.warning("judging turn %s failed after %d attempts: %s", turn.pk, attempts, exc)
+    judgment = judgment_store_failure(turn=turn, judge=judge.name, prompt_version=judge.prompt_version,
+                                      error=str(exc), attempts=attempts)
+    return {"turn": turn.pk, "outcome": "failed", "judgment": judgment.pk}
+
+
+def _hand_to_review(judgment_id: int) -> None:
+    # The review app is optional here: judging works (and is tested) without it.
+    if not apps.is_installed("clawhub.review"):
+        return
+    from clawhub.review.services import sample_create_for_judgment
+
+    sample_create_for_judgment(judgment_id=judgment_id)
+
+
+@app.task(name="clawhub.conversations.close_idle", queue=JUDGE_QUEUE, ignore_result=True)
+def close_idle_sessions() -> int:
+    """Periodic (celery beat, see workers.celery): closes sessions idle for CONVERSATION_IDLE_TIMEOUT; their
+    last main turns go to judging without a next state."""
+    return session_close_idle(idle_for=settings.CONVERSATION_IDLE_TIMEOUT)
+
+
+# --- from rows to plain data --------------------------------------------------------------------------------
+
+
+def judge_input(turn: Turn) -> JudgeInput:
+    request = turn.request or {}
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        # /v1/completions: the prompt is the whole context.
+        prompt = request.get("prompt")
+        messages = [{"role": "user", "content": prompt if isinstance(prompt, str) else str(prompt or "")}]
+    choice = turn.response[0] if turn.response else {}
+    message = choice.get("message")
+    response = message if isinstance(message, dict) else {"content": choice.get("text")}
+    return JudgeInput(
+        messages=messages,
+        response=response,
+        next_state=turn.next_state or None,
+        tools=request.get("tools") or [],
+        turn_type=turn.turn_type,
+    )
+
+
+_llm_judges: dict[tuple, LLMJudge] = {}
+_llm_lock = threading.Lock()
+
+
+def _llm_judge() -> LLMJudge:
+    # One per process and configuration: its semaphore bounds the requests of every task this worker runs, and
+    # its connection pool is reused from turn to turn.
+    config = (
+        settings.CLAWHUB_JUDGE_BASE_URL, settings.CLAWHUB_JUDGE_MODEL, settings.CLAWHUB_JUDGE_API_KEY,
+        settings.CLAWHUB_JUDGE_VOTES, settings.CLAWHUB_JUDGE_HINT_VOTES, settings.CLAWHUB_JUDGE_TEMPERATURE,
+        settings.CLAWHUB_JUDGE_MAX_TOKENS, settings.CLAWHUB_JUDGE_TIMEOUT, settings.CLAWHUB_JUDGE_CONCURRENCY,
+        settings.CLAWHUB_JUDGE_HTTP_RETRIES,
+    )
+    with _llm_lock:
+        judge = _llm_judges.get(config)
+        if judge is None:
+            judge = _llm_judges[config] = LLMJudge(
+                base_url=config[0], model=config[1], api_key=config[2], votes=config[3], hint_votes=config[4],
+                temperature=config[5], max_tokens=config[6], timeout=config[7], concurrency=config[8],
+                max_retries=config[9],
+            )
+        return judge
+
+
+def judge_for_tenant(*, tenant_id: int) -> Judge:
+    """The tenant's choice of judge if it made one, else settings.CLAWHUB_JUDGE; the rule judge with the
+    tenant's rules."""
+    rules = judge_rules_for_tenant(tenant_id=tenant_id)
+    backend = rules.judge if rules is not None and rules.judge != JudgeRules.Backend.DEFAULT \
+        else settings.CLAWHUB_JUDGE
+    if backend == JudgeRules.Backend.LLM:
+        return _llm_judge()
+    if backend != JudgeRules.Backend.RULE:
+        raise ValueError(f"CLAWHUB_JUDGE must be 'rule' or 'llm', not {backend!r}")
+    ruleset = RuleSet.build() if rules is None else RuleSet.build(
+        negative=rules.negative_patterns, positive=rules.positive_patterns, hints=rules.hint_templates,
+        extend_defaults=rules.extend_defaults,
+    )
+    return RuleJudge(ruleset, votes=settings.CLAWHUB_JUDGE_VOTES)
