@@ -9,6 +9,8 @@ from pathlib import Path
 
 import environ
 
+from clawhub.core.logging import build_logging
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
 
@@ -41,6 +43,8 @@ INSTALLED_APPS = [
     "clawhub.adapters",
     "clawhub.gateway",
     "clawhub.conversations",
+    "clawhub.feedback",
+    "clawhub.review",
     "clawhub.usage",
     "clawhub.web",
 ]
@@ -155,7 +159,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# The embedded default and tests serve static files straight from the app folders; production collects them.
+WHITENOISE_USE_FINDERS = True
 STATICFILES_DIRS = [BASE_DIR / "clawhub" / "web" / "static"]
 
 REST_FRAMEWORK = {
@@ -175,12 +180,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env.str("CLAWHUB_LOG_LEVEL", default="INFO")},
-}
+# Key material is masked in every environment; production switches to one JSON object per line.
+LOGGING = build_logging(level=env.str("CLAWHUB_LOG_LEVEL", default="INFO"), json_format=False)
 
 # --- Gateway (/v1) -------------------------------------------------------------------------------------------
 # The vLLM servers behind /v1: a JSON list of {"url", "base_model", "max_adapters", "api_key"}.
@@ -228,3 +229,42 @@ METRICS_ALLOWED_NETS = env.list(
 )
 # A Celery worker serves its own /metrics (task durations) on this port; 0 = off.
 CLAWHUB_WORKER_METRICS_PORT = env.int("CLAWHUB_WORKER_METRICS_PORT", default=0)
+
+# --- Review, privacy and retention (clawhub/review/, clawhub/conversations/privacy.py) ----------------------
+# Turns older than this many days are purged with their judgments and samples by the periodic task
+# "clawhub.retention.purge"; 0 keeps them forever.
+CLAWHUB_RETENTION_DAYS = env.int("CLAWHUB_RETENTION_DAYS", default=90)
+# A training batch: samples_for_training's default size, and the count that makes a tenant ready to train.
+CLAWHUB_TRAINING_BATCH_SIZE = env.int("CLAWHUB_TRAINING_BATCH_SIZE", default=16)
+# The largest share of a group batch one member's samples may take, so no member steers the group adapter.
+CLAWHUB_REVIEW_MEMBER_CAP = env.float("CLAWHUB_REVIEW_MEMBER_CAP", default=0.5)
+
+# --- Judging (workers/judge, clawhub/feedback, workers/tasks/judging.py) ------------------------------------
+# Which judge scores main turns unless a tenant's JudgeRules says otherwise: "llm" (an OpenAI-compatible judge
+# model, by default the base model of the first upstream, no adapter) or "rule" (deterministic phrase and
+# pattern rules). The embedded default may have no model server behind it, so it starts with "rule";
+# deployments with vLLM set CLAWHUB_JUDGE=llm.
+CLAWHUB_JUDGE = env.str("CLAWHUB_JUDGE", default="rule")
+_judge_upstream = CLAWHUB_UPSTREAMS[0] if CLAWHUB_UPSTREAMS else {}
+CLAWHUB_JUDGE_BASE_URL = env.str(
+    "CLAWHUB_JUDGE_BASE_URL",
+    default=f"{_judge_upstream['url'].rstrip('/')}/v1" if _judge_upstream.get("url") else "",
+)
+CLAWHUB_JUDGE_MODEL = env.str("CLAWHUB_JUDGE_MODEL", default=_judge_upstream.get("base_model", ""))
+CLAWHUB_JUDGE_API_KEY = env.str("CLAWHUB_JUDGE_API_KEY", default=_judge_upstream.get("api_key", "") or "")
+CLAWHUB_JUDGE_VOTES = env.int("CLAWHUB_JUDGE_VOTES", default=3)
+CLAWHUB_JUDGE_HINT_VOTES = env.int("CLAWHUB_JUDGE_HINT_VOTES", default=1)
+CLAWHUB_JUDGE_TEMPERATURE = env.float("CLAWHUB_JUDGE_TEMPERATURE", default=0.6)
+CLAWHUB_JUDGE_MAX_TOKENS = env.int("CLAWHUB_JUDGE_MAX_TOKENS", default=4096)
+# Requests in flight to the judge endpoint per worker process, all turns together.
+CLAWHUB_JUDGE_CONCURRENCY = env.int("CLAWHUB_JUDGE_CONCURRENCY", default=8)
+CLAWHUB_JUDGE_TIMEOUT = env.float("CLAWHUB_JUDGE_TIMEOUT", default=120.0)
+# Retries of one judge request inside the task (connect errors, 429, 5xx), then of the whole task (with
+# CLAWHUB_JUDGE_TASK_RETRY_DELAY seconds, doubling) before the judgment is stored as failed.
+CLAWHUB_JUDGE_HTTP_RETRIES = env.int("CLAWHUB_JUDGE_HTTP_RETRIES", default=3)
+CLAWHUB_JUDGE_TASK_RETRY_DELAY = env.float("CLAWHUB_JUDGE_TASK_RETRY_DELAY", default=10.0)
+# With Redis, a task a worker took but never acknowledged (the worker died) is delivered again after this many
+# seconds. It must exceed the longest task run (and any retry countdown), or a slow task runs twice.
+CELERY_BROKER_VISIBILITY_TIMEOUT = env.int("CELERY_BROKER_VISIBILITY_TIMEOUT", default=3600)
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT}
