@@ -32,7 +32,8 @@ class TurnRecord:
     session_done: bool = False
     # What was sent upstream minus ClawHub's own fields: messages (or prompt), tools, and sampling params.
     request: dict[str, Any] = field(default_factory=dict)
-    # choices as the client would see them, joined from chunks for streams: content, tool_calls, finish_reason.
+    # choices as the client would see them, joined from chunks for streams: content, tool_calls,
+    # finish_reason.
     choices: list[dict[str, Any]] = field(default_factory=list)
     # Sampled completion token ids and their logprobs for choice 0, as vLLM returned them.
     token_ids: list[int] | None = None

@@ -1,0 +1,421 @@
+"""The /v1 gateway: a raw ASGI app, so the hot path skips Django's request and middleware stack entirely.
+
+Per request: a cached key lookup, one Redis round trip for quotas (which also tells whether the cached key is
+still current), the adapter mapping, and the upstream call over a pooled connection. Everything that writes to
+the database happens later, on the writer thread.
+"""
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from time import perf_counter
+
+import httpx
+import orjson
+
+from clawhub.gateway.auth import KeyCache, KeyInfo, presented_secret
+from clawhub.gateway.config import GatewayConfig
+from clawhub.gateway.dbreads import CachedLoader, DbRunner
+from clawhub.gateway.errors import (
+    GatewayError,
+    bad_request,
+    invalid_key,
+    model_not_allowed,
+    model_not_found,
+    no_upstream,
+    normalise_upstream_error,
+    too_large,
+    upstream_refused,
+    upstream_timeout,
+)
+from clawhub.gateway.identity import Identity, extract_identity
+from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, watch_disconnect
+from clawhub.gateway.quotas import LocalLimiter, RedisLimiter
+from clawhub.gateway.records import TurnRecord
+from clawhub.gateway.upstreams import ActiveAdapter, Upstream, UpstreamPool, active_adapter_blocking
+from clawhub.gateway.writer import CaptureWriter
+
+logger = logging.getLogger("clawhub.gateway")
+
+JSON_HEADER = (b"content-type", b"application/json")
+# Failing to reach an upstream before it answered anything: safe to try the next one.
+CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
+                  httpx.WriteError)
+CLIENT_SHARDS = 8
+ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived: there is nobody to answer."""
+
+
+async def send_json(send, status: int, body: bytes, headers: list | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [JSON_HEADER, (b"content-length", str(len(body)).encode()), *(headers or ())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(receive, headers: dict[bytes, bytes], limit: int) -> bytes:
+    declared = headers.get(b"content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise too_large(limit)
+        except ValueError:
+            raise bad_request("Invalid Content-Length header.") from None
+    # Counted while reading too: a chunked body has no Content-Length to trust.
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def parse_request(raw: bytes, chat: bool) -> dict:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise bad_request("The request body is not valid JSON.", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad_request("The request body must be a JSON object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("You must provide a model parameter (a string).", param="model")
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise bad_request("'messages' must be a non-empty list.", param="messages")
+        if not all(isinstance(m, dict) for m in messages):
+            raise bad_request("Every message must be an object.", param="messages")
+        if body.get("logprobs") is not None and not isinstance(body["logprobs"], bool):
+            raise bad_request("'logprobs' must be a boolean.", param="logprobs")
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str | list):
+            raise bad_request("'prompt' must be a string or a list.", param="prompt")
+    for name, kind, label in (("stream", bool, "a boolean"), ("stream_options", dict, "an object"),
+                              ("n", int, "an integer"), ("return_token_ids", bool, "a boolean")):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+            raise bad_request(f"'{name}' must be {label}.", param=name)
+    return body
+
+
+def check_model(info: KeyInfo, model: str) -> None:
+    if model != "base" and model != info.model_id:
+        if model == "clawhub-personal" or model.startswith("clawhub-group-"):
+            raise model_not_allowed(model)
+        raise model_not_found(model)
+    if info.allowed_models and model not in info.allowed_models:
+        raise model_not_allowed(model)
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig | None = None, *, store=None):
+        self.config = config or GatewayConfig.from_settings()
+        self._store = store
+        self._started = False
+        self._start_lock: asyncio.Lock | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+    async def startup(self) -> None:
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._started:
+                return
+            cfg = self.config
+            httpx_logger = logging.getLogger("httpx")
+            if httpx_logger.level == logging.NOTSET:
+                # httpx logs every upstream request at INFO; on the hot path that is CPU spent for nothing.
+                httpx_logger.setLevel(logging.WARNING)
+            # Several small connection pools instead of one big one: httpcore scans every pooled connection
+            # (a poll() each) twice per request, so one pool's cost grows with the concurrency it serves.
+            self.clients = [
+                httpx.AsyncClient(
+                    timeout=httpx.Timeout(cfg.read_timeout, connect=cfg.connect_timeout),
+                    limits=httpx.Limits(max_connections=1024, max_keepalive_connections=128,
+                                        keepalive_expiry=60),
+                )
+                for _ in range(CLIENT_SHARDS)
+            ]
+            self.client = self.clients[0]
+            self._shard = itertools.count()
+            self._ids = itertools.count()
+            self._id_prefix = f"{os.urandom(4).hex()}{os.getpid():x}-"  # unique across workers and restarts
+            self.db = DbRunner()
+            self.writer = CaptureWriter(store=self._store, maxsize=cfg.capture_queue_size)
+            self.writer.start()
+            self.keys = KeyCache(self.db, ttl=cfg.key_cache_seconds)
+            self.adapters = CachedLoader(self._load_adapter, ttl=cfg.adapter_cache_seconds)
+            if cfg.redis_url:
+                self.limiter = RedisLimiter(cfg.redis_url, cfg.group_limits, slot_ttl=cfg.read_timeout)
+            else:
+                self.limiter = LocalLimiter(cfg.group_limits, slot_ttl=cfg.read_timeout)
+            self.pool = UpstreamPool(cfg.upstreams, self.client, health_interval=cfg.health_interval,
+                                     writer=self.writer)
+            await self.pool.start()
+            self._started = True
+
+    async def shutdown(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        await self.pool.stop()
+        for client in self.clients:
+            await client.aclose()
+        await self.limiter.close()
+        await asyncio.to_thread(self.writer.stop)  # flushes queued turns
+        await asyncio.to_thread(self.db.close)
+
+    async def _load_adapter(self, tenant_id: int) -> ActiveAdapter | None:
+        return await self.db.run(active_adapter_blocking, tenant_id)
+
+    # --- ASGI ----------------------------------------------------------------------------------------------
+    async def __call__(self, scope, receive, send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            if not self._started:
+                await self.startup()  # served without lifespan (tests, some servers)
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive, send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    logger.exception("gateway startup failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope, receive, send) -> None:
+        path, method = scope["path"], scope["method"]
+        response_started = [False]
+
+        async def tracked_send(message) -> None:
+            if message["type"] == "http.response.start":
+                response_started[0] = True
+            await send(message)
+
+        try:
+            route = ROUTES.get(path)
+            if route is not None:
+                if method != "POST":
+                    raise GatewayError(405, f"Use POST for {path}.", code="method_not_allowed")
+                await self._completion(scope, receive, tracked_send, route)
+            elif path == "/v1/models" or path.startswith("/v1/models/"):
+                if method != "GET":
+                    raise GatewayError(405, f"Use GET for {path}.", code="method_not_allowed")
+                await self._models(scope, receive, tracked_send, path[len("/v1/models/"):] or None)
+            else:
+                raise GatewayError(404, f"Unknown route {method} {path}.", code="unknown_url")
+        except GatewayError as err:
+            if not response_started[0]:
+                await send_json(send, err.status, err.body(), err.headers())
+        except ClientGone:
+            return
+        except Exception:
+            logger.exception("unexpected error serving %s", path)
+            if not response_started[0]:
+                err = GatewayError(500, "Internal gateway error.", type="api_error", code="internal_error")
+                await send_json(send, 500, err.body())
+
+    async def _authenticate(self, headers: dict[bytes, bytes]):
+        secret = presented_secret(headers)
+        if not secret:
+            raise invalid_key("Missing API key: send 'Authorization: Bearer <key>'.")
+        digest, entry = await self.keys.lookup(secret)
+        if entry.info is None:
+            raise invalid_key()
+        return secret, digest, entry
+
+    async def _models(self, scope, receive, send, model_id: str | None) -> None:
+        _, _, entry = await self._authenticate(dict(scope["headers"]))
+        models = [{"id": m, "object": "model", "created": 0, "owned_by": "clawhub"}
+                  for m in entry.info.models()]
+        if model_id is None:
+            await send_json(send, 200, orjson.dumps({"object": "list", "data": models}))
+            return
+        for model in models:
+            if model["id"] == model_id:
+                await send_json(send, 200, orjson.dumps(model))
+                return
+        raise model_not_found(model_id)
+
+    async def _admit(self, secret: str, digest: str, entry, request_id: str, model: str) -> KeyInfo:
+        admitted, generation = await self._admit_once(entry.info, request_id, entry.generation)
+        if not admitted:
+            # The key was revoked, rotated or changed since it was cached: look it up again.
+            self.keys.forget(digest)
+            _, entry = await self.keys.lookup(secret)
+            if entry.info is None:
+                raise invalid_key()
+            check_model(entry.info, model)
+            admitted, generation = await self._admit_once(entry.info, request_id, None)
+        entry.generation = generation
+        return entry.info
+
+    async def _admit_once(self, info: KeyInfo, request_id: str, generation: str | None):
+        try:
+            return await self.limiter.admit(info, request_id, generation)
+        except GatewayError:
+            raise
+        except Exception:
+            # Redis unreachable: serving goes on without quotas rather than failing every agent.
+            logger.exception("quota check failed; admitting without limits")
+            return True, generation
+
+    async def _completion(self, scope, receive, send, route: str) -> None:
+        started_wall, t0 = time.time(), perf_counter()
+        headers = dict(scope["headers"])
+        secret, digest, entry = await self._authenticate(headers)
+        chat = route == "chat"
+        body = parse_request(await read_body(receive, headers, self.config.max_body_bytes), chat)
+        identity = extract_identity(headers, body)
+        model = body["model"]
+        check_model(entry.info, model)
+        adapter = None if model == "base" else await self.adapters.get(entry.info.tenant_id)
+        request_id = f"{self._id_prefix}{next(self._ids):x}"
+        info = await self._admit(secret, digest, entry, request_id, model)
+
+        record = TurnRecord(
+            request_id=request_id, route=route, key_id=info.key_id, user_id=info.user_id,
+            tenant_id=info.tenant_id, group_id=info.group_id, model=model, upstream_model="",
+            adapter_version_id=adapter.id if adapter else None, upstream="", status="failed", http_status=200,
+            started_at=started_wall, latency_ms=0.0, stream=body.get("stream") is True,
+            session_id=identity.session_id, turn_type=identity.turn_type, session_done=identity.session_done,
+            request=body,
+        )
+        try:
+            await self._forward(scope, receive, send, body, record, identity, adapter, chat)
+        except GatewayError as err:
+            record.http_status, record.error = err.status, err.message
+            raise
+        except BaseException as exc:
+            record.http_status, record.error = 500, type(exc).__name__
+            raise
+        finally:
+            record.latency_ms = (perf_counter() - t0) * 1000
+            try:
+                await self.limiter.release(info, request_id, record.prompt_tokens + record.completion_tokens)
+            except Exception:
+                logger.exception("quota release failed")
+            self.writer.submit(record)
+
+    def _upstream_body(self, body: dict, identity: Identity, chat: bool, wants: Wants) -> dict:
+        upstream = dict(body)
+        if chat and identity.turn_type != "side":
+            # Training needs what was sampled: ask for it, and strip it from the reply if the client did not.
+            if not wants.logprobs:
+                upstream["logprobs"] = True
+                if upstream.get("top_logprobs") is None:
+                    upstream["top_logprobs"] = 0
+            upstream["return_token_ids"] = True
+        if body.get("stream") is True:
+            options = dict(body.get("stream_options") or {})
+            wants.usage = bool(options.get("include_usage"))
+            options["include_usage"] = True
+            upstream["stream_options"] = options
+        else:
+            upstream.pop("stream_options", None)  # vLLM refuses stream_options without stream
+        return upstream
+
+    async def _forward(self, scope, receive, send, body: dict, record: TurnRecord, identity: Identity,
+                       adapter: ActiveAdapter | None, chat: bool) -> None:
+        wants = Wants(model=body["model"],
+                      logprobs=bool(body.get("logprobs")) if chat else body.get("logprobs") is not None,
+                      token_ids=bool(body.get("return_token_ids")), usage=False)
+        upstream_body = self._upstream_body(body, identity, chat, wants)
+        name = adapter.name if adapter else None
+        candidates = self.pool.candidates(name)
+        for up in candidates:
+            upstream_body["model"] = name or up.base_model
+            record.upstream, record.upstream_model = up.url, upstream_body["model"]
+            try:
+                response = await self._open(up, adapter, scope["path"], orjson.dumps(upstream_body))
+            except CONNECT_ERRORS:
+                self.pool.mark_unhealthy(up)
+                continue
+            except httpx.TimeoutException:
+                raise upstream_timeout() from None
+            self.pool.begin(up, name)
+            try:
+                await self._respond(scope, receive, send, response, wants, record, chat)
+            finally:
+                self.pool.end(up, name)
+                await response.aclose()
+            return
+        raise no_upstream()
+
+    async def _open(self, up: Upstream, adapter: ActiveAdapter | None, path: str, payload: bytes):
+        """Sends the request and returns the upstream's response once its headers arrived."""
+        for attempt in (0, 1):
+            if adapter is not None:
+                await self.pool.ensure_loaded(up, adapter)
+            client = self.clients[next(self._shard) % CLIENT_SHARDS]
+            request = client.build_request("POST", up.url + path, content=payload, headers=up.headers)
+            response = await client.send(request, stream=True)
+            if response.status_code == 404 and adapter is not None and attempt == 0:
+                # vLLM restarted or another worker unloaded the adapter: load it again, once.
+                await response.aclose()
+                self.pool.forget(up, adapter.name)
+                continue
+            return response
+        raise AssertionError("unreachable")
+
+    async def _respond(self, scope, receive, send, response: httpx.Response, wants: Wants, record: TurnRecord,
+                       chat: bool) -> None:
+        if response.status_code != 200:
+            try:
+                raw = await response.aread()
+            except httpx.HTTPError:
+                raw = b""
+            error = normalise_upstream_error(response.status_code, raw, client_model=wants.model)
+            logger.warning("upstream %s answered %s: %s", record.upstream, response.status_code, raw[:300])
+            raise error
+        if not record.stream:
+            try:
+                raw = await response.aread()
+            except httpx.TimeoutException:
+                raise upstream_timeout() from None
+            except httpx.HTTPError:
+                raise upstream_refused("The model server stopped in the middle of the response.") from None
+            try:
+                data = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise upstream_refused("The model server sent a malformed response.") from None
+            rewrite_response(data, wants, record)
+            record.status = "complete"
+            await send_json(send, 200, orjson.dumps(data))
+            return
+        task = asyncio.current_task()
+        state = {"done": False, "gone": False}
+        watcher = asyncio.create_task(watch_disconnect(receive, task, state))
+        try:
+            await relay_stream(response, send, wants, record, chat)
+        except asyncio.CancelledError:
+            if not state["gone"]:
+                raise
+            task.uncancel()
+            record.http_status = 499  # nginx's "client closed request"
+        finally:
+            state["done"] = True
+            watcher.cancel()

@@ -1,0 +1,94 @@
+"""API key lookup for /v1: one indexed query in a worker thread, then a few seconds in an in-process cache.
+
+The cache is keyed by the secret's SHA-256 digest (never the secret). A revoke or rotate bumps the key's
+generation in Redis (clawhub.keys.cache); the quota script reads it in the same round trip as admission, and
+a changed generation sends the request back here for a fresh lookup.
+"""
+
+import hashlib
+import time
+from dataclasses import dataclass
+
+from clawhub.gateway.dbreads import CachedLoader, DbRunner
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """The plain fields of a resolved key the hot path needs; safe to share between requests."""
+
+    key_id: int
+    user_id: int
+    tenant_id: int
+    group_id: int | None
+    model_id: str  # the tenant-facing model id: "clawhub-personal" or "clawhub-group-<slug>"
+    allowed_models: frozenset[str]
+    rpm: int | None
+    tpm: int | None
+    concurrency: int | None
+    expires_at: float | None  # unix seconds
+    generation_key: str  # where clawhub.keys.cache keeps this key's generation in the shared cache
+
+    def models(self) -> list[str]:
+        """The client-facing model ids this key may use, in a stable order."""
+        ids = [self.model_id, "base"]
+        return [m for m in ids if not self.allowed_models or m in self.allowed_models]
+
+
+def presented_secret(headers: dict[bytes, bytes]) -> str | None:
+    auth = headers.get(b"authorization")
+    if auth and auth[:7].lower() == b"bearer ":
+        return auth[7:].strip().decode("latin-1") or None
+    key = headers.get(b"x-api-key")
+    return key.strip().decode("latin-1") if key else None
+
+
+def resolve_key_blocking(secret: str) -> KeyInfo | None:
+    """Runs in a worker thread: the one-query key resolve, flattened into plain fields."""
+    from django.core.cache import cache
+
+    from clawhub.keys.selectors import key_resolve
+
+    resolved = key_resolve(secret=secret)
+    if resolved is None:
+        return None
+    key = resolved.key
+    model_id = f"clawhub-group-{key.group.slug}" if key.group_id else "clawhub-personal"
+    return KeyInfo(
+        key_id=key.pk,
+        user_id=key.owner_id,
+        tenant_id=resolved.tenant.pk,
+        group_id=key.group_id,
+        model_id=model_id,
+        allowed_models=frozenset(key.allowed_models or ()),
+        rpm=key.rpm_limit,
+        tpm=key.tpm_limit,
+        concurrency=key.concurrency_limit,
+        expires_at=key.expires_at.timestamp() if key.expires_at else None,
+        generation_key=cache.make_key(f"keygen:{key.pk}"),
+    )
+
+
+@dataclass(slots=True)
+class CachedKey:
+    info: KeyInfo | None
+    generation: str | None = None  # as last seen in Redis; None until the first admission reports it
+
+
+class KeyCache:
+    def __init__(self, db: DbRunner, *, ttl: float):
+        self._db = db
+        self._cache = CachedLoader(self._load, ttl=ttl)
+
+    async def _load(self, secret: str) -> CachedKey:
+        return CachedKey(await self._db.run(resolve_key_blocking, secret))
+
+    async def lookup(self, secret: str) -> tuple[str, CachedKey]:
+        digest = hashlib.sha256(secret.encode()).hexdigest()
+        entry = await self._cache.get(digest, secret)
+        info = entry.info
+        if info is not None and info.expires_at is not None and info.expires_at <= time.time():
+            return digest, CachedKey(None)
+        return digest, entry
+
+    def forget(self, digest: str) -> None:
+        self._cache.forget(digest)

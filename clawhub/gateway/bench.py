@@ -1,0 +1,247 @@
+"""bench_gateway: the same bounded load straight at a fake upstream, through ClawHub, and through LiteLLM.
+
+A benchmark, not a test. The gateway runs as in production (uvicorn workers, the configured PostgreSQL and
+Redis, auth + quotas + metering + capture on). CPU per request is read from /proc for the gateway's process
+tree: unlike requests/s it barely moves with the noise of a shared machine.
+"""
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import httpx
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """utime + stime of a process and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                children.setdefault(int(fields[1]), []).append(int(entry))
+            except OSError:
+                continue
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICK
+        except OSError:
+            pass
+        stack.extend(children.get(pid, []))
+    return total
+
+
+@dataclass
+class Target:
+    name: str
+    base_url: str  # .../v1
+    api_key: str
+    model: str
+    pid: int | None  # the process tree whose CPU is charged to this target
+
+
+def spawn(args: list[str], env: dict | None = None, *, drop: tuple[str, ...] = ()) -> subprocess.Popen:
+    environment = {k: v for k, v in os.environ.items() if k not in drop}
+    return subprocess.Popen(args, env={**environment, **(env or {})}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(15)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        process.kill()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+async def drive(target: Target, *, stream: bool, requests: int, concurrency: int, max_tokens: int) -> dict:
+    body = {"model": target.model, "max_tokens": max_tokens, "stream": stream,
+            "messages": [{"role": "user", "content": "Say something short about benchmarks."}]}
+    headers = {"Authorization": f"Bearer {target.api_key}"}
+    url = f"{target.base_url}/chat/completions"
+    latencies, ttfts, failures = [], [], 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async def one(client: httpx.AsyncClient) -> None:
+        nonlocal failures
+        t0 = time.perf_counter()
+        if stream:
+            async with client.stream("POST", url, json=body, headers=headers) as response:
+                first = None
+                async for _ in response.aiter_raw():
+                    if first is None:
+                        first = time.perf_counter()
+                ok = response.status_code == 200
+            if first is not None:
+                ttfts.append((first - t0) * 1000)
+        else:
+            response = await client.post(url, json=body, headers=headers)
+            ok = response.status_code == 200
+        latencies.append((time.perf_counter() - t0) * 1000)
+        failures += not ok
+
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        for _ in range(min(50, requests)):  # warm connections, caches and the adapter load
+            await one(client)
+        latencies.clear()
+        ttfts.clear()
+        failures = 0
+        remaining = [requests]
+
+        async def worker() -> None:
+            while remaining[0] > 0:
+                remaining[0] -= 1
+                await one(client)
+
+        cpu0 = tree_cpu_seconds(target.pid) if target.pid else 0.0
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+        cpu = (tree_cpu_seconds(target.pid) - cpu0) if target.pid else 0.0
+    return {
+        "mode": target.name, "stream": stream, "requests": requests, "concurrency": concurrency,
+        "failures": failures, "rps": round(requests / elapsed, 1),
+        "p50_ms": round(percentile(latencies, 0.5), 2), "p99_ms": round(percentile(latencies, 0.99), 2),
+        "ttft_p50_ms": round(percentile(ttfts, 0.5), 2) if ttfts else None,
+        "cpu_ms_per_request": round(cpu * 1000 / requests, 3) if target.pid else None,
+    }
+
+
+def bench_identity() -> tuple[str, str]:
+    """A bench user with a fresh key and an active adapter, so the full hot path (adapter mapping) runs."""
+    from clawhub.accounts.models import User
+    from clawhub.accounts.services import user_create
+    from clawhub.adapters.models import AdapterVersion
+    from clawhub.keys.services import key_create
+
+    email = "bench-gateway@clawhub.invalid"
+    user = User.objects.filter(email=email).first() or user_create(email=email, password=os.urandom(16).hex())
+    _, secret = key_create(owner=user, name=f"bench {int(time.time())}")
+    tenant = user.tenant
+    AdapterVersion.objects.get_or_create(tenant=tenant, version=1, defaults={
+        "state": AdapterVersion.State.ACTIVE, "artifact_path": "/srv/adapters/bench/v1"})
+    return secret, "clawhub-personal"
+
+
+def start_litellm(upstream: str, port: int, workers: int) -> tuple[subprocess.Popen, str] | None:
+    """LiteLLM's proxy with a master key and no database (its Prisma engine cannot be downloaded here).
+
+    LITELLM_BIN may point at a litellm installed in a venv of its own (its pins fight ours)."""
+    exe = os.environ.get("LITELLM_BIN") or shutil.which("litellm") or ""
+    if not exe or not os.path.exists(exe):
+        return None
+    config = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+    config.write(f"""model_list:
+  - model_name: tiny
+    litellm_params:
+      model: hosted_vllm/tiny
+      api_base: {upstream}/v1
+      api_key: none
+general_settings:
+  master_key: sk-bench-master
+litellm_settings:
+  drop_params: true
+""")
+    config.close()
+    # Without DATABASE_URL: LiteLLM would take ClawHub's database for its own and try to start Prisma.
+    process = spawn([exe, "--config", config.name, "--port", str(port), "--num_workers", str(workers)],
+                    drop=("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"))
+    wait_http(f"http://127.0.0.1:{port}/health/liveliness", timeout=180)
+    return process, "sk-bench-master"
+
+
+def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litellm: bool, out) -> list[dict]:
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the driver's own requests are not news
+    fake_port, gw_port, llm_port = free_port(), free_port(), free_port()
+    upstream = f"http://127.0.0.1:{fake_port}"
+    processes = []
+    try:
+        fake = spawn([sys.executable, "-m", "uvicorn", "clawhub.gateway.fake_upstream:app", "--port",
+                      str(fake_port), "--no-access-log", "--log-level", "warning"], {"FAKE_LOAD_DELAY": "0"})
+        processes.append(fake)
+        wait_http(f"{upstream}/health")
+        secret, model = bench_identity()
+        gateway = spawn([sys.executable, "-m", "uvicorn", "clawhub.asgi:application", "--port", str(gw_port),
+                         "--workers", str(workers), "--no-access-log", "--log-level", "warning"],
+                        {"CLAWHUB_UPSTREAMS": json.dumps([{"url": upstream, "base_model": "tiny",
+                                                           "max_adapters": 8}])})
+        processes.append(gateway)
+        wait_http(f"http://127.0.0.1:{gw_port}/v1/models")
+        targets = [Target("direct", f"{upstream}/v1", "none", "tiny", fake.pid),
+                   Target("clawhub", f"http://127.0.0.1:{gw_port}/v1", secret, model, gateway.pid)]
+        if litellm:
+            started = start_litellm(upstream, llm_port, workers)
+            if started is None:
+                out.write(json.dumps({"mode": "litellm", "skipped": "litellm is not installed "
+                                      "(pip install 'litellm[proxy]')"}) + "\n")
+            else:
+                processes.append(started[0])
+                targets.append(Target("litellm", f"http://127.0.0.1:{llm_port}/v1", started[1], "tiny",
+                                      started[0].pid))
+        results = []
+        for stream in (False, True):
+            by_mode = {}
+            for target in targets:
+                row = asyncio.run(drive(target, stream=stream, requests=requests, concurrency=concurrency,
+                                        max_tokens=max_tokens))
+                c1 = asyncio.run(drive(target, stream=stream, requests=min(300, requests), concurrency=1,
+                                       max_tokens=max_tokens))
+                row["c1_p50_ms"] = c1["p50_ms"]
+                row["workers"] = workers
+                by_mode[target.name] = row
+            claw = by_mode["clawhub"]
+            claw["clawhub_over_direct_rps"] = round(claw["rps"] / by_mode["direct"]["rps"], 3)
+            claw["added_c1_p50_ms"] = round(claw["c1_p50_ms"] - by_mode["direct"]["c1_p50_ms"], 2)
+            if "litellm" in by_mode:
+                claw["clawhub_over_litellm_rps"] = round(claw["rps"] / by_mode["litellm"]["rps"], 2)
+                lite = by_mode["litellm"]["cpu_ms_per_request"]
+                if lite:
+                    claw["litellm_over_clawhub_cpu"] = round(lite / claw["cpu_ms_per_request"], 1)
+            for row in by_mode.values():
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+            results.extend(by_mode.values())
+        return results
+    finally:
+        for process in reversed(processes):
+            stop(process)

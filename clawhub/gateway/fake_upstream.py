@@ -1,0 +1,345 @@
+"""A small, fast, vLLM-shaped upstream for tests and benchmarks (no Django; serve it with uvicorn).
+
+It answers like vLLM 0.32's OpenAI server, including its odd error shapes, and names the model it was asked
+for in every reply so tests can tell adapters apart. Faults are chosen by the requested model name
+(``fault-refuse``, ``fault-sleep``, ``fault-die-<k>``), the ``x-fake-fault`` header or a ``fake_fault`` body
+field (which a gateway passes through like any unknown field): ``refuse``, ``sleep`` (``fake_sleep`` seconds),
+``die:<k>``, ``detail``, ``unauthorized``; ``fake_chunk_delay`` slows a stream down. ``GET /_fake/stats`` and
+``POST /_fake/reset`` let tests count
+adapter loads and see the last request body exactly as it arrived.
+
+Environment: FAKE_BASE_MODEL (default "tiny"), FAKE_API_KEY (require it, like ``vllm serve --api-key``),
+FAKE_LOAD_DELAY (seconds a load takes), FAKE_SLEEP (seconds the sleep fault waits), FAKE_CHUNK_DELAY.
+"""
+
+import asyncio
+import os
+import time
+
+import orjson
+
+BASE_MODEL = os.environ.get("FAKE_BASE_MODEL", "tiny")
+API_KEY = os.environ.get("FAKE_API_KEY", "")
+LOAD_DELAY = float(os.environ.get("FAKE_LOAD_DELAY", "0.05"))
+SLEEP = float(os.environ.get("FAKE_SLEEP", "30"))
+CHUNK_DELAY = float(os.environ.get("FAKE_CHUNK_DELAY", "0"))
+DEFAULT_TOKENS = 8
+
+
+class State:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.adapters: dict[str, str] = {}
+        self.load_calls: dict[str, int] = {}
+        self.unload_calls: dict[str, int] = {}
+        self.requests: dict[str, int] = {}
+        self.last_request: dict | None = None
+        self.last_headers: dict | None = None
+
+
+state = State()
+
+
+class Abort(Exception):
+    """Raised after a partial response so uvicorn drops the connection (an upstream dying mid-stream)."""
+
+
+def _error(status: int, message: str, type_: str, code=None) -> tuple[int, dict]:
+    # vLLM's shape: OpenAI-like, but type is a class name and code an int.
+    return status, {"error": {"message": message, "type": type_, "param": None, "code": code or status}}
+
+
+async def _send_json(send, status: int, payload, headers: list | None = None) -> None:
+    body = orjson.dumps(payload)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())] + (headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _tokens(model: str, max_tokens: int, index: int) -> list[str]:
+    words = [model, "says", "hello"] + [f"w{index}-{i}" for i in range(max(0, max_tokens - 3))]
+    return words[:max_tokens]
+
+
+def _token_id(word: str, position: int) -> int:
+    return 1000 + (sum(word.encode()) * 7 + position) % 30000
+
+
+def _logprob_entry(word: str, position: int, top: int) -> dict:
+    lp = -round(0.05 * (position + 1), 4)
+    entry = {"token": word, "logprob": lp, "bytes": list(word.encode()), "top_logprobs": []}
+    for k in range(top):
+        entry["top_logprobs"].append({"token": f"{word}~{k}" if k else word, "logprob": lp - k,
+                                      "bytes": list(word.encode())})
+    return entry
+
+
+def _tool_for(body: dict) -> str | None:
+    tools, choice = body.get("tools") or [], body.get("tool_choice")
+    if not tools or choice in (None, "none", "auto"):
+        return None
+    if isinstance(choice, dict):
+        return choice.get("function", {}).get("name")
+    return tools[0].get("function", {}).get("name")  # "required"
+
+
+def _prompt_tokens(body: dict) -> int:
+    if "messages" in body:
+        text = " ".join(m.get("content") or "" if isinstance(m.get("content"), str | None) else "x"
+                        for m in body["messages"])
+    else:
+        prompt = body.get("prompt")
+        text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt or []))
+    return max(1, len(text.split()))
+
+
+def _fault(model: str, headers: dict, body: dict) -> str:
+    fault = headers.get("x-fake-fault", "") or str(body.get("fake_fault") or "")
+    if not fault and model.startswith("fault-"):
+        fault = model[6:].replace("die-", "die:")
+    return fault
+
+
+async def _completion(scope, receive, send, chat: bool) -> None:
+    raw = await _read_body(receive)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        await _send_json(send, 400, {"detail": "There was an error parsing the body"})
+        return
+    headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+    state.last_request, state.last_headers = body, headers
+    model = body.get("model") or BASE_MODEL
+    state.requests[model] = state.requests.get(model, 0) + 1
+    fault = _fault(model, headers, body)
+    if fault == "refuse":
+        await _send_json(send, 500, {"object": "error", "message": "EngineCore died at /opt/vllm/engine.py",
+                                     "type": "InternalServerError", "param": None, "code": 500})
+        return
+    if fault == "detail":
+        await _send_json(send, 400, {"detail": "There was an error parsing the body"})
+        return
+    if fault == "unauthorized":
+        await _send_json(send, 401, {"error": "Unauthorized"})
+        return
+    if fault == "sleep":
+        await asyncio.sleep(float(body.get("fake_sleep") or headers.get("x-fake-sleep", SLEEP)))
+    if model != BASE_MODEL and model not in state.adapters and not model.startswith("fault-"):
+        names = ", ".join([BASE_MODEL, *state.adapters, *state.adapters.values()])
+        await _send_json(send, *_error(404, f"The model `{model}` does not exist. Valid models: {names}",
+                                       "NotFoundError"))
+        return
+    stream = body.get("stream", False)
+    if body.get("stream_options") is not None and not stream:
+        await _send_json(send, *_error(400, "Stream options can only be defined when `stream=True`.",
+                                       "BadRequestError"))
+        return
+    if chat and not isinstance(body.get("messages"), list):
+        await _send_json(send, *_error(400, "messages: Field required", "BadRequestError"))
+        return
+    n = int(body.get("n") or 1)
+    max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_TOKENS)
+    want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
+    top = int(body.get("top_logprobs") or 0) if chat else int(body.get("logprobs") or 0)
+    want_ids = bool(body.get("return_token_ids"))
+    tool = _tool_for(body) if chat else None
+    prompt_tokens = _prompt_tokens(body)
+    created = int(time.time())
+    rid = f"{'chatcmpl' if chat else 'cmpl'}-{os.urandom(8).hex()}"
+    obj = "chat.completion" if chat else "text_completion"
+    if stream:
+        await _stream(send, body, chat, rid, created, model, n, max_tokens, want_lp, top, want_ids, tool,
+                      prompt_tokens, fault)
+        return
+    choices, completion_tokens = [], 0
+    for i in range(n):
+        words = _tokens(model, max_tokens, i)
+        completion_tokens += len(words)
+        text = " ".join(words)
+        choice: dict = {"index": i, "logprobs": None, "finish_reason": "length" if max_tokens <= len(words)
+                        and max_tokens != DEFAULT_TOKENS else "stop"}
+        if chat:
+            message: dict = {"role": "assistant", "content": text, "tool_calls": [],
+                             "reasoning_content": None}
+            if tool:
+                message["content"] = None
+                arguments = '{"query": "' + model + '"}'
+                message["tool_calls"] = [{"id": f"chatcmpl-tool-{i}", "type": "function",
+                                          "function": {"name": tool, "arguments": arguments}}]
+                choice["finish_reason"] = "tool_calls"
+            choice["message"] = message
+            if want_lp:
+                choice["logprobs"] = {"content": [_logprob_entry(w, p, top) for p, w in enumerate(words)]}
+        else:
+            choice["text"] = text
+            if want_lp:
+                choice["logprobs"] = {"tokens": words,
+                                      "token_logprobs": [-0.05 * (p + 1) for p in range(len(words))],
+                                      "top_logprobs": None, "text_offset": []}
+        if want_ids:
+            choice["token_ids"] = [_token_id(w, p) for p, w in enumerate(words)]
+        choices.append(choice)
+    payload = {"id": rid, "object": obj, "created": created, "model": model, "choices": choices,
+               "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                         "total_tokens": prompt_tokens + completion_tokens}}
+    if want_ids:
+        payload["prompt_token_ids"] = list(range(1, prompt_tokens + 1))
+    await _send_json(send, 200, payload)
+
+
+async def _stream(send, body, chat, rid, created, model, n, max_tokens, want_lp, top, want_ids, tool,
+                  prompt_tokens, fault) -> None:
+    die_after = int(fault.split(":")[1]) if fault.startswith("die:") else None
+    delay = float(body.get("fake_chunk_delay") or CHUNK_DELAY)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    sent = 0
+
+    async def emit(payload) -> None:
+        nonlocal sent
+        if die_after is not None and sent >= die_after:
+            raise Abort("simulated upstream death")
+        data = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+        await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
+        sent += 1
+        if delay:
+            await asyncio.sleep(delay)
+
+    def chunk(choices, **extra) -> dict:
+        return {"id": rid, "object": obj, "created": created, "model": model, "choices": choices, **extra}
+
+    completion_tokens = 0
+    for i in range(n):
+        words = _tokens(model, max_tokens, i)
+        completion_tokens += len(words)
+        if chat:
+            first = chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                            "finish_reason": None}])
+            if want_ids and i == 0:
+                first["prompt_token_ids"] = list(range(1, prompt_tokens + 1))
+            await emit(first)
+        if tool:
+            await emit(chunk([{"index": i, "delta": {"tool_calls": [{
+                "index": 0, "id": f"chatcmpl-tool-{i}", "type": "function",
+                "function": {"name": tool, "arguments": ""}}]}, "logprobs": None, "finish_reason": None}]))
+            for piece in ('{"query": ', '"' + model + '"}'):
+                await emit(chunk([{"index": i, "delta": {"tool_calls": [{"index": 0, "function": {
+                    "arguments": piece}}]}, "logprobs": None, "finish_reason": None}]))
+        else:
+            for p, w in enumerate(words):
+                text = w if p == 0 else " " + w
+                c: dict = {"index": i, "logprobs": None, "finish_reason": None}
+                if chat:
+                    c["delta"] = {"content": text}
+                    if want_lp:
+                        c["logprobs"] = {"content": [_logprob_entry(text, p, top)]}
+                else:
+                    c["text"] = text
+                if want_ids:
+                    c["token_ids"] = [_token_id(w, p)]
+                await emit(chunk([c]))
+        last: dict = {"index": i, "logprobs": None, "finish_reason": "tool_calls" if tool else "stop"}
+        if chat:
+            last["delta"] = {}
+        else:
+            last["text"] = ""
+        await emit(chunk([last]))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        await emit(chunk([], usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                    "total_tokens": prompt_tokens + completion_tokens}))
+    await emit(b"[DONE]")
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _load(receive, send) -> None:
+    body = orjson.loads(await _read_body(receive) or b"{}")
+    name, path = body.get("lora_name"), body.get("lora_path")
+    state.load_calls[name] = state.load_calls.get(name, 0) + 1
+    if LOAD_DELAY:
+        await asyncio.sleep(LOAD_DELAY)
+    if name in state.adapters:
+        await _send_json(send, *_error(400, f"The lora adapter '{name}' has already been loaded.",
+                                       "BadRequestError"))
+        return
+    if not path or "missing" in path:
+        await _send_json(send, *_error(404, f"No adapter found for {path}", "NotFoundError"))
+        return
+    state.adapters[name] = path
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    message = f"Success: LoRA adapter '{name}' added successfully."
+    await send({"type": "http.response.body", "body": message.encode()})
+
+
+async def _unload(receive, send) -> None:
+    body = orjson.loads(await _read_body(receive) or b"{}")
+    name = body.get("lora_name")
+    state.unload_calls[name] = state.unload_calls.get(name, 0) + 1
+    if state.adapters.pop(name, None) is None:
+        await _send_json(send, *_error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError"))
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    message = f"Success: LoRA adapter '{name}' removed successfully."
+    await send({"type": "http.response.body", "body": message.encode()})
+
+
+def _models() -> dict:
+    data = [{"id": BASE_MODEL, "object": "model", "created": 0, "owned_by": "vllm", "root": BASE_MODEL,
+             "parent": None, "max_model_len": 2048}]
+    data += [{"id": name, "object": "model", "created": 0, "owned_by": "vllm", "root": path,
+              "parent": BASE_MODEL, "max_model_len": 2048} for name, path in state.adapters.items()]
+    return {"object": "list", "data": data}
+
+
+async def app(scope, receive, send) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    path, method = scope["path"], scope["method"]
+    if path == "/health":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if path == "/_fake/stats":
+        await _send_json(send, 200, {"adapters": state.adapters, "load_calls": state.load_calls,
+                                     "unload_calls": state.unload_calls, "requests": state.requests,
+                                     "last_request": state.last_request, "last_headers": state.last_headers})
+        return
+    if path == "/_fake/reset":
+        state.reset()
+        await _send_json(send, 200, {"ok": True})
+        return
+    if API_KEY:
+        auth = dict(scope["headers"]).get(b"authorization", b"").decode()
+        if auth != f"Bearer {API_KEY}":
+            await _send_json(send, 401, {"error": "Unauthorized"})
+            return
+    if path == "/v1/models" and method == "GET":
+        await _send_json(send, 200, _models())
+    elif path == "/v1/chat/completions" and method == "POST":
+        await _completion(scope, receive, send, chat=True)
+    elif path == "/v1/completions" and method == "POST":
+        await _completion(scope, receive, send, chat=False)
+    elif path == "/v1/load_lora_adapter" and method == "POST":
+        await _load(receive, send)
+    elif path == "/v1/unload_lora_adapter" and method == "POST":
+        await _unload(receive, send)
+    else:
+        await _send_json(send, 404, {"detail": "Not Found"})

@@ -1,0 +1,22 @@
+"""Benchmarks /v1: direct upstream vs ClawHub vs LiteLLM, one JSON line per mode (clawhub.gateway.bench)."""
+
+import sys
+
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Drive the same load at a fake upstream directly, through ClawHub and through LiteLLM."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--requests", type=int, default=2000)
+        parser.add_argument("--concurrency", type=int, default=16)
+        parser.add_argument("--workers", type=int, default=1)
+        parser.add_argument("--max-tokens", type=int, default=20, help="20 tokens = 22 chunks per stream")
+        parser.add_argument("--no-litellm", action="store_true")
+
+    def handle(self, *args, requests, concurrency, workers, max_tokens, no_litellm, **options):
+        from clawhub.gateway.bench import run
+
+        run(requests=requests, concurrency=concurrency, workers=workers, max_tokens=max_tokens,
+            litellm=not no_litellm, out=sys.stdout)

@@ -1,0 +1,168 @@
+"""Fixtures for the gateway: vLLM-shaped fake upstreams (uvicorn subprocesses) and a gateway served by uvicorn
+in a thread of this process, so tests go over real HTTP and can still see what reached capture_store.
+
+Tests that use the gateway need committed rows (its database reads run on other threads and connections),
+hence ``transactional_db``.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import uvicorn
+from django.conf import settings
+
+from clawhub.adapters.models import AdapterVersion
+from clawhub.gateway.app import Gateway
+from clawhub.gateway.config import GatewayConfig
+from clawhub.gateway.records import TurnRecord
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+@dataclass
+class FakeUpstream:
+    url: str
+    process: subprocess.Popen
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.url}/_fake/stats").json()
+
+    def reset(self) -> None:
+        httpx.post(f"{self.url}/_fake/reset")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def start_fake(**env) -> FakeUpstream:
+    port = free_port()
+    environment = {**os.environ, "FAKE_LOAD_DELAY": "0.2", "FAKE_SLEEP": "5", **env}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "clawhub.gateway.fake_upstream:app", "--port", str(port),
+         "--log-level", "warning", "--no-access-log"],
+        env=environment,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=0.5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, timeout=20)
+    return FakeUpstream(url, process)
+
+
+@pytest.fixture(scope="session")
+def fake_upstream():
+    fake = start_fake()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def fake(fake_upstream):
+    fake_upstream.reset()
+    return fake_upstream
+
+
+class CaptureSpy:
+    """Stands in for clawhub.conversations.capture.capture_store and keeps what the writer handed over."""
+
+    def __init__(self):
+        self.records: list[TurnRecord] = []
+        self.batches = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, batch: list[TurnRecord]) -> None:
+        with self._lock:
+            self.records.extend(batch)
+            self.batches += 1
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list[TurnRecord]:
+        wait_until(lambda: len(self.records) >= count, timeout)
+        return list(self.records)
+
+    def last(self) -> TurnRecord:
+        return self.wait_for(1)[-1]
+
+
+@dataclass
+class GatewayServer:
+    url: str
+    app: Gateway
+    spy: CaptureSpy
+
+    @property
+    def v1(self) -> str:
+        return f"{self.url}/v1"
+
+
+def serve_gateway(upstream_urls: list[str], *, max_adapters: int = 8, real_capture: bool = False,
+                  **overrides):
+    spy = CaptureSpy()
+    config = GatewayConfig.from_settings(
+        upstreams=[{"url": u, "base_model": "tiny", "max_adapters": max_adapters, "api_key": ""}
+                   for u in upstream_urls],
+        health_interval=overrides.pop("health_interval", 0.5),
+        redis_url=settings.REDIS_URL,
+        **overrides,
+    )
+    app = Gateway(config, store=None if real_capture else spy)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout=20)
+    return GatewayServer(f"http://127.0.0.1:{port}", app, spy), server, thread
+
+
+@pytest.fixture
+def gateway_factory(transactional_db):
+    running = []
+
+    def make(upstream_urls: list[str], **overrides) -> GatewayServer:
+        gw, server, thread = serve_gateway(upstream_urls, **overrides)
+        running.append((server, thread))
+        return gw
+
+    yield make
+    for server, thread in running:
+        server.should_exit = True
+        thread.join(20)
+
+
+@pytest.fixture
+def gateway(gateway_factory, fake) -> GatewayServer:
+    return gateway_factory([fake.url])
+
+
+def activate_adapter(tenant, version: int = 1, path: str | None = None) -> AdapterVersion:
+    AdapterVersion.objects.filter(tenant=tenant, state=AdapterVersion.State.ACTIVE).update(
+        state=AdapterVersion.State.RETIRED)
+    return AdapterVersion.objects.create(tenant=tenant, version=version, state=AdapterVersion.State.ACTIVE,
+                                         artifact_path=path or f"/srv/adapters/t{tenant.pk}/v{version}")

@@ -1,0 +1,99 @@
+"""Quotas (Redis and in-process), identity extraction and key-cache invalidation, without HTTP."""
+
+import asyncio
+
+import pytest
+from django.conf import settings
+
+from clawhub.gateway.auth import KeyInfo
+from clawhub.gateway.errors import GatewayError
+from clawhub.gateway.identity import extract_identity
+from clawhub.gateway.quotas import GroupLimits, LocalLimiter, RedisLimiter
+
+
+def key_info(key_id=1, group_id=None, **limits) -> KeyInfo:
+    return KeyInfo(key_id=key_id, user_id=1, tenant_id=1, group_id=group_id, model_id="clawhub-personal",
+                   allowed_models=frozenset(), rpm=limits.get("rpm"), tpm=limits.get("tpm"),
+                   concurrency=limits.get("concurrency"), expires_at=None,
+                   generation_key=f":1:keygen:{key_id}")
+
+
+def limiters():
+    return [lambda: RedisLimiter(settings.REDIS_URL, GroupLimits(concurrency=2), slot_ttl=600),
+            lambda: LocalLimiter(GroupLimits(concurrency=2), slot_ttl=600)]
+
+
+@pytest.mark.parametrize("make", limiters(), ids=["redis", "local"])
+def test_limiters_apply_rpm_tpm_and_concurrency_alike(make):
+    async def run():
+        limiter = make()
+        try:
+            rpm = key_info(101, rpm=2)
+            await limiter.admit(rpm, "a", None)
+            await limiter.admit(rpm, "b", None)
+            with pytest.raises(GatewayError) as exc:
+                await limiter.admit(rpm, "c", None)
+            assert exc.value.status == 429 and 1 <= exc.value.retry_after <= 60
+
+            conc = key_info(102, concurrency=1)
+            await limiter.admit(conc, "x", None)
+            with pytest.raises(GatewayError) as exc:
+                await limiter.admit(conc, "y", None)
+            assert exc.value.retry_after == 1
+            await limiter.release(conc, "x", 0)
+            await limiter.admit(conc, "y", None)
+
+            tpm = key_info(103, tpm=100)
+            await limiter.admit(tpm, "t1", None)
+            await limiter.release(tpm, "t1", 100)  # tokens land after the response
+            with pytest.raises(GatewayError):
+                await limiter.admit(tpm, "t2", None)
+
+            # Group keys also count against the group's limits (concurrency 2 here), across keys.
+            await limiter.admit(key_info(104, group_id=9), "g1", None)
+            await limiter.admit(key_info(105, group_id=9), "g2", None)
+            with pytest.raises(GatewayError):
+                await limiter.admit(key_info(106, group_id=9), "g3", None)
+            await limiter.admit(key_info(107), "personal", None)
+        finally:
+            await limiter.close()
+
+    asyncio.run(run())
+
+
+def test_redis_admission_reports_a_moved_generation_without_counting():
+    from clawhub.keys.cache import key_cache_invalidate
+
+    async def run(expected):
+        limiter = RedisLimiter(settings.REDIS_URL, GroupLimits(), slot_ttl=600)
+        try:
+            return await limiter.admit(key_info(201, rpm=1), "r1", expected)
+        finally:
+            await limiter.close()
+
+    from django.core.cache import cache
+
+    info = key_info(201)
+    assert info.generation_key == cache.make_key("keygen:201")
+    assert asyncio.run(run("")) == (True, "0")
+    key_cache_invalidate(key_id=201)
+    # Stale generation: refused without counting, so the retry after a fresh lookup is not over rpm=1.
+    admitted, generation = asyncio.run(run("0"))
+    assert not admitted and generation != "0"
+    with pytest.raises(GatewayError):
+        asyncio.run(run(generation))  # rpm=1 was used by the first call only
+
+
+def test_identity_from_marker_in_content_parts_and_precedence():
+    body = {"session_id": "body", "messages": [
+        {"role": "system",
+         "content": [{"type": "text", "text": "Hi.\n[RL-TRAINING-META] session_id=m1 turn_type=side"}]},
+        {"role": "user", "content": "q"}]}
+    identity = extract_identity({}, body)
+    assert (identity.session_id, identity.turn_type) == ("body", "side")
+    assert body["messages"][0]["content"][0]["text"] == "Hi." and "session_id" not in body
+    headers = {b"x-session-id": b"hdr", b"x-turn-type": b"main", b"x-session-done": b"true"}
+    identity = extract_identity(headers, {"messages": [{"role": "user", "content": "q"}]})
+    assert (identity.session_id, identity.turn_type, identity.session_done) == ("hdr", "main", True)
+    with pytest.raises(GatewayError):
+        extract_identity({}, {"turn_type": "other"})
