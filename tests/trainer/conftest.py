@@ -1,0 +1,86 @@
+"""Helpers for the trainer tests: pure pytest, no database. The model is the committed tiny Qwen2."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+TINY_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tiny-qwen2"
+CHATS = Path(__file__).resolve().parents[2] / "workers" / "trainer" / "corpus" / "chats.jsonl"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: CPU-heavy trainer test (a real training run, under a minute)")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Two cores are shared by everyone; for a model this small a second thread buys little and, on a busy
+    # machine, spin-waiting threads make a run several times slower.
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    assert (TINY_MODEL_DIR / "model.safetensors").exists(), "run: python manage.py build_tiny_model"
+    return TINY_MODEL_DIR
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def prompts() -> list[list[dict]]:
+    """The opening user turn (with its system message, if any) of every corpus chat."""
+    out = []
+    for line in CHATS.read_text().splitlines():
+        messages = json.loads(line)["messages"]
+        first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
+        out.append(messages[: first_user + 1])
+    return out
+
+
+# The style rule of the training tests (the "student" persona of OpenClaw-RL's evaluation): no **bold** and no
+# numbered lists. The tiny model's corpus has both, so about a quarter of its samples break the rule.
+STYLE_HINT = "Write plain sentences: no bold text and no numbered lists."
+
+
+def breaks_style(text: str) -> bool:
+    return "**" in text or re.search(r"(?m)^\s*\d+\.\s", text) is not None
+
+
+def style_reward(text: str) -> int:
+    return -1 if breaks_style(text) else 1
+
+
+def sampled_batch(backend, prompts, *, seed: int, first_id: int = 0, max_new_tokens: int = 48, hints=True):
+    """Samples from the backend's current policy, judged by the style rule, as the gateway would record them;
+    the ones that break the rule carry the style hint (for OPD / Combine)."""
+    from workers.trainer.backend import TrainSample
+
+    out = backend.sample(prompts, max_new_tokens=max_new_tokens, temperature=1.0, seed=seed)
+    batch = []
+    for i, (prompt, s) in enumerate(zip(prompts, out, strict=True)):
+        reward = style_reward(s.text)
+        batch.append(
+            TrainSample(
+                sample_id=first_id + i,
+                messages=prompt,
+                response_text=s.text,
+                response_token_ids=s.token_ids,
+                response_logprobs=s.logprobs,
+                reward=reward,
+                hints=[STYLE_HINT] if hints and reward < 0 else [],
+            )
+        )
+    return batch

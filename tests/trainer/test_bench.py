@@ -1,0 +1,60 @@
+"""The benchmark's code paths (numbers are reported, not asserted): the tiny run, the Qwen3-shaped GPU path
+scaled down to run on CPU, and the refusal to run the 4B shape without a GPU."""
+
+import json
+
+import pytest
+import torch
+
+from workers.trainer import bench
+from workers.trainer.backend import TrainConfig
+from workers.trainer.local import LocalBackend
+
+
+def test_tiny_bench_prints_one_json_line_per_objective():
+    lines = []
+    rows = bench.bench(model_shape="tiny", objectives=("rl", "combine"), steps=1, log=lines.append)
+    assert [json.loads(line)["objective"] for line in lines] == ["rl", "combine"]
+    for row in rows:
+        assert row["tokens_per_step"] > 0 and row["seconds_per_step"] > 0 and row["tokens_per_s"] > 0
+        assert row["reference_seconds_per_step"] > 0 and row["speedup_vs_reference"] > 0
+        assert row["peak_mem_mb"] >= 0 and row["model_tflops_per_step"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_the_4b_shape_refuses_to_run_without_a_gpu(capsys):
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        bench.bench(model_shape="qwen3-4b")
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--model-shape", "qwen3-4b"])
+    assert exit_info.value.code == 2 and "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_the_qwen3_path_works_scaled_down(tmp_path):
+    """What the GPU run does (random Qwen3 built in place, long synthetic turns, both loops), on a small
+    Qwen3 so it runs on CPU."""
+    loader = bench.qwen3_4b_loader(
+        bench.TINY_MODEL_DIR,
+        vocab_size=4096,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+    )
+    backend = LocalBackend(model_loader=loader)
+    backend.start(str(bench.TINY_MODEL_DIR), None, TrainConfig(method="combine", device="cpu"), str(tmp_path))
+    assert type(backend.model.get_base_model()).__name__ == "Qwen3ForCausalLM"
+    shape = bench.Shape("small", batch_samples=4, micro_batch_size=2, prompt_tokens=96, response_tokens=48)
+    samples = bench.make_samples(backend, shape, seed=0)
+    assert len(samples) == 4 and all(len(s.response_token_ids) >= 40 for s in samples)
+    timing = bench.optimized_step(backend, samples, call=0)
+    assert timing["steps"] == 1  # nothing dropped: the synthetic turns align with their recorded ids
+    assert bench.reference_step(backend, samples) > 0
+    lengths = [(100, 48)] * 4
+    layers, head, attn = bench.matmul_params(backend.model)
+    assert head == 4096 * 64 and attn == 2 * 2 * 32
+    assert bench.forward_flops(backend.model, lengths, False) == 4 * (
+        2 * layers * 148 + 2 * head * 48 + 2 * 148 * 148 * attn
+    )

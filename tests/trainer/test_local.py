@@ -1,0 +1,218 @@
+"""LocalBackend on the tiny model: on-policy sampling, exact gradient accumulation, checkpoint/resume,
+export."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from peft import PeftModel
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from tests.trainer.conftest import sampled_batch
+from workers.trainer.backend import TrainConfig, TrainSample
+from workers.trainer.batching import collate, encode_batch, pad_values
+from workers.trainer.local import LocalBackend, response_logprobs
+
+
+def started(tiny_model_dir, workdir, parent=None, **config) -> LocalBackend:
+    backend = LocalBackend()
+    backend.start(
+        str(tiny_model_dir), parent, TrainConfig(device="cpu", **{"lr": 1e-3, **config}), str(workdir)
+    )
+    return backend
+
+
+def adapter_weights(backend) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in backend.model.named_parameters() if p.requires_grad}
+
+
+def test_sampled_logprobs_are_the_policys_own(tiny_model_dir, tmp_path, prompts):
+    """generate() with top_k=0, top_p=1 and raw log-probs: the trainer recomputes them (rho = 1)."""
+    backend = started(tiny_model_dir, tmp_path)
+    batch = sampled_batch(backend, prompts[:8], seed=0)
+    encoded, dropped = encode_batch(backend.tokenizer, batch, max_seq_len=2048)
+    assert not dropped and all(e.alignment == "recorded" for e in encoded)
+    sequences = collate([(e.prompt_ids, e.response_ids) for e in encoded], pad_id=0)
+    with torch.no_grad():
+        recomputed, _ = response_logprobs(backend.model, sequences)
+    recorded = pad_values([e.old_logprobs for e in encoded], sequences.mask.shape[1])
+    assert ((recomputed - recorded).abs() * sequences.mask).max() < 1e-4
+    # Some samples stop on <|im_end|>, which is part of the trained response.
+    assert any(s.response_token_ids[-1] == backend.tokenizer.eos_token_id for s in batch)
+
+
+def test_gradient_accumulation_equals_one_big_batch(tiny_model_dir, tmp_path, prompts):
+    probe = started(tiny_model_dir, tmp_path / "probe")
+    batch = sampled_batch(probe, prompts[:8], seed=1)
+    assert {s.reward for s in batch} == {-1, 1}
+    one = started(tiny_model_dir, tmp_path / "one", method="combine", micro_batch_size=8)
+    accumulated = started(
+        tiny_model_dir,
+        tmp_path / "acc",
+        method="combine",
+        micro_batch_size=2,
+        grad_accum=4,
+        padding_side="left",
+    )
+    r1, r2 = one.train(batch), accumulated.train(batch)
+    assert r1.steps == r2.steps == 1
+    assert r1.metrics[0].loss == pytest.approx(r2.metrics[0].loss, abs=1e-5)
+    w1, w2 = adapter_weights(one), adapter_weights(accumulated)
+    assert any((w != 0).any() for n, w in w1.items() if "lora_B" in n)  # the step did something
+    for name in w1:
+        assert torch.allclose(w1[name], w2[name], atol=1e-6), name
+
+
+class Crash(Exception):
+    pass
+
+
+def test_a_killed_run_resumes_after_the_last_checkpoint_with_identical_state(
+    tiny_model_dir, tmp_path, prompts
+):
+    probe = started(tiny_model_dir, tmp_path / "probe")
+    batch = sampled_batch(probe, prompts[:12], seed=2)
+    # Half of them without recorded ids/logprobs: their pi_old is computed before step 1 and must survive the
+    # crash (recomputing it after two updates would change the remaining step).
+    for sample in batch[::2]:
+        sample.response_token_ids = sample.response_logprobs = None
+    config = {"method": "rl", "micro_batch_size": 2, "grad_accum": 2}  # 12 samples -> 3 optimizer steps
+
+    reference = started(tiny_model_dir, tmp_path / "reference", **config)
+    uninterrupted = reference.train(batch)
+    assert [m.step for m in uninterrupted.metrics] == [1, 2, 3]
+
+    workdir = tmp_path / "run"
+    first = started(tiny_model_dir, workdir, **config)
+    seen = {}
+
+    def crash_after_step_2(metrics):
+        if metrics.step == 2:
+            seen["optimizer"] = first.optimizer.state_dict()
+            seen["weights"] = adapter_weights(first)
+            raise Crash
+
+    with pytest.raises(Crash):
+        first.train(batch, on_step=crash_after_step_2)
+    # A half-written checkpoint (the process died while saving step 3) must be ignored.
+    (workdir / "checkpoints" / ".tmp-step-00000003-999").mkdir()
+
+    with pytest.raises(ValueError, match=r"different TrainConfig \(lr\)"):
+        started(tiny_model_dir, workdir, **{**config, "lr": 5e-4})
+    second = started(tiny_model_dir, workdir, **config)
+    assert second.resumed_from_step == 2
+    restored = second.optimizer.state_dict()
+    assert restored["param_groups"] == seen["optimizer"]["param_groups"]
+    for key, state in seen["optimizer"]["state"].items():
+        assert state["step"] == restored["state"][key]["step"] == 2
+        assert torch.equal(state["exp_avg"], restored["state"][key]["exp_avg"])
+        assert torch.equal(state["exp_avg_sq"], restored["state"][key]["exp_avg_sq"])
+    for name, weight in adapter_weights(second).items():
+        assert torch.equal(weight, seen["weights"][name]), name
+
+    steps = []
+    resumed = second.train(batch, on_step=lambda m: steps.append(m.step))
+    assert steps == [3] and resumed.resumed_from_step == 2 and resumed.steps == 3
+    assert sorted(resumed.trained_sample_ids) == list(range(12))
+    for name, weight in adapter_weights(second).items():
+        assert torch.allclose(weight, adapter_weights(reference)[name], atol=1e-7), name
+    assert not list((workdir / "checkpoints").glob(".tmp-*"))  # swept by the next save
+
+    # Redelivered once more: nothing is trained twice.
+    again = second.train(batch, on_step=lambda m: steps.append(m.step))
+    assert steps == [3] and again.steps == 3 and [m.step for m in again.metrics] == [1, 2, 3]
+
+
+def test_a_different_batch_cannot_hijack_an_unfinished_run(tiny_model_dir, tmp_path, prompts):
+    probe = started(tiny_model_dir, tmp_path / "probe")
+    batch = sampled_batch(probe, prompts[:4], seed=3)
+    first = started(tiny_model_dir, tmp_path / "run", method="rl", micro_batch_size=1, grad_accum=1)
+
+    def crash(metrics):
+        raise Crash
+
+    with pytest.raises(Crash):
+        first.train(batch, on_step=crash)
+    second = started(tiny_model_dir, tmp_path / "run", method="rl", micro_batch_size=1, grad_accum=1)
+    other = [TrainSample(**{**vars(s), "sample_id": s.sample_id + 100}) for s in batch]
+    with pytest.raises(RuntimeError, match="unfinished train\\(\\) on other samples"):
+        second.train(other)
+
+
+def test_dropped_samples_are_reported_with_reasons(tiny_model_dir, tmp_path, prompts):
+    backend = started(tiny_model_dir, tmp_path, method="rl", max_seq_len=128)
+    good = sampled_batch(backend, prompts[:2], seed=4)
+    neutral = TrainSample(sample_id="neutral", messages=prompts[2], response_text="Fine.", reward=0)
+    long = TrainSample(sample_id="long", messages=prompts[3], response_text="word " * 300, reward=1)
+    result = backend.train([*good, neutral, long])
+    reasons = {d.sample_id: d.reason for d in result.dropped}
+    assert reasons["neutral"] == "reward 0: no RL signal"
+    assert reasons["long"].startswith("too long:")
+    assert sorted(result.trained_sample_ids) == [0, 1]
+    assert {d.sample_id for d in result.metrics[0].dropped} == {"neutral", "long"}
+
+
+def test_kl_term_to_the_base(tiny_model_dir, tmp_path, prompts):
+    backend = started(tiny_model_dir, tmp_path, method="rl", kl_coef=0.5, epochs=2, lr=1e-2)
+    batch = sampled_batch(backend, prompts[:4], seed=5)
+    result = backend.train(batch)
+    # Step 1 starts at the base (LoRA B = 0), so KL = 0; after an update the policy has moved away from it.
+    assert result.metrics[0].kl == pytest.approx(0.0, abs=1e-6)
+    assert result.metrics[1].kl > 1e-6
+
+
+def test_exported_adapter_loads_with_peft_and_changes_outputs(tiny_model_dir, tmp_path, prompts):
+    backend = started(tiny_model_dir, tmp_path / "run", method="rl", lr=2e-2, epochs=3)
+    batch = sampled_batch(backend, prompts[:8], seed=6)
+    backend.train(batch)
+    out = backend.export_adapter(str(tmp_path / "export" / "v1"))
+    files = {p.name for p in (tmp_path / "export" / "v1").iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= files
+    config = json.loads((tmp_path / "export" / "v1" / "adapter_config.json").read_text())
+    assert config["r"] == 16 and config["lora_alpha"] == 32 and config["peft_type"] == "LORA"
+    assert set(config["target_modules"]) == {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
+    assert config["base_model_name_or_path"] == str(tiny_model_dir)
+    assert all(k.startswith("base_model.model.") for k in load_file(f"{out}/adapter_model.safetensors"))
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ids = backend.tokenizer.apply_chat_template(prompts[0], add_generation_prompt=True, return_tensors="pt")
+    ids = ids["input_ids"] if not torch.is_tensor(ids) else ids
+    with torch.no_grad():
+        base_logits = base(input_ids=ids).logits
+        base_greedy = base.generate(input_ids=ids, do_sample=False, max_new_tokens=20)
+    loaded = PeftModel.from_pretrained(base, out).eval()
+    with torch.no_grad():
+        tuned_logits = loaded(input_ids=ids).logits
+        tuned_greedy = loaded.generate(input_ids=ids, do_sample=False, max_new_tokens=20)
+        backend.model.eval()
+        trainer_logits = backend.model(input_ids=ids).logits
+    assert (tuned_logits - base_logits).abs().max() > 1e-2  # the adapter changes the outputs
+    assert torch.allclose(tuned_logits, trainer_logits, atol=1e-5)  # and is exactly what was trained
+    assert not torch.equal(tuned_greedy, base_greedy)
+
+
+def test_continuing_a_parent_adapter_keeps_its_shape(tiny_model_dir, tmp_path, prompts):
+    from workers.trainer.tiny_model import make_lora_adapter
+
+    parent = make_lora_adapter(tiny_model_dir, tmp_path / "parent", seed=1, rank=8, alpha=16)
+    backend = started(tiny_model_dir, tmp_path / "run", parent=str(parent), method="rl")
+    parent_weights = load_file(f"{parent}/adapter_model.safetensors")
+    before = backend.export_adapter(str(tmp_path / "v0"))
+    for name, weight in load_file(f"{before}/adapter_model.safetensors").items():
+        assert torch.equal(weight, parent_weights[name])  # starts from the parent, not from zero
+    backend.train(sampled_batch(backend, prompts[:4], seed=7))
+    after = backend.export_adapter(str(tmp_path / "v1"))
+    assert json.loads((tmp_path / "v1" / "adapter_config.json").read_text())["r"] == 8
+    changed = load_file(f"{after}/adapter_model.safetensors")
+    assert any(not torch.equal(changed[n], parent_weights[n]) for n in parent_weights)
+    shutil.rmtree(tmp_path / "v0")

@@ -1,0 +1,292 @@
+"""The training-backend interface: plain data in, a PEFT adapter directory out.
+
+Every backend (local torch+peft, Tinker, Fireworks) implements `TrainingBackend` and speaks only the plain
+dataclasses below, so the Celery train task can load samples through Django selectors, hand them over, and
+store what comes back through Django services without the trainer knowing about Django (DESIGN.md, "Workers").
+
+This module imports neither torch nor Django on purpose: the web process builds `TrainSample`/`TrainConfig`
+and must never pull torch into `sys.modules`.
+
+Lifecycle, per training run:
+
+    backend = load_backend("local")()
+    backend.start(base_model, parent_adapter_dir, config, workdir)  # resumes from a checkpoint in workdir
+    result = backend.train(samples, on_step=report_progress)        # may be called again with more samples
+    backend.export_adapter(out_dir)              # adapter_config.json + adapter_model.safetensors
+    backend.close()
+
+Redelivery: a task killed mid-run calls start() with the same workdir and train() with the same samples; the
+backend continues after the last completed optimizer step and never repeats one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+Method = Literal["rl", "opd", "combine"]
+METHODS = ("rl", "opd", "combine")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+# Attention and MLP projections of Qwen2/Qwen3/Llama-style models (OpenClaw-RL's LoRA: all attn + MLP).
+DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+# How a hint enters the teacher's context (DESIGN.md, "OPD hint"): appended to the last user message.
+HINT_TEMPLATE = "\n\n[user's hint / instruction]\n{hint}"
+
+
+@dataclass
+class TrainSample:
+    """One judged assistant turn, as recorded by the gateway.
+
+    messages: the prompt (OpenAI chat messages) the model answered; tools: the tool schemas sent with it.
+    response_text: the assistant output exactly as the model wrote it (content and, for tool calls, the
+        model's own tool-call text such as `<tool_call>...</tool_call>`), without the end-of-turn token.
+    response_token_ids / response_logprobs: the sampled token ids and their log-probs under the serving policy
+        (vLLM's raw log-probs). Optional: without them, or when they do not decode to response_text, the text
+        is re-tokenized and pi_old becomes the current policy's log-probs.
+    reward: the judge's score -1/0/+1 (0 = ambiguous or no next state: no RL signal).
+    hints: candidate OPD hints accepted by the judge (may be empty).
+    member_id: who produced the turn (group batches cap each member's share; the trainer only reports it).
+    """
+
+    sample_id: int | str
+    messages: list[dict[str, Any]]
+    response_text: str
+    tools: list[dict[str, Any]] | None = None
+    response_token_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+    reward: int = 0
+    hints: list[str] = field(default_factory=list)
+    member_id: int | str | None = None
+
+    def __post_init__(self) -> None:
+        if self.reward not in (-1, 0, 1):
+            raise ValueError(f"sample {self.sample_id}: reward must be -1, 0 or +1, got {self.reward!r}")
+        if not self.messages:
+            raise ValueError(f"sample {self.sample_id}: messages (the prompt) must not be empty")
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters of one training run. Defaults follow OpenClaw-RL (REFERENCE.md, "Losses").
+
+    Objective
+      method: "rl" (Binary RL: A = r, turns with r = 0 masked), "opd" (A = log pi_teacher - log pi_old, only
+          turns with a hint), "combine" (A = w_opd * OPD term + w_rl * r; a turn needs a score or a hint).
+      eps_low / eps_high: PPO clip range [1 - eps_low, 1 + eps_high] on the ratio.
+      w_rl / w_opd: Combine weights (w_opd also scales "opd"; w_rl is ignored by "opd").
+      kl_coef: weight of a k3 KL estimate to the base model (adapter off); 0 disables it and its forward.
+      topk_overlap: K of the overlap-guided hint choice among several hints.
+    LoRA / optimiser
+      lora_r, lora_alpha, lora_dropout, target_modules: PEFT LoraConfig (ignored when continuing a parent
+          adapter, whose own config is kept so the new version stays loadable next to it).
+      lr, betas, weight_decay, max_grad_norm: AdamW and gradient clipping.
+    Batching
+      micro_batch_size: samples per forward/backward. grad_accum: micro-batches per optimizer step; None = the
+          whole batch in one optimizer step (OpenClaw-RL: one update per batch of 16).
+      epochs: passes over the batch; max_steps: cap on optimizer steps per train() call (None = no cap).
+      max_seq_len: prompt + response tokens; longer samples are dropped with a reason, or their response cut
+          to fit when truncate_response is True.
+      padding_side: "right" or "left" (positions are derived from the attention mask, so both give the same
+          log-probs).
+    Runtime
+      seed; dtype: "auto" = bfloat16 on CUDA, float32 on CPU; device: "auto" = cuda if available, else cpu;
+      gradient_checkpointing: trade compute for activation memory on long sequences.
+    """
+
+    method: Method = "combine"
+    lr: float = 1e-5
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.1
+    max_grad_norm: float = 1.0
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    w_rl: float = 1.0
+    w_opd: float = 1.0
+    kl_coef: float = 0.0
+    topk_overlap: int = 4
+    micro_batch_size: int = 4
+    grad_accum: int | None = None
+    epochs: int = 1
+    max_steps: int | None = None
+    max_seq_len: int = 4096
+    truncate_response: bool = False
+    padding_side: Literal["left", "right"] = "right"
+    seed: int = 0
+    dtype: str = "auto"
+    device: str = "auto"
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        self.target_modules = tuple(self.target_modules)
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        problems = list(self._problems())
+        if problems:
+            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+    def _problems(self):
+        if self.method not in METHODS:
+            yield f"method={self.method!r}: use one of {', '.join(METHODS)}"
+        if not 0 < self.lr < 1:
+            yield f"lr={self.lr}: must be in (0, 1); LoRA RL uses about 1e-6 to 1e-4"
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            yield f"betas={self.betas}: two numbers in [0, 1), e.g. (0.9, 0.98)"
+        if self.weight_decay < 0 or self.max_grad_norm <= 0:
+            yield "weight_decay must be >= 0 and max_grad_norm > 0"
+        if self.lora_r < 1 or self.lora_alpha <= 0:
+            yield f"lora_r={self.lora_r}, lora_alpha={self.lora_alpha}: rank >= 1, alpha > 0 (e.g. 16, 32)"
+        if not 0 <= self.lora_dropout < 1:
+            yield f"lora_dropout={self.lora_dropout}: must be in [0, 1)"
+        if not self.target_modules or not all(isinstance(m, str) and m for m in self.target_modules):
+            yield "target_modules must name at least one module, e.g. ('q_proj', 'v_proj')"
+        if not 0 <= self.eps_low < 1 or self.eps_high < 0:
+            yield f"eps_low={self.eps_low}, eps_high={self.eps_high}: need 0 <= eps_low < 1 and eps_high >= 0"
+        if self.w_rl < 0 or self.w_opd < 0:
+            yield f"w_rl={self.w_rl}, w_opd={self.w_opd}: weights must be >= 0"
+        if self.method == "combine" and self.w_rl == 0 and self.w_opd == 0:
+            yield "method='combine' with w_rl = w_opd = 0 trains nothing: set at least one weight above 0"
+        if self.method == "opd" and self.w_opd == 0:
+            yield "method='opd' with w_opd=0 trains nothing: set w_opd > 0 (default 1.0)"
+        if self.kl_coef < 0:
+            yield f"kl_coef={self.kl_coef}: must be >= 0 (0 disables the KL term)"
+        if self.topk_overlap < 1:
+            yield f"topk_overlap={self.topk_overlap}: must be >= 1 (OpenClaw-RL uses 4)"
+        if self.micro_batch_size < 1:
+            yield f"micro_batch_size={self.micro_batch_size}: must be >= 1"
+        if self.grad_accum is not None and self.grad_accum < 1:
+            yield f"grad_accum={self.grad_accum}: must be >= 1, or None for one optimizer step per batch"
+        if self.epochs < 1:
+            yield f"epochs={self.epochs}: must be >= 1"
+        if self.max_steps is not None and self.max_steps < 1:
+            yield f"max_steps={self.max_steps}: must be >= 1, or None for no cap"
+        if self.max_seq_len < 16:
+            yield f"max_seq_len={self.max_seq_len}: must be >= 16 tokens"
+        if self.padding_side not in ("left", "right"):
+            yield f"padding_side={self.padding_side!r}: use 'left' or 'right'"
+        if self.dtype not in DTYPES:
+            yield f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}"
+        if not (self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")):
+            yield f"device={self.device!r}: use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+
+    @property
+    def samples_per_step(self) -> int | None:
+        """Samples per optimizer step, or None when one step takes the whole batch."""
+        return None if self.grad_accum is None else self.micro_batch_size * self.grad_accum
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["target_modules"] = list(self.target_modules)
+        data["betas"] = list(self.betas)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """From stored JSON (site defaults merged with a tenant's overrides); unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**data)
+
+
+@dataclass
+class DroppedSample:
+    sample_id: int | str
+    reason: str
+
+
+@dataclass
+class StepMetrics:
+    """One optimizer step. loss includes the KL term; mean_* are over the step's trainable samples."""
+
+    step: int
+    loss: float
+    mean_reward: float
+    mean_advantage: float
+    tokens: int
+    seconds: float
+    samples: int = 0
+    sample_ids: list[int | str] = field(default_factory=list)
+    clip_fraction: float = 0.0
+    kl: float = 0.0
+    grad_norm: float = 0.0
+    dropped: list[DroppedSample] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepMetrics:
+        data = dict(data)
+        data["dropped"] = [DroppedSample(**d) for d in data.get("dropped", [])]
+        return cls(**data)
+
+
+@dataclass
+class TrainResult:
+    """What train() did. adapter_dir holds the PEFT adapter after the last step (inside the workdir: call
+    export_adapter to copy it somewhere permanent). steps counts all optimizer steps of the run so far."""
+
+    adapter_dir: str
+    steps: int
+    metrics: list[StepMetrics] = field(default_factory=list)
+    dropped: list[DroppedSample] = field(default_factory=list)
+    trained_sample_ids: list[int | str] = field(default_factory=list)
+    resumed_from_step: int | None = None
+
+
+OnStep = Callable[[StepMetrics], None]
+
+
+class TrainingBackend(ABC):
+    """What the train task needs from any backend. Implementations must be safe to re-run after a crash."""
+
+    name: str = ""
+
+    @abstractmethod
+    def start(
+        self, base_model: str, parent_adapter_dir: str | None, config: TrainConfig, workdir: str
+    ) -> None:
+        """Prepare a run of `base_model` (a local path or model id), continuing `parent_adapter_dir` (a PEFT
+        directory) when given, else a fresh LoRA. If `workdir` holds a checkpoint of this run, resume from
+        it."""
+
+    @abstractmethod
+    def train(self, batch: list[TrainSample], on_step: OnStep | None = None) -> TrainResult:
+        """Run the optimizer steps for `batch`; call on_step after each step (after its checkpoint is saved).
+        Calling it again with the same batch after a resume continues where the last checkpoint left off."""
+
+    @abstractmethod
+    def export_adapter(self, out_dir: str) -> str:
+        """Write the current adapter as a PEFT directory vLLM can load (adapter_config.json +
+        adapter_model.safetensors) and return its path."""
+
+    def remote_ids(self) -> dict[str, str]:
+        """Ids of remote state (training client, job, checkpoint) to store on the run; {} when local."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 - only backends holding connections or GPU memory need it
+        """Release what start() acquired."""
+
+
+# Backends by name, as "module:Class" so that naming one does not import torch or an SDK.
+BACKENDS: dict[str, str] = {
+    "local": "workers.trainer.local:LocalBackend",
+}
+
+
+def load_backend(name: str) -> type[TrainingBackend]:
+    try:
+        target = BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown training backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)

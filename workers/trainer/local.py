@@ -1,0 +1,590 @@
+"""LocalBackend: LoRA updates with torch + peft + transformers on this machine (GPU worker, or CPU for small
+models). Reads top to bottom: start (model, adapter, optimizer, resume) -> train (prepare pi_old / teacher /
+reference once, then optimizer steps with gradient accumulation, a checkpoint after each) -> export -> sample.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from workers.trainer import checkpoint as ckpt
+from workers.trainer.backend import (
+    DroppedSample,
+    OnStep,
+    StepMetrics,
+    TrainConfig,
+    TrainingBackend,
+    TrainResult,
+    TrainSample,
+)
+from workers.trainer.batching import (
+    Batch,
+    EncodedSample,
+    collate,
+    encode_batch,
+    end_token_ids,
+    pad_values,
+    with_hint,
+)
+from workers.trainer.batching import prompt_ids as render_prompt_ids
+from workers.trainer.hints import choose_hint, dedupe_hints, topk_ids, topk_overlap
+from workers.trainer.losses import (
+    aggregate,
+    binary_rl_advantages,
+    combine_advantages,
+    opd_advantages,
+    policy_loss,
+    token_logprobs,
+)
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        # bf16 on GPU halves memory at no accuracy cost for LoRA (peft keeps the adapter in fp32); CPU bf16
+        # matmuls are slow and gain nothing.
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+# TrainConfig fields that say where a run executes, not what it computes: a resume may change them.
+RUNTIME_FIELDS = ("device", "dtype", "gradient_checkpointing")
+
+
+def _key(sample_id: Any) -> str:
+    # Sample ids round-trip through JSON in the checkpoint; compare them as strings.
+    return str(sample_id)
+
+
+# ------------------------------------------------------------------------------------------ forward passes
+
+
+def response_logprobs(model: Any, batch: Batch, *, topk: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log pi(response token t) on the (B, T) grid, and optionally the top-k token ids at each position.
+
+    The LM head runs only at the response positions: for a 150k vocabulary the full (B, L, V) logits would
+    dominate memory. Calling the decoder and head separately keeps peft's LoRA layers (they live inside them)
+    and peft's disable_adapter() in force.
+    """
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    hidden = base.get_decoder()(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+    ).last_hidden_state
+    index = batch.logit_index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+    logits = base.get_output_embeddings()(hidden.gather(1, index))
+    logp = token_logprobs(logits, batch.targets)
+    return logp, (topk_ids(logits, topk) if topk else None)
+
+
+@dataclass
+class Sampled:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" or "length"
+
+
+@torch.no_grad()
+def generate_samples(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[dict[str, Any]]],
+    *,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    seed: int | None = None,
+    tools: list[dict[str, Any]] | None = None,
+) -> list[Sampled]:
+    """Sample one response per prompt from the model as it is (policy when an adapter is on).
+
+    generate() in transformers applies top_k=50 from the default generation config unless told otherwise,
+    which would make the samples come from a truncated distribution whose log-probs are not the policy's;
+    top_k=0 and top_p=1.0 sample the full distribution. The returned log-probs are the model's raw
+    (temperature-1) ones, like vLLM's default raw logprobs, so they are exactly what the trainer recomputes
+    (rho = 1 before an update).
+    """
+    if seed is not None:
+        torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    rows = [render_prompt_ids(tokenizer, messages, tools) for messages in prompts]
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+    attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+    ends = end_token_ids(tokenizer)
+    was_training = model.training
+    model.eval()
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=sorted(ends),
+        pad_token_id=pad,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    model.train(was_training)
+    new_tokens = out.sequences[:, width:]
+    logps = torch.stack([torch.log_softmax(step.float(), -1) for step in out.logits], dim=1)
+    results = []
+    for i in range(len(rows)):
+        ids, lps = [], []
+        finish = "length"
+        for t, token in enumerate(new_tokens[i].tolist()):
+            ids.append(token)
+            lps.append(float(logps[i, t, token]))
+            if token in ends:
+                finish = "stop"
+                break
+        text_ids = ids[:-1] if finish == "stop" else ids
+        text = tokenizer.decode(text_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        results.append(Sampled(text=text, token_ids=ids, logprobs=lps, finish_reason=finish))
+    return results
+
+
+# ------------------------------------------------------------------------------------------ the backend
+
+
+def load_pretrained(base_model: str, dtype: torch.dtype, device: torch.device) -> tuple[Any, Any]:
+    """(model, tokenizer) from a local directory or hub id, through the same code a real Qwen model uses."""
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype).to(device)
+    return model, tokenizer
+
+
+ModelLoader = Callable[[str, torch.dtype, torch.device], tuple[Any, Any]]
+
+
+class LocalBackend(TrainingBackend):
+    name = "local"
+
+    def __init__(self, model_loader: ModelLoader = load_pretrained):
+        # The benchmark swaps in a loader that builds a randomly initialised large model in place.
+        self.model_loader = model_loader
+
+    # -------------------------------------------------------------------------------------- start / resume
+
+    def start(
+        self, base_model: str, parent_adapter_dir: str | None, config: TrainConfig, workdir: str
+    ) -> None:
+        self.config = config
+        self.base_model = str(base_model)
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        torch.manual_seed(config.seed)
+
+        base, self.tokenizer = self.model_loader(self.base_model, self.dtype, self.device)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if config.gradient_checkpointing:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+        latest = ckpt.latest_checkpoint(self.workdir)
+        if latest is not None:
+            self.model = PeftModel.from_pretrained(base, latest / "adapter", is_trainable=True)
+        elif parent_adapter_dir:
+            # The parent's own LoRA shape is kept: a new version must load wherever the parent did.
+            self.model = PeftModel.from_pretrained(base, parent_adapter_dir, is_trainable=True)
+        else:
+            lora = LoraConfig(
+                r=config.lora_r,
+                lora_alpha=config.lora_alpha,
+                lora_dropout=config.lora_dropout,
+                target_modules=list(config.target_modules),
+                task_type="CAUSAL_LM",
+            )
+            self.model = get_peft_model(base, lora)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad],
+            lr=config.lr,
+            betas=config.betas,
+            weight_decay=config.weight_decay,
+        )
+        self.resumed_from_step: int | None = None
+        if latest is not None:
+            state, optimizer_state, prepared, rng = ckpt.load_checkpoint(latest)
+            if state["base_model"] != self.base_model:
+                raise ValueError(
+                    f"workdir {self.workdir} holds a run of {state['base_model']!r}, "
+                    f"not {self.base_model!r}; use a fresh workdir for a different base model"
+                )
+            # A changed config would silently change the remaining steps' plan or maths; where the run
+            # executes (device, dtype, activation checkpointing) may change.
+            saved = {k: v for k, v in state["config"].items() if k not in RUNTIME_FIELDS}
+            changed = sorted(k for k, v in saved.items() if config.to_dict().get(k) != v)
+            if changed:
+                raise ValueError(
+                    f"workdir {self.workdir} holds a run with a different TrainConfig "
+                    f"({', '.join(changed)}): resume with the run's stored config, or use a fresh workdir"
+                )
+            self.optimizer.load_state_dict(optimizer_state)
+            ckpt.restore_rng(rng)
+            self.state, self.prepared = state, prepared
+            self.resumed_from_step = state["step"]
+            log.info("resumed %s from step %s", self.workdir, state["step"])
+        else:
+            self.state = {
+                "step": 0,
+                "base_model": self.base_model,
+                "parent_adapter_dir": parent_adapter_dir,
+                "config": config.to_dict(),
+                "current": None,  # the train() call in progress: its sample ids and steps done
+                "trained_sample_ids": [],
+                "metrics": [],
+            }
+            self.prepared = None
+            # Step 0: the starting adapter, so that adapter_dir and resume exist before the first update.
+            self._save()
+
+    def _save(self) -> Path:
+        return ckpt.save_checkpoint(
+            self.workdir,
+            step=self.state["step"],
+            model=self.model,
+            optimizer=self.optimizer,
+            state=self.state,
+            prepared=self.prepared,
+        )
+
+    @property
+    def adapter_dir(self) -> str:
+        latest = ckpt.latest_checkpoint(self.workdir)
+        assert latest is not None, "start() writes a checkpoint"
+        return str(latest / "adapter")
+
+    # -------------------------------------------------------------------------------------- train
+
+    def train(self, batch: list[TrainSample], on_step: OnStep | None = None) -> TrainResult:
+        ids = [_key(s.sample_id) for s in batch]
+        current = self.state["current"]
+        resumed = None
+        if current is not None and [_key(k) for k in current["sample_ids"]] == ids:
+            resumed = self.state["step"] if current["done_steps"] < current["total_steps"] else None
+            if resumed is None:  # a redelivered call that already finished: report it, train nothing
+                return self._result(current)
+        elif current is not None and current["done_steps"] < current["total_steps"]:
+            raise RuntimeError(
+                f"workdir {self.workdir} holds an unfinished train() on other samples "
+                f"({len(current['sample_ids'])} samples, "
+                f"step {current['done_steps']}/{current['total_steps']}): "
+                "call train() with the same samples to finish it, or use a fresh workdir"
+            )
+        else:
+            current = self._prepare(batch)
+
+        plan = self._plan(current["trainable_ids"])
+        by_id = {_key(s.sample_id): s for s in batch}
+        for step_index in range(current["done_steps"], current["total_steps"]):
+            metrics = self._optimizer_step([by_id[_key(k)] for k in plan[step_index]])
+            current["done_steps"] += 1
+            if step_index == 0:
+                metrics.dropped = [DroppedSample(**d) for d in current["dropped"]]
+            self.state["metrics"].append(metrics.to_dict())
+            if current["done_steps"] == current["total_steps"]:
+                self.state["trained_sample_ids"] += current["trainable_ids"]
+            self._save()
+            if on_step is not None:
+                on_step(metrics)
+        result = self._result(current)
+        result.resumed_from_step = resumed
+        return result
+
+    def _result(self, current: dict[str, Any]) -> TrainResult:
+        first = current["first_metric"]
+        return TrainResult(
+            adapter_dir=self.adapter_dir,
+            steps=self.state["step"],
+            metrics=[StepMetrics.from_dict(m) for m in self.state["metrics"][first:]],
+            dropped=[DroppedSample(**d) for d in current["dropped"]],
+            trained_sample_ids=list(current["trainable_ids"]),
+        )
+
+    def _plan(self, trainable_ids: list[Any]) -> list[list[Any]]:
+        """Sample ids of each optimizer step. Deterministic from the ids and config, so a resumed call
+        recomputes the same plan."""
+        cfg = self.config
+        per_step = cfg.samples_per_step or max(len(trainable_ids), 1)
+        plan = []
+        for epoch in range(cfg.epochs):
+            order = list(trainable_ids)
+            if epoch > 0:
+                perm = torch.randperm(len(order), generator=torch.Generator().manual_seed(cfg.seed + epoch))
+                order = [order[i] for i in perm.tolist()]
+            plan += [order[i : i + per_step] for i in range(0, len(order), per_step)]
+        return plan[: cfg.max_steps] if cfg.max_steps else plan
+
+    # -------------------------------------------------------------------------------------- prepare
+
+    @torch.no_grad()
+    def _prepare(self, batch: list[TrainSample]) -> dict[str, Any]:
+        """Everything an update needs that does not depend on theta, computed once before the first step and
+        saved in the checkpoint: pi_old (recorded, else the current policy), the chosen hint and the teacher's
+        log-probs (base model, adapter off, prompt + hint), the reference log-probs for the KL term."""
+        cfg = self.config
+        self.model.eval()
+        encoded, dropped = encode_batch(
+            self.tokenizer, batch, max_seq_len=cfg.max_seq_len, truncate_response=cfg.truncate_response
+        )
+        use_hints = cfg.method in ("opd", "combine")
+        prepared: dict[str, dict[str, Any]] = {}
+        kept: list[EncodedSample] = []
+        for enc in encoded:
+            sample = enc.sample
+            hints = dedupe_hints(sample.hints) if use_hints else []
+            has_score = cfg.method != "opd" and sample.reward != 0
+            if not has_score and not hints:
+                why = {"rl": "reward 0: no RL signal", "opd": "no hint", "combine": "reward 0 and no hint"}
+                dropped.append(DroppedSample(sample.sample_id, why[cfg.method]))
+                continue
+            kept.append(enc)
+            prepared[_key(sample.sample_id)] = {
+                "prompt_ids": enc.prompt_ids,
+                "response_ids": enc.response_ids,
+                "old_logprobs": enc.old_logprobs,
+                "reward": sample.reward if cfg.method != "opd" else 0,
+                "hints": hints,
+                "hint": None,
+                "teacher_logprobs": None,
+                "ref_logprobs": None,
+                "alignment": enc.alignment,
+            }
+
+        # pi_old for re-tokenized samples, and the policy's top-K wherever a hint must be chosen.
+        need_policy = [
+            e for e in kept if e.old_logprobs is None or len(prepared[_key(e.sample.sample_id)]["hints"]) > 1
+        ]
+        for chunk in self._chunks(need_policy):
+            logp, top = self._forward([(e.prompt_ids, e.response_ids) for e in chunk], topk=cfg.topk_overlap)
+            for i, e in enumerate(chunk):
+                entry = prepared[_key(e.sample.sample_id)]
+                n = len(e.response_ids)
+                if entry["old_logprobs"] is None:
+                    entry["old_logprobs"] = logp[i, :n].tolist()
+                entry["policy_topk"] = top[i, :n]
+
+        # Teachers: the base model with the adapter disabled, on prompt + hint + the same response tokens.
+        self._teachers(kept, prepared)
+        for enc in kept:
+            entry = prepared[_key(enc.sample.sample_id)]
+            entry.pop("policy_topk", None)
+            if entry["reward"] == 0 and entry["hint"] is None:
+                dropped.append(
+                    DroppedSample(enc.sample.sample_id, "no usable hint (teacher context too long)")
+                )
+                del prepared[_key(enc.sample.sample_id)]
+
+        if cfg.kl_coef > 0:
+            items = [(k, v) for k, v in prepared.items()]
+            for chunk in self._chunks(items):
+                with self.model.disable_adapter():
+                    logp, _ = self._forward([(v["prompt_ids"], v["response_ids"]) for _, v in chunk])
+                for i, (_, v) in enumerate(chunk):
+                    v["ref_logprobs"] = logp[i, : len(v["response_ids"])].tolist()
+
+        trainable = [s.sample_id for s in batch if _key(s.sample_id) in prepared]
+        current = {
+            "sample_ids": [s.sample_id for s in batch],
+            "trainable_ids": trainable,
+            "dropped": [{"sample_id": d.sample_id, "reason": d.reason} for d in dropped],
+            "done_steps": 0,
+            "total_steps": len(self._plan(trainable)) if trainable else 0,
+            "first_metric": len(self.state["metrics"]),
+        }
+        self.state["current"] = current
+        self.prepared = prepared
+        for d in dropped:
+            log.info("dropped sample %s: %s", d.sample_id, d.reason)
+        return current
+
+    def _teachers(self, kept: list[EncodedSample], prepared: dict[str, dict[str, Any]]) -> None:
+        """Teacher log-probs for every (sample, hint) pair in micro-batches; where a sample has several
+        hints, keep the one with the highest top-K overlap with the policy."""
+        pairs = []  # (sample key, hint, teacher prompt ids, response ids)
+        for enc in kept:
+            key = _key(enc.sample.sample_id)
+            for hint in prepared[key]["hints"]:
+                messages = with_hint(enc.sample.messages, hint)
+                teacher_prompt = render_prompt_ids(self.tokenizer, messages, enc.sample.tools)
+                if len(teacher_prompt) + len(enc.response_ids) <= self.config.max_seq_len:
+                    pairs.append((key, hint, teacher_prompt, enc.response_ids))
+        scored: dict[str, list[tuple[str, list[float], Any]]] = {}
+        topk = self.config.topk_overlap if any(len(prepared[k]["hints"]) > 1 for k, *_ in pairs) else 0
+        for chunk in self._chunks(pairs):
+            with self.model.disable_adapter():
+                logp, top = self._forward([(prompt, response) for _, _, prompt, response in chunk], topk=topk)
+            for i, (key, hint, _, response) in enumerate(chunk):
+                n = len(response)
+                scored.setdefault(key, []).append((hint, logp[i, :n].tolist(), top[i, :n] if topk else None))
+        for key, options in scored.items():
+            entry = prepared[key]
+            best = 0
+            if len(options) > 1:
+                overlaps = [topk_overlap(entry["policy_topk"], top) for _, _, top in options]
+                best = choose_hint([hint for hint, _, _ in options], overlaps)
+                entry["overlaps"] = overlaps
+            entry["hint"], entry["teacher_logprobs"] = options[best][0], options[best][1]
+
+    def _chunks(self, items: list) -> list[list]:
+        size = self.config.micro_batch_size
+        return [items[i : i + size] for i in range(0, len(items), size)]
+
+    def _forward(self, sequences: list[tuple[list[int], list[int]]], topk: int = 0):
+        batch = collate(sequences, pad_id=self.tokenizer.pad_token_id, padding_side=self.config.padding_side)
+        logp, top = response_logprobs(self.model, batch.to(self.device), topk=topk)
+        return logp.float().cpu(), (top.cpu() if top is not None else None)
+
+    # -------------------------------------------------------------------------------------- one step
+
+    def _optimizer_step(self, samples: list[TrainSample]) -> StepMetrics:
+        cfg = self.config
+        started = time.monotonic()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss = clip = kl = adv_sum = 0.0
+        tokens = 0
+        for chunk in self._chunks(samples):
+            entries = [self.prepared[_key(s.sample_id)] for s in chunk]
+            batch = collate(
+                [(e["prompt_ids"], e["response_ids"]) for e in entries],
+                pad_id=self.tokenizer.pad_token_id,
+                padding_side=cfg.padding_side,
+            ).to(self.device)
+            width = batch.mask.shape[1]
+            logp_new, _ = response_logprobs(self.model, batch)
+            logp_old = pad_values([e["old_logprobs"] for e in entries], width).to(self.device)
+            advantages, mask = self._advantages(entries, logp_old, batch.mask, width)
+            logp_ref = None
+            if cfg.kl_coef > 0:
+                logp_ref = pad_values([e["ref_logprobs"] for e in entries], width).to(self.device)
+            out = policy_loss(
+                logp_new,
+                logp_old,
+                advantages,
+                mask,
+                eps_low=cfg.eps_low,
+                eps_high=cfg.eps_high,
+                kl_coef=cfg.kl_coef,
+                logp_ref=logp_ref,
+                num_samples=len(samples),
+            )
+            out.loss.backward()
+            share = len(chunk) / len(samples)
+            total_loss += float(out.loss.detach())
+            clip += float(out.clip_fraction) * share
+            kl += float(out.kl)
+            adv_sum += float(aggregate(advantages, mask, len(samples)))
+            tokens += int(mask.sum())
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
+        )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state["step"] += 1
+        rewards = [self.prepared[_key(s.sample_id)]["reward"] for s in samples]
+        return StepMetrics(
+            step=self.state["step"],
+            loss=total_loss,
+            mean_reward=sum(rewards) / len(rewards),
+            mean_advantage=adv_sum,
+            tokens=tokens,
+            seconds=round(time.monotonic() - started, 4),
+            samples=len(samples),
+            sample_ids=[s.sample_id for s in samples],
+            clip_fraction=clip,
+            kl=kl,
+            grad_norm=float(grad_norm),
+        )
+
+    def _advantages(self, entries: list[dict[str, Any]], logp_old, response_mask, width: int):
+        cfg = self.config
+        rewards = torch.tensor([float(e["reward"]) for e in entries], device=self.device)
+        if cfg.method == "rl":
+            return binary_rl_advantages(rewards, response_mask)
+        # No teacher for a turn without a usable hint: its teacher row equals pi_old, so the OPD term is 0.
+        teacher = pad_values(
+            [e["teacher_logprobs"] if e["hint"] is not None else e["old_logprobs"] for e in entries], width
+        ).to(self.device)
+        has_hint = torch.tensor([e["hint"] is not None for e in entries], device=self.device)
+        if cfg.method == "opd":
+            return opd_advantages(teacher, logp_old, has_hint, response_mask, cfg.w_opd)
+        return combine_advantages(teacher, logp_old, rewards, has_hint, response_mask, cfg.w_opd, cfg.w_rl)
+
+    # -------------------------------------------------------------------------------------- export / sample
+
+    def export_adapter(self, out_dir: str) -> str:
+        out = Path(out_dir)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.parent / f".{out.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp, safe_serialization=True)
+        # vLLM and the registry read the base from the adapter config; point it at what we trained on.
+        config_path = tmp / "adapter_config.json"
+        config = json.loads(config_path.read_text())
+        config["base_model_name_or_path"] = self.base_model
+        config_path.write_text(json.dumps(config, indent=2))
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        return str(out)
+
+    def sample(
+        self,
+        prompts: list[list[dict[str, Any]]],
+        max_new_tokens: int = 64,
+        temperature: float = 1.0,
+        *,
+        seed: int | None = None,
+        with_adapter: bool = True,
+    ) -> list[Sampled]:
+        """On-policy samples (adapter on) or base-model samples (with_adapter=False) for evaluation."""
+        if with_adapter:
+            return generate_samples(
+                self.model,
+                self.tokenizer,
+                prompts,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                seed=seed,
+            )
+        with self.model.disable_adapter():
+            return generate_samples(
+                self.model,
+                self.tokenizer,
+                prompts,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                seed=seed,
+            )
+
+    def close(self) -> None:
+        for name in ("model", "optimizer"):
+            if hasattr(self, name):
+                delattr(self, name)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,135 @@
+"""The OpenClaw-RL objectives as small pure functions (DESIGN.md "Training", REFERENCE.md "Losses").
+
+Shapes: B samples x T response positions. `mask` is 1.0 on real response tokens and 0.0 on padding; the
+advantage functions return a (possibly narrower) mask too, because Binary RL and OPD switch whole turns off.
+Everything that is not pi_theta (old and teacher log-probs, rewards) is treated as a constant: callers pass
+detached tensors, and the advantage functions detach again so a slip cannot leak gradient into the teacher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
+    """log softmax(logits)[target] for each position; float32 whatever the logits' dtype (bf16 log-probs are
+    too coarse for a ratio near 1)."""
+    logits = logits.float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def ratio(logp_new: Tensor, logp_old: Tensor) -> Tensor:
+    """rho = pi_theta / pi_old per token."""
+    return torch.exp(logp_new - logp_old)
+
+
+def clipped_surrogate(
+    logp_new: Tensor, logp_old: Tensor, advantages: Tensor, eps_low: float = 0.2, eps_high: float = 0.28
+) -> Tensor:
+    """Per-token PPO loss max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)); asymmetric clip (DAPO)."""
+    rho = ratio(logp_new, logp_old)
+    return torch.maximum(-advantages * rho, -advantages * rho.clamp(1 - eps_low, 1 + eps_high))
+
+
+def masked_mean_per_sample(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean over each sample's unmasked tokens, shape (B,); 0 for a sample with no unmasked token."""
+    return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def aggregate(per_token: Tensor, mask: Tensor, num_samples: int | None = None) -> Tensor:
+    """Masked token mean per sample, then mean over the samples that have any unmasked token.
+
+    num_samples overrides the denominator: gradient accumulation passes the count of active samples in the
+    whole optimizer step, so that the summed micro-batch losses equal the loss of the step done in one go.
+    """
+    active = (mask.sum(-1) > 0).sum()
+    denominator = active.clamp(min=1) if num_samples is None else max(num_samples, 1)
+    return masked_mean_per_sample(per_token, mask).sum() / denominator
+
+
+# --------------------------------------------------------------------------------------------- advantages
+
+
+def binary_rl_advantages(rewards: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """A_t = r for every token of the turn; turns with r = 0 (ambiguous, or no next state) are masked out."""
+    rewards = rewards.detach().to(mask.dtype)
+    advantages = rewards[:, None].expand_as(mask)
+    return advantages, mask * (rewards != 0)[:, None]
+
+
+def opd_advantages(
+    logp_teacher: Tensor, logp_old: Tensor, has_hint: Tensor, mask: Tensor, w_opd: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """A_t = w_opd (log pi_teacher(a_t | s + hint) - log pi_old(a_t | s)); turns without a hint are masked."""
+    has_hint = has_hint.to(mask.dtype)[:, None]
+    advantages = w_opd * (logp_teacher.detach() - logp_old.detach()) * has_hint
+    return advantages, mask * has_hint
+
+
+def combine_advantages(
+    logp_teacher: Tensor,
+    logp_old: Tensor,
+    rewards: Tensor,
+    has_hint: Tensor,
+    mask: Tensor,
+    w_opd: float = 1.0,
+    w_rl: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """A_t = w_opd (log pi_teacher - log pi_old) + w_rl r.
+
+    A turn with only a score has no teacher, so its OPD term is 0 (pure Binary RL); a turn with only a hint
+    has r = 0 (pure OPD); a turn with neither is masked.
+    """
+    opd, _ = opd_advantages(logp_teacher, logp_old, has_hint, mask, w_opd)
+    rewards = rewards.detach().to(mask.dtype)
+    advantages = opd + w_rl * rewards[:, None]
+    keep = (has_hint.to(torch.bool) | (rewards != 0)).to(mask.dtype)
+    return advantages, mask * keep[:, None]
+
+
+def kl_k3(logp_new: Tensor, logp_ref: Tensor) -> Tensor:
+    """Per-token k3 estimate of KL(pi_theta || pi_ref) on the sampled tokens: exp(d) - d - 1, d = ref - new.
+    Non-negative and unbiased for samples from pi_theta (Schulman, "Approximating KL divergence")."""
+    d = logp_ref.detach() - logp_new
+    return torch.exp(d) - d - 1
+
+
+# --------------------------------------------------------------------------------------------- the loss
+
+
+@dataclass
+class LossOutput:
+    loss: Tensor
+    clip_fraction: Tensor
+    kl: Tensor
+
+
+def policy_loss(
+    logp_new: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    kl_coef: float = 0.0,
+    logp_ref: Tensor | None = None,
+    num_samples: int | None = None,
+) -> LossOutput:
+    """The clipped surrogate aggregated per sample then over samples, plus kl_coef * KL to the reference."""
+    per_token = clipped_surrogate(logp_new, logp_old, advantages.detach(), eps_low, eps_high)
+    loss = aggregate(per_token, mask, num_samples)
+    kl = torch.zeros((), device=loss.device)
+    if kl_coef > 0:
+        if logp_ref is None:
+            raise ValueError("kl_coef > 0 needs the reference (base model) log-probs")
+        kl = aggregate(kl_k3(logp_new, logp_ref), mask, num_samples)
+        loss = loss + kl_coef * kl
+    with torch.no_grad():
+        rho = ratio(logp_new, logp_old)
+        clipped = ((rho < 1 - eps_low) | (rho > 1 + eps_high)).to(mask.dtype)
+        clip_fraction = (clipped * mask).sum() / mask.sum().clamp(min=1)
+    return LossOutput(loss=loss, clip_fraction=clip_fraction, kl=kl.detach())
