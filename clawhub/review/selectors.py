@@ -8,6 +8,7 @@ Members and viewers of a group see their own samples (``samples_for_user``), nev
 """
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -36,7 +37,14 @@ def review_policy_default_mode(tenant: Tenant) -> str:
 def review_policy_for(*, tenant: Tenant) -> ReviewPolicy:
     """The tenant's policy, or an unsaved one with the defaults."""
     policy = ReviewPolicy.objects.filter(tenant=tenant).first()
-    return policy or ReviewPolicy(tenant=tenant, mode=review_policy_default_mode(tenant))
+    if policy is not None:
+        return policy
+    policy = ReviewPolicy(tenant=tenant, mode=review_policy_default_mode(tenant))
+    if tenant.kind == Tenant.Kind.USER:
+        # The new-key guard protects a shared adapter from throwaway keys. On a person's own adapter only
+        # their own keys feed it, so by default a brand-new user's first feedback trains at once.
+        policy.new_key_age = timedelta(0)
+    return policy
 
 
 # --- who may review -----------------------------------------------------------------------------------------

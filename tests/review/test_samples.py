@@ -75,12 +75,27 @@ class TestWhatBecomesASample:
 
 
 class TestGuardsOnRealRows:
-    def test_new_key(self):
+    def test_new_key_in_a_group(self):
+        group = make_group()
+        member = add_member(group)
+        key, _ = make_key(member, group=group)  # created just now
+        sample = make_sample(member, key=key)
+        assert flags.NEW_KEY in codes(sample)
+        assert sample.state == Sample.State.PENDING
+
+    def test_new_key_on_a_personal_adapter_is_not_flagged_by_default(self):
         user = make_user()
-        key, _ = make_key(user)  # created just now
+        key, _ = make_key(user)  # created just now: a newcomer's first feedback trains at once
+        sample = make_sample(user, key=key)
+        assert codes(sample) == []
+        assert sample.state == Sample.State.APPROVED
+
+    def test_new_key_on_a_personal_adapter_when_the_user_sets_an_age(self):
+        user = make_user()
+        ReviewPolicy.objects.create(tenant=user.tenant, mode=ReviewPolicy.Mode.AUTO, new_key_age=timedelta(hours=1))
+        key, _ = make_key(user)
         sample = make_sample(user, key=key)
         assert codes(sample) == [flags.NEW_KEY]
-        # Personal tenants are "auto": approved unless flagged.
         assert sample.state == Sample.State.PENDING
 
     def test_revoked_key(self):
