@@ -1,0 +1,106 @@
+"""A local Fireworks that the real fireworks-ai SDKs talk to: the serverless trainer and the model registry.
+
+Training (fireworks.training.sdk.FiretitanServiceClient): Fireworks' fork of the tinker SDK, against
+{base}/training/v1/serverless/api/v1/... with the same futures and X-API-Key; it differs from Tinker in that
+forward_backward is sent as JSON and sessions are "ts-<hex>". So this fake is the Tinker fake under that
+prefix.
+Control plane (Authorization: Bearer): POST /v1/accounts/{a}/trainingSessions/{s}/checkpoints/{c}:promote
+registers the sampler checkpoint as a model, GET /v1/accounts/{a}/models/{m}:getDownloadEndpoint returns
+a signed
+URL per file (camelCase `filenameToSignedUrls`, as the REST API does).
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from tests.remote.fakes.base import Request, Response
+from tests.remote.fakes.tinker_server import FakeTinker
+
+SERVERLESS = "/training/v1/serverless"
+
+
+class FakeFireworks(FakeTinker):
+    def __init__(self, *, base_model_dir: Path, api_key: str, account_id: str, artifacts_dir: Path) -> None:
+        super().__init__(base_model_dir=base_model_dir, api_key=api_key, artifacts_dir=artifacts_dir)
+        self.account_id = account_id
+        self.promoted: dict[str, dict] = {}  # model id -> {"checkpoint", "dir", "base_model"}
+        acct = r"/v1/accounts/(?P<account>[^/]+)"
+        self.route(
+            "POST",
+            acct + r"/trainingSessions/(?P<session>[^/]+)/checkpoints/(?P<ckpt>[^/:]+):promote",
+            self._promote,
+        )
+        self.route("GET", acct + r"/models/(?P<model>[^/:]+):getDownloadEndpoint", self._download_endpoint)
+
+    def dispatch(self, method, raw_path, headers, body):
+        # The trainer's routes are Tinker's under the serverless prefix.
+        if raw_path.startswith(SERVERLESS):
+            raw_path = raw_path[len(SERVERLESS) :]
+        return super().dispatch(method, raw_path, headers, body)
+
+    def authorize(self, request: Request) -> Response | None:
+        if request.path.startswith("/signed/"):
+            return None
+        if request.path.startswith("/v1/"):
+            # The Stainless client sends a bearer token, the training SDK's control-plane helpers X-Api-Key.
+            if (
+                f"Bearer {self.api_key}" != request.header("authorization")
+                and request.header("x-api-key") != self.api_key
+            ):
+                return Response(401, {"error": {"code": 16, "message": "unauthenticated: invalid API key"}})
+            if not request.path.startswith(f"/v1/accounts/{self.account_id}/"):
+                return Response(403, {"error": {"code": 7, "message": "permission denied for account"}})
+            return None
+        return super().authorize(request)
+
+    def checkpoint_path(self, model_id: str, kind: str, name: str) -> str:
+        # Fireworks' trainers name checkpoints logically (no tinker:// URI); the SDK refuses URIs on restore.
+        return name if kind == "weights" else f"{model_id}/{kind}/{name}"
+
+    def _new_id(self, prefix: str) -> str:
+        if prefix == "session":
+            return f"ts-{secrets.token_hex(8)}"  # what the serverless gateway mints
+        return super()._new_id(prefix)
+
+    def _promote(self, request: Request) -> Response:
+        ckpt = request.params["ckpt"]
+        session = request.params["session"]
+        model = next(
+            (
+                m
+                for m in self.models.values()
+                if m.model_id.startswith(session)
+                and any(p.endswith(f"/sampler_weights/{ckpt}") for p in m.saved)
+            ),
+            None,
+        )
+        if model is None:
+            return Response(
+                404, {"error": {"code": 5, "message": f"checkpoint {ckpt} not found in {session}"}}
+            )
+        model_id = request.json["output_model"].rsplit("/", 1)[-1]
+        out = self.artifacts_dir / "models" / model_id
+        self.export_lora(model, out)
+        self.promoted[model_id] = {"checkpoint": ckpt, "dir": out, "base_model": request.json["base_model"]}
+        return Response(
+            body={
+                "name": request.json["output_model"],
+                "state": "READY",
+                "kind": "HF_PEFT_ADDON",
+                "baseModelDetails": {},
+                "peftDetails": {"baseModel": request.json["base_model"], "r": model.rank},
+            }
+        )
+
+    def _download_endpoint(self, request: Request) -> Response:
+        promoted = self.promoted.get(request.params["model"])
+        if promoted is None:
+            return Response(404, {"error": {"code": 5, "message": "model not found"}})
+        urls = {}
+        for file in sorted(promoted["dir"].iterdir()):
+            token = secrets.token_urlsafe(12)
+            self.files[token] = file
+            urls[file.name] = f"{self.url}/signed/{token}/{file.name}"
+        return Response(body={"filenameToSignedUrls": urls})

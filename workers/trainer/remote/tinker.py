@@ -1,0 +1,86 @@
+"""Training on Tinker (thinking-machines `tinker` SDK, pinned in pyproject's "remote" extra).
+
+The loop is protocol.TinkerProtocolBackend; what is Tinker's own: the ServiceClient (base URL and X-API-Key),
+and how weights come back: save_weights_external -> RestClient.get_external_weights_urls (signed URL per file)
+-> plain HTTP downloads -> protocol.to_peft_adapter, so the result is served by our vLLM like a local version.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from workers.trainer.remote.errors import RemoteTrainingError
+from workers.trainer.remote.protocol import RetryPolicy, TinkerProtocolBackend
+
+# The SDK ships telemetry to the vendor by default; a worker should not phone home unless told to.
+os.environ.setdefault("TINKER_TELEMETRY", "0")
+
+
+class TinkerBackend(TinkerProtocolBackend):
+    """api_key: a Tinker key ("tml-..."); base_url: None = the SDK's default (or TINKER_BASE_URL);
+    remote_base_model: Tinker's name for the base model when `base_model` given to start() is a local path
+    (the tokenizer is loaded from `tokenizer`, else from base_model)."""
+
+    name = "tinker"
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        remote_base_model: str | None = None,
+        tokenizer: str | None = None,
+        retry: RetryPolicy | None = None,
+        loss_fn: str = "ppo",
+    ) -> None:
+        super().__init__(
+            api_key=api_key,
+            base_url=base_url,
+            remote_base_model=remote_base_model,
+            tokenizer=tokenizer,
+            retry=retry,
+            loss_fn=loss_fn,
+        )
+
+    @property
+    def sdk(self) -> Any:
+        import tinker
+
+        return tinker
+
+    def _make_service(self) -> Any:
+        return self.sdk.ServiceClient(base_url=self.base_url, api_key=self._api_key)
+
+    def _fetch_weights(self, out_dir: Path) -> dict[str, str]:
+        name = f"clawhub-step-{self.state.step:06d}-{uuid.uuid4().hex[:6]}"
+        saved = self.call("save external weights", lambda: self.training.save_weights_external(name))
+        rest = self.sdk.RestClient(base_url=self.base_url, api_key=self._api_key)
+        try:
+            urls = self.call("get download URLs", lambda: rest.get_external_weights_urls(saved.path)).urls
+        finally:
+            closer = getattr(rest, "close", None)
+            if callable(closer):
+                closer()
+        for relative, url in urls.items():
+            target = (out_dir / relative).resolve()
+            if out_dir.resolve() not in target.parents:
+                raise RemoteTrainingError(f"tinker: refusing download path {relative!r}", backend=self.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.call(
+                f"download {relative}", lambda u=url, t=target: _download(u, t, self.retry.call_timeout_s)
+            )
+        return {"weights_path": saved.path}
+
+
+def _download(url: str, target: Path, timeout: float) -> None:
+    # Signed URLs carry their own authorization: no API key goes to the storage host.
+    with httpx.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
+        response.raise_for_status()
+        with open(target, "wb") as out:
+            for chunk in response.iter_bytes():
+                out.write(chunk)
