@@ -10,11 +10,14 @@ import itertools
 import logging
 import os
 import time
+from dataclasses import dataclass
 from time import perf_counter
 
 import httpx
 import orjson
 
+from clawhub.core.logging import clean_request_id, new_request_id, reset_request_id, set_request_id
+from clawhub.core.metrics import GATEWAY_REQUEST_DURATION, GATEWAY_REQUESTS, UPSTREAM_ERRORS, model_label
 from clawhub.gateway.auth import KeyCache, KeyInfo, presented_secret
 from clawhub.gateway.config import GatewayConfig
 from clawhub.gateway.dbreads import CachedLoader, DbRunner
@@ -49,6 +52,15 @@ ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
 class ClientGone(Exception):
     """The client disconnected before its request body arrived: there is nobody to answer."""
+
+
+@dataclass(slots=True)
+class Served:
+    """What ``_http`` needs to count a request that no TurnRecord counts (the writer counts the others)."""
+
+    route: str | None  # "chat" | "completions" | "models"; None for unknown routes (never counted)
+    model: str | None = None
+    recorded: bool = False  # a TurnRecord went to the writer, which updates the metrics from it
 
 
 async def send_json(send, status: int, body: bytes, headers: list | None = None) -> None:
@@ -207,36 +219,57 @@ class Gateway:
                 return
 
     async def _http(self, scope, receive, send) -> None:
+        t0 = perf_counter()
         path, method = scope["path"], scope["method"]
+        headers = dict(scope["headers"])
+        given = headers.get(b"x-request-id")
+        trace_id = (clean_request_id(given.decode("latin-1")) if given else None) or new_request_id()
+        id_header = (b"x-request-id", trace_id.encode())
+        token = set_request_id(trace_id)  # every log line of this request carries it
         response_started = [False]
 
         async def tracked_send(message) -> None:
             if message["type"] == "http.response.start":
                 response_started[0] = True
+                message["headers"] = [*message["headers"], id_header]
             await send(message)
 
+        route = ROUTES.get(path)
+        is_models = route is None and (path == "/v1/models" or path.startswith("/v1/models/"))
+        served = Served("models" if is_models else route)
+        status = 200
         try:
-            route = ROUTES.get(path)
             if route is not None:
                 if method != "POST":
                     raise GatewayError(405, f"Use POST for {path}.", code="method_not_allowed")
-                await self._completion(scope, receive, tracked_send, route)
-            elif path == "/v1/models" or path.startswith("/v1/models/"):
+                await self._completion(scope, receive, tracked_send, route, headers, served, trace_id)
+            elif is_models:
                 if method != "GET":
                     raise GatewayError(405, f"Use GET for {path}.", code="method_not_allowed")
-                await self._models(scope, receive, tracked_send, path[len("/v1/models/"):] or None)
+                served.model = path[len("/v1/models/"):] or None
+                await self._models(headers, tracked_send, served.model)
             else:
                 raise GatewayError(404, f"Unknown route {method} {path}.", code="unknown_url")
         except GatewayError as err:
+            status = err.status
             if not response_started[0]:
-                await send_json(send, err.status, err.body(), err.headers())
+                await send_json(tracked_send, err.status, err.body(), err.headers())
         except ClientGone:
-            return
+            status = 499
         except Exception:
+            status = 500
             logger.exception("unexpected error serving %s", path)
             if not response_started[0]:
                 err = GatewayError(500, "Internal gateway error.", type="api_error", code="internal_error")
-                await send_json(send, 500, err.body())
+                await send_json(tracked_send, 500, err.body())
+        finally:
+            reset_request_id(token)
+            if served.route is not None and not served.recorded:
+                # Refused before a turn existed (auth, bad input, quota) or /v1/models: rare or cheap
+                # enough to count here, on the event loop.
+                model = model_label(served.model)
+                GATEWAY_REQUESTS.labels(route=served.route, model=model, status=str(status)).inc()
+                GATEWAY_REQUEST_DURATION.labels(route=served.route, model=model).observe(perf_counter() - t0)
 
     async def _authenticate(self, headers: dict[bytes, bytes]):
         secret = presented_secret(headers)
@@ -247,8 +280,8 @@ class Gateway:
             raise invalid_key()
         return secret, digest, entry
 
-    async def _models(self, scope, receive, send, model_id: str | None) -> None:
-        _, _, entry = await self._authenticate(dict(scope["headers"]))
+    async def _models(self, headers: dict[bytes, bytes], send, model_id: str | None) -> None:
+        _, _, entry = await self._authenticate(headers)
         models = [{"id": m, "object": "model", "created": 0, "owned_by": "clawhub"}
                   for m in entry.info.models()]
         if model_id is None:
@@ -283,14 +316,14 @@ class Gateway:
             logger.exception("quota check failed; admitting without limits")
             return True, generation
 
-    async def _completion(self, scope, receive, send, route: str) -> None:
+    async def _completion(self, scope, receive, send, route: str, headers: dict[bytes, bytes], served: Served,
+                          trace_id: str) -> None:
         started_wall, t0 = time.time(), perf_counter()
-        headers = dict(scope["headers"])
         secret, digest, entry = await self._authenticate(headers)
         chat = route == "chat"
         body = parse_request(await read_body(receive, headers, self.config.max_body_bytes), chat)
         identity = extract_identity(headers, body)
-        model = body["model"]
+        model = served.model = body["model"]
         check_model(entry.info, model)
         adapter = None if model == "base" else await self.adapters.get(entry.info.tenant_id)
         request_id = f"{self._id_prefix}{next(self._ids):x}"
@@ -302,8 +335,9 @@ class Gateway:
             adapter_version_id=adapter.id if adapter else None, upstream="", status="failed", http_status=200,
             started_at=started_wall, latency_ms=0.0, stream=body.get("stream") is True,
             session_id=identity.session_id, turn_type=identity.turn_type, session_done=identity.session_done,
-            request=body,
+            request=body, trace_id=trace_id,
         )
+        served.recorded = True
         try:
             await self._forward(scope, receive, send, body, record, identity, adapter, chat)
         except GatewayError as err:
@@ -352,9 +386,11 @@ class Gateway:
             try:
                 response = await self._open(up, adapter, scope["path"], orjson.dumps(upstream_body))
             except CONNECT_ERRORS:
+                UPSTREAM_ERRORS.labels(kind="connect").inc()
                 self.pool.mark_unhealthy(up)
                 continue
             except httpx.TimeoutException:
+                UPSTREAM_ERRORS.labels(kind="timeout").inc()
                 raise upstream_timeout() from None
             self.pool.begin(up, name)
             try:
@@ -363,6 +399,7 @@ class Gateway:
                 self.pool.end(up, name)
                 await response.aclose()
             return
+        UPSTREAM_ERRORS.labels(kind="no_upstream").inc()
         raise no_upstream()
 
     async def _open(self, up: Upstream, adapter: ActiveAdapter | None, path: str, payload: bytes):
@@ -389,18 +426,22 @@ class Gateway:
             except httpx.HTTPError:
                 raw = b""
             error = normalise_upstream_error(response.status_code, raw, client_model=wants.model)
+            UPSTREAM_ERRORS.labels(kind="http_5xx" if response.status_code >= 500 else "http_4xx").inc()
             logger.warning("upstream %s answered %s: %s", record.upstream, response.status_code, raw[:300])
             raise error
         if not record.stream:
             try:
                 raw = await response.aread()
             except httpx.TimeoutException:
+                UPSTREAM_ERRORS.labels(kind="timeout").inc()
                 raise upstream_timeout() from None
             except httpx.HTTPError:
+                UPSTREAM_ERRORS.labels(kind="cut").inc()
                 raise upstream_refused("The model server stopped in the middle of the response.") from None
             try:
                 data = orjson.loads(raw)
             except orjson.JSONDecodeError:
+                UPSTREAM_ERRORS.labels(kind="protocol").inc()
                 raise upstream_refused("The model server sent a malformed response.") from None
             rewrite_response(data, wants, record)
             record.status = "complete"

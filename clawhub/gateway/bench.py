@@ -16,10 +16,19 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
 TICK = os.sysconf("SC_CLK_TCK")
+ROOT = Path(__file__).resolve().parents[2]
+# LiteLLM lives in a venv of its own: its pins (pydantic, httpx, openai, ...) fight ours. ".venv-*" is ignored
+# by git; the venv is made once with the .venv's uv and reused while the pin below stays the same.
+LITELLM_VENV = ROOT / ".venv-litellm"
+LITELLM_REQUIREMENT = "litellm[proxy]==1.108.7"
+# The strongest configuration that runs here: virtual keys need LiteLLM's database, whose Prisma engine is
+# downloaded at first start and cannot be here; so a master key and no database.
+LITELLM_MODE = "master key, no database (virtual keys need Prisma, whose engine cannot be downloaded here)"
 
 
 def free_port() -> int:
@@ -161,13 +170,36 @@ def bench_identity() -> tuple[str, str]:
     return secret, "clawhub-personal"
 
 
-def start_litellm(upstream: str, port: int, workers: int) -> tuple[subprocess.Popen, str] | None:
-    """LiteLLM's proxy with a master key and no database (its Prisma engine cannot be downloaded here).
+def ensure_litellm(log=sys.stderr) -> str | None:
+    """The litellm executable: LITELLM_BIN if set, else .venv-litellm (created or refreshed on first use).
 
-    LITELLM_BIN may point at a litellm installed in a venv of its own (its pins fight ours)."""
-    exe = os.environ.get("LITELLM_BIN") or shutil.which("litellm") or ""
-    if not exe or not os.path.exists(exe):
+    Returns None, after saying why on ``log``, when it cannot be installed (no index reachable)."""
+    given = os.environ.get("LITELLM_BIN")
+    if given:
+        return given if os.path.exists(given) else None
+    exe = LITELLM_VENV / "bin" / "litellm"
+    stamp = LITELLM_VENV / ".clawhub-stamp"
+    if exe.exists() and stamp.exists() and stamp.read_text() == LITELLM_REQUIREMENT:
+        return str(exe)
+    uv = Path(sys.executable).parent / "uv"
+    uv_cmd = [str(uv)] if uv.exists() else [sys.executable, "-m", "uv"]
+    python = shutil.which("python3.11") or sys.executable
+    log.write(f"bench_gateway: installing {LITELLM_REQUIREMENT} into {LITELLM_VENV} (once)\n")
+    log.flush()
+    try:
+        if not (LITELLM_VENV / "bin" / "python").exists():
+            subprocess.run([*uv_cmd, "venv", "-q", "--python", python, str(LITELLM_VENV)], check=True)
+        subprocess.run([*uv_cmd, "pip", "install", "-q", "--python", str(LITELLM_VENV / "bin" / "python"),
+                        LITELLM_REQUIREMENT], check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        log.write(f"bench_gateway: could not install LiteLLM: {exc}\n")
         return None
+    stamp.write_text(LITELLM_REQUIREMENT)
+    return str(exe)
+
+
+def start_litellm(exe: str, upstream: str, port: int, workers: int) -> tuple[subprocess.Popen, str]:
+    """LiteLLM's proxy in LITELLM_MODE, in front of the same upstream."""
     config = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
     config.write(f"""model_list:
   - model_name: tiny
@@ -186,6 +218,16 @@ litellm_settings:
                     drop=("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"))
     wait_http(f"http://127.0.0.1:{port}/health/liveliness", timeout=180)
     return process, "sk-bench-master"
+
+
+def litellm_version(exe: str) -> str:
+    python = Path(exe).parent / "python"
+    try:
+        code = "import importlib.metadata as m; print(m.version('litellm'))"
+        return subprocess.run([str(python), "-c", code], capture_output=True, text=True,
+                              timeout=60).stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
 
 
 def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litellm: bool, out) -> list[dict]:
@@ -210,14 +252,17 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
         targets = [Target("direct", f"{upstream}/v1", "none", "tiny", fake.pid),
                    Target("clawhub", f"http://127.0.0.1:{gw_port}/v1", secret, model, gateway.pid)]
         if litellm:
-            started = start_litellm(upstream, llm_port, workers)
-            if started is None:
-                out.write(json.dumps({"mode": "litellm", "skipped": "litellm is not installed "
-                                      "(pip install 'litellm[proxy]')"}) + "\n")
+            exe = ensure_litellm()
+            if exe is None:
+                out.write(json.dumps({"mode": "litellm", "skipped": f"could not install {LITELLM_REQUIREMENT}"
+                                      " (set LITELLM_BIN to an installed litellm)"}) + "\n")
             else:
-                processes.append(started[0])
-                targets.append(Target("litellm", f"http://127.0.0.1:{llm_port}/v1", started[1], "tiny",
-                                      started[0].pid))
+                process, key = start_litellm(exe, upstream, llm_port, workers)
+                processes.append(process)
+                out.write(json.dumps({"mode": "litellm", "setup": LITELLM_MODE, "executable": exe,
+                                      "version": litellm_version(exe)}) + "\n")
+                out.flush()
+                targets.append(Target("litellm", f"http://127.0.0.1:{llm_port}/v1", key, "tiny", process.pid))
         results = []
         for stream in (False, True):
             by_mode = {}

@@ -13,6 +13,8 @@ class GatewayError(Exception):
         super().__init__(message)
         self.status, self.message, self.type, self.code, self.param = status, message, type, code, param
         self.retry_after = retry_after
+        # For upstream failures, the UPSTREAM_ERRORS kind (connect, timeout, http_5xx, ...); "cut" if unset.
+        self.upstream_kind = "cut"
 
     def payload(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -70,7 +72,8 @@ def upstream_timeout() -> GatewayError:
 # What must never reach a client: other tenants' adapter names and the server's file paths.
 _ADAPTER_NAME = re.compile(r"\bt\d+-v\d+\b")
 _PATH = re.compile(r"(?:/[\w.~+-]+){2,}/?")
-_VALID_MODELS = re.compile(r"\s*Valid models?:.*$", re.S)
+# vLLM 0.32 says "Valid aliases: …", older versions "Valid models: …"; either lists every tenant's adapter.
+_VALID_MODELS = re.compile(r"\s*Valid (?:models?|aliases):.*$", re.S)
 
 
 def _sanitise(message: str, client_model: str | None) -> str:

@@ -46,9 +46,9 @@ class Abort(Exception):
     """Raised after a partial response so uvicorn drops the connection (an upstream dying mid-stream)."""
 
 
-def _error(status: int, message: str, type_: str, code=None) -> tuple[int, dict]:
+def _error(status: int, message: str, type_: str, code=None, param=None) -> tuple[int, dict]:
     # vLLM's shape: OpenAI-like, but type is a class name and code an int.
-    return status, {"error": {"message": message, "type": type_, "param": None, "code": code or status}}
+    return status, {"error": {"message": message, "type": type_, "param": param, "code": code or status}}
 
 
 async def _send_json(send, status: int, payload, headers: list | None = None) -> None:
@@ -95,6 +95,18 @@ def _tool_for(body: dict) -> str | None:
     return tools[0].get("function", {}).get("name")  # "required"
 
 
+def _tool_finish(body: dict) -> str:
+    return "stop" if isinstance(body.get("tool_choice"), dict) else "tool_calls"
+
+
+def _offsets(words: list[str]) -> list[int]:
+    offsets, at = [], 0
+    for word in words:
+        offsets.append(at)
+        at += len(word) + 1
+    return offsets
+
+
 def _prompt_tokens(body: dict) -> int:
     if "messages" in body:
         text = " ".join(m.get("content") or "" if isinstance(m.get("content"), str | None) else "x"
@@ -117,7 +129,11 @@ async def _completion(scope, receive, send, chat: bool) -> None:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        await _send_json(send, 400, {"detail": "There was an error parsing the body"})
+        # vLLM 0.32 answers a malformed body with its pydantic validation message in the usual error shape.
+        await _send_json(send, *_error(
+            400, "1 validation error:\n  {'type': 'json_invalid', 'loc': 'body.1', "
+            "'msg': 'JSON decode error'}",
+            "Bad Request", param="body.1"))
         return
     headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
     state.last_request, state.last_headers = body, headers
@@ -137,17 +153,22 @@ async def _completion(scope, receive, send, chat: bool) -> None:
     if fault == "sleep":
         await asyncio.sleep(float(body.get("fake_sleep") or headers.get("x-fake-sleep", SLEEP)))
     if model != BASE_MODEL and model not in state.adapters and not model.startswith("fault-"):
-        names = ", ".join([BASE_MODEL, *state.adapters, *state.adapters.values()])
-        await _send_json(send, *_error(404, f"The model `{model}` does not exist. Valid models: {names}",
-                                       "NotFoundError"))
+        # Like vLLM, the message lists every name it serves: other tenants' adapters included.
+        names = ", ".join([BASE_MODEL, *state.adapters])
+        await _send_json(send, *_error(404, f"The model `{model}` does not exist. Valid aliases: {names}.",
+                                       "NotFoundError", param="model"))
         return
     stream = body.get("stream", False)
     if body.get("stream_options") is not None and not stream:
-        await _send_json(send, *_error(400, "Stream options can only be defined when `stream=True`.",
-                                       "BadRequestError"))
+        await _send_json(send, *_error(
+            400, "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+            "BadRequestError", param="stream_options"))
         return
     if chat and not isinstance(body.get("messages"), list):
-        await _send_json(send, *_error(400, "messages: Field required", "BadRequestError"))
+        await _send_json(send, *_error(
+            400, "1 validation error:\n  {'type': 'missing', 'loc': 'body.messages', "
+            "'msg': 'Field required'}",
+            "Bad Request", param="body.messages"))
         return
     n = int(body.get("n") or 1)
     max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_TOKENS)
@@ -169,33 +190,37 @@ async def _completion(scope, receive, send, chat: bool) -> None:
         completion_tokens += len(words)
         text = " ".join(words)
         choice: dict = {"index": i, "logprobs": None, "finish_reason": "length" if max_tokens <= len(words)
-                        and max_tokens != DEFAULT_TOKENS else "stop"}
+                        and max_tokens != DEFAULT_TOKENS else "stop", "stop_reason": None}
         if chat:
-            message: dict = {"role": "assistant", "content": text, "tool_calls": [],
-                             "reasoning_content": None}
+            message: dict = {"role": "assistant", "content": text, "refusal": None, "reasoning": None}
             if tool:
-                message["content"] = None
+                # vLLM: content "" beside the calls; finish_reason "tool_calls" for "required", but "stop"
+                # for a named function (guided decoding ends normally).
+                message["content"] = ""
                 arguments = '{"query": "' + model + '"}'
                 message["tool_calls"] = [{"id": f"chatcmpl-tool-{i}", "type": "function",
                                           "function": {"name": tool, "arguments": arguments}}]
-                choice["finish_reason"] = "tool_calls"
+                choice["finish_reason"] = _tool_finish(body)
             choice["message"] = message
             if want_lp:
                 choice["logprobs"] = {"content": [_logprob_entry(w, p, top) for p, w in enumerate(words)]}
         else:
             choice["text"] = text
             if want_lp:
-                choice["logprobs"] = {"tokens": words,
-                                      "token_logprobs": [-0.05 * (p + 1) for p in range(len(words))],
-                                      "top_logprobs": None, "text_offset": []}
-        if want_ids:
-            choice["token_ids"] = [_token_id(w, p) for p, w in enumerate(words)]
+                lps = [-0.05 * (p + 1) for p in range(len(words))]
+                choice["logprobs"] = {"text_offset": _offsets(words), "token_logprobs": lps, "tokens": words,
+                                      "top_logprobs": [{w: lp} for w, lp in zip(words, lps, strict=True)]}
+            if want_ids:
+                # /v1/completions keeps the prompt's ids in the choice, not at the top level.
+                choice["prompt_token_ids"] = list(range(1, prompt_tokens + 1))
+        # vLLM always has the field; null unless return_token_ids was asked.
+        choice["token_ids"] = [_token_id(w, p) for p, w in enumerate(words)] if want_ids else None
         choices.append(choice)
     payload = {"id": rid, "object": obj, "created": created, "model": model, "choices": choices,
                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                          "total_tokens": prompt_tokens + completion_tokens}}
-    if want_ids:
-        payload["prompt_token_ids"] = list(range(1, prompt_tokens + 1))
+    if chat:
+        payload["prompt_token_ids"] = list(range(1, prompt_tokens + 1)) if want_ids else None
     await _send_json(send, 200, payload)
 
 
@@ -226,18 +251,20 @@ async def _stream(send, body, chat, rid, created, model, n, max_tokens, want_lp,
         words = _tokens(model, max_tokens, i)
         completion_tokens += len(words)
         if chat:
+            # vLLM: a role chunk first; with return_token_ids it carries the prompt's ids at the top level.
             first = chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                             "finish_reason": None}])
-            if want_ids and i == 0:
-                first["prompt_token_ids"] = list(range(1, prompt_tokens + 1))
+            first["prompt_token_ids"] = list(range(1, prompt_tokens + 1)) if want_ids and i == 0 else None
             await emit(first)
         if tool:
-            await emit(chunk([{"index": i, "delta": {"tool_calls": [{
-                "index": 0, "id": f"chatcmpl-tool-{i}", "type": "function",
-                "function": {"name": tool, "arguments": ""}}]}, "logprobs": None, "finish_reason": None}]))
+            # The first tool delta names the function and has no "arguments" key; the rest carry arguments.
+            await emit(chunk([{"index": i, "delta": {"content": None, "tool_calls": [{
+                "id": f"chatcmpl-tool-{i}", "type": "function", "index": 0, "function": {"name": tool}}]},
+                "logprobs": None, "finish_reason": None, "token_ids": None}]))
             for piece in ('{"query": ', '"' + model + '"}'):
-                await emit(chunk([{"index": i, "delta": {"tool_calls": [{"index": 0, "function": {
-                    "arguments": piece}}]}, "logprobs": None, "finish_reason": None}]))
+                await emit(chunk([{"index": i, "delta": {"content": None, "tool_calls": [
+                    {"index": 0, "function": {"arguments": piece}}]}, "logprobs": None, "finish_reason": None,
+                    "token_ids": None}]))
         else:
             for p, w in enumerate(words):
                 text = w if p == 0 else " " + w
@@ -248,10 +275,13 @@ async def _stream(send, body, chat, rid, created, model, n, max_tokens, want_lp,
                         c["logprobs"] = {"content": [_logprob_entry(text, p, top)]}
                 else:
                     c["text"] = text
-                if want_ids:
-                    c["token_ids"] = [_token_id(w, p)]
+                    c["stop_reason"] = None
+                    # /v1/completions: the prompt's ids ride in the first chunk's choice.
+                    c["prompt_token_ids"] = list(range(1, prompt_tokens + 1)) if want_ids and p == 0 else None
+                c["token_ids"] = [_token_id(w, p)] if want_ids else None
                 await emit(chunk([c]))
-        last: dict = {"index": i, "logprobs": None, "finish_reason": "tool_calls" if tool else "stop"}
+        last: dict = {"index": i, "logprobs": None, "finish_reason": _tool_finish(body) if tool else "stop",
+                      "stop_reason": None, "token_ids": None}
         if chat:
             last["delta"] = {}
         else:
@@ -271,11 +301,13 @@ async def _load(receive, send) -> None:
     if LOAD_DELAY:
         await asyncio.sleep(LOAD_DELAY)
     if name in state.adapters:
-        await _send_json(send, *_error(400, f"The lora adapter '{name}' has already been loaded.",
-                                       "BadRequestError"))
+        await _send_json(send, *_error(
+            400, f"The lora adapter '{name}' has already been loaded. If you want to load the adapter in "
+            "place, set 'load_inplace' to True.", "InvalidUserInput"))
         return
     if not path or "missing" in path:
-        await _send_json(send, *_error(404, f"No adapter found for {path}", "NotFoundError"))
+        await _send_json(send, *_error(404, f"Loading lora {name} failed: No adapter found for {path}",
+                                       "NotFoundError"))
         return
     state.adapters[name] = path
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import httpx
 import orjson
 
+from clawhub.core.metrics import UPSTREAM_ERRORS
 from clawhub.gateway.errors import GatewayError, normalise_upstream_error, upstream_refused, upstream_timeout
 from clawhub.gateway.records import TurnRecord
 
@@ -40,6 +41,7 @@ def estimate_prompt_tokens(request: dict) -> int:
 def _strip_choice(choice: dict, wants: Wants) -> None:
     if not wants.token_ids:
         choice.pop("token_ids", None)
+        choice.pop("prompt_token_ids", None)  # /v1/completions puts the prompt's ids in the choice
     if not wants.logprobs and choice.get("logprobs") is not None:
         choice["logprobs"] = None
 
@@ -203,12 +205,14 @@ async def relay_stream(response: httpx.Response, send, wants: Wants, record: Tur
         raise
     except httpx.TimeoutException:
         upstream_error = upstream_timeout()
+        upstream_error.upstream_kind = "timeout"
     except httpx.HTTPError:
         upstream_error = upstream_refused("The model server stopped in the middle of the response.")
     finally:
         _finish(record, joiner)
     if upstream_error is not None or not saw_done:
         error = upstream_error or upstream_refused("The model server ended the response early.")
+        UPSTREAM_ERRORS.labels(kind=error.upstream_kind).inc()
         record.status, record.error = "cut", error.message
         _estimate_if_missing(record, joiner)
         await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n"})
@@ -221,12 +225,16 @@ def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants) -> bytes | G
     try:
         chunk = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return upstream_refused("The model server sent a malformed stream chunk.")
+        error = upstream_refused("The model server sent a malformed stream chunk.")
+        error.upstream_kind = "protocol"
+        return error
     if not isinstance(chunk, dict):
         return None
     if "error" in chunk and "choices" not in chunk:
-        return normalise_upstream_error(500 if not isinstance(chunk["error"], dict)
-                                        else _status_of(chunk["error"]), data, client_model=wants.model)
+        status = 500 if not isinstance(chunk["error"], dict) else _status_of(chunk["error"])
+        error = normalise_upstream_error(status, data, client_model=wants.model)
+        error.upstream_kind = "http_5xx" if status >= 500 else "http_4xx"
+        return error
     chunk["model"] = wants.model
     choices = chunk.get("choices")
     usage = chunk.get("usage")

@@ -12,6 +12,7 @@ Without Redis (the embedded default) ``LocalLimiter`` applies the same rules ins
 import time
 from dataclasses import dataclass
 
+from clawhub.core.metrics import QUOTA_REJECTIONS
 from clawhub.gateway.auth import KeyInfo
 from clawhub.gateway.errors import rate_limited
 
@@ -53,13 +54,13 @@ end
 return {0, gen}
 """
 
-_REASONS = {
-    1: ("Requests per minute limit reached for this key.", "window"),
-    2: ("Tokens per minute limit reached for this key.", "window"),
-    3: ("Too many concurrent requests for this key.", "slot"),
-    4: ("Requests per minute limit reached for this group.", "window"),
-    5: ("Tokens per minute limit reached for this group.", "window"),
-    6: ("Too many concurrent requests for this group.", "slot"),
+_REASONS = {  # code: (message, how Retry-After is found, the QUOTA_REJECTIONS label)
+    1: ("Requests per minute limit reached for this key.", "window", "rpm"),
+    2: ("Tokens per minute limit reached for this key.", "window", "tpm"),
+    3: ("Too many concurrent requests for this key.", "slot", "concurrency"),
+    4: ("Requests per minute limit reached for this group.", "window", "group_rpm"),
+    5: ("Tokens per minute limit reached for this group.", "window", "group_tpm"),
+    6: ("Too many concurrent requests for this group.", "slot", "group_concurrency"),
 }
 
 
@@ -71,7 +72,8 @@ class GroupLimits:
 
 
 def _limited(reason: int, now: float):
-    message, kind = _REASONS[reason]
+    message, kind, limit = _REASONS[reason]
+    QUOTA_REJECTIONS.labels(limit=limit).inc()
     retry_after = 60 - int(now % 60) if kind == "window" else 1
     return rate_limited(message, retry_after)
 

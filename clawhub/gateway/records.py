@@ -42,3 +42,6 @@ class TurnRecord:
     completion_tokens: int = 0
     usage_estimated: bool = False  # True when a cut stream had no usage chunk and tokens were estimated
     error: str | None = None
+    # The X-Request-Id that follows this request through the logs (the client's, or one the gateway made).
+    # Unlike request_id it may repeat: a client may send the same id twice, and capture dedups on request_id.
+    trace_id: str = ""

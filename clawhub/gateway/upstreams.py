@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from clawhub.core.metrics import ADAPTER_EVICTIONS, ADAPTER_LOAD_DURATION, ADAPTER_LOADS
 from clawhub.gateway.errors import upstream_refused
 
 logger = logging.getLogger("clawhub.gateway")
@@ -171,15 +172,24 @@ class UpstreamPool:
             if adapter.name in up.adapters:
                 return
             await self._make_room(up, keep=adapter.name)
-            response = await self._client.post(
-                f"{up.url}/v1/load_lora_adapter", headers=up.headers, timeout=LOAD_TIMEOUT,
-                json={"lora_name": adapter.name, "lora_path": adapter.path},
-            )
+            started = time.perf_counter()
+            try:
+                response = await self._client.post(
+                    f"{up.url}/v1/load_lora_adapter", headers=up.headers, timeout=LOAD_TIMEOUT,
+                    json={"lora_name": adapter.name, "lora_path": adapter.path},
+                )
+            except httpx.HTTPError:
+                ADAPTER_LOADS.labels(outcome="error").inc()
+                raise
+            finally:
+                ADAPTER_LOAD_DURATION.observe(time.perf_counter() - started)
             already = response.status_code == 400 and "already" in response.text
             if response.status_code != 200 and not already:
+                ADAPTER_LOADS.labels(outcome="error").inc()
                 logger.error("loading adapter %s on %s failed: %s %s", adapter.name, up.url,
                              response.status_code, response.text[:500])
                 raise upstream_refused("The model server could not load this model's adapter.")
+            ADAPTER_LOADS.labels(outcome="ok").inc()
             up.adapters[adapter.name] = Loaded(version_id=adapter.id)
         up.locks.pop(adapter.name, None)
         self._write_registry(up)
@@ -193,11 +203,13 @@ class UpstreamPool:
                 logger.warning("upstream %s is over its adapter capacity (%d)", up.url, up.max_adapters)
                 return
             _, victim = min(idle)
-            await self.unload(up, victim)
+            await self.unload(up, victim, reason="lru")
 
-    async def unload(self, up: Upstream, adapter_name: str) -> None:
+    async def unload(self, up: Upstream, adapter_name: str, *, reason: str = "lru") -> None:
+        """reason: the ADAPTER_EVICTIONS label, "lru" (over capacity) or "retired" (an old version)."""
         # Forget first so no new request is routed to the adapter while vLLM drops it.
         up.adapters.pop(adapter_name, None)
+        ADAPTER_EVICTIONS.labels(reason=reason).inc()
         try:
             response = await self._client.post(f"{up.url}/v1/unload_lora_adapter", headers=up.headers,
                                                json={"lora_name": adapter_name}, timeout=LOAD_TIMEOUT)

@@ -6,6 +6,7 @@ hence ``transactional_db``.
 """
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -166,3 +167,22 @@ def activate_adapter(tenant, version: int = 1, path: str | None = None) -> Adapt
         state=AdapterVersion.State.RETIRED)
     return AdapterVersion.objects.create(tenant=tenant, version=version, state=AdapterVersion.State.ACTIVE,
                                          artifact_path=path or f"/srv/adapters/t{tenant.pk}/v{version}")
+
+
+# The tiny model and its two random LoRA adapters (seeds 1 and 2), shared with tests/model; imported, not
+# rewritten, so both folders build their adapters the same way.
+from tests.model.conftest import lora_adapters, tiny_model_dir  # noqa: E402, F401
+
+TENANT_ADAPTER = re.compile(r"^t\d+-v\d+$")
+
+
+def forget_tenant_adapters(base_url: str) -> None:
+    """Unloads tenant adapters (t<tenant>-v<version>) from a real vLLM.
+
+    A server reused across test sessions (CLAWHUB_VLLM_URL) would still hold names from a previous session's
+    tenants, whose primary keys a fresh test database hands out again: the gateway would take them for the
+    new tenants' weights."""
+    models = httpx.get(f"{base_url}/v1/models", timeout=10).json()["data"]
+    for model in models:
+        if model.get("parent") and TENANT_ADAPTER.match(model["id"]):
+            httpx.post(f"{base_url}/v1/unload_lora_adapter", json={"lora_name": model["id"]}, timeout=60)
