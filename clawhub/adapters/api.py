@@ -1,0 +1,127 @@
+"""REST API: a tenant's adapter versions, rollback and pinning (/api/adapters/…).
+
+Members and viewers of a group read its versions; the owner, admins and site staff (and a user for their own
+personal tenant) roll back and pin. Rollback is asynchronous: the swap runs in the ``clawhub.train.promote``
+task (it talks to the upstreams), so the answer is 202 and the version turns active when the swap is done.
+"""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clawhub.adapters import selectors, services
+from clawhub.core.api import client_ip
+
+TAGS = ["adapters"]
+
+
+class VersionOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    tenant_id = serializers.IntegerField()
+    version = serializers.IntegerField()
+    name = serializers.CharField(source="upstream_name")
+    state = serializers.CharField(source="display_state")
+    parent = serializers.SerializerMethodField()
+    eval_score = serializers.FloatField(allow_null=True)
+    baseline_score = serializers.FloatField(allow_null=True)
+    training_run = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    promoted_at = serializers.DateTimeField(allow_null=True)
+    retired_at = serializers.DateTimeField(allow_null=True)
+    unloaded_at = serializers.DateTimeField(allow_null=True)
+
+    def get_parent(self, version) -> int | None:
+        return version.parent.version if version.parent_id else None
+
+    def get_training_run(self, version) -> int | None:
+        run = getattr(version, "training_run", None)
+        return run.pk if run else None
+
+
+class VersionDetailOutputSerializer(VersionOutputSerializer):
+    metrics = serializers.JSONField()
+    artifact_path = serializers.CharField()
+
+
+class PinOutputSerializer(serializers.Serializer):
+    pinned = serializers.BooleanField()
+    version = serializers.IntegerField(allow_null=True)
+    pinned_by = serializers.CharField(allow_null=True)
+    reason = serializers.CharField(allow_blank=True)
+
+
+def _pin_data(pin) -> dict:
+    if pin is None:
+        return {"pinned": False, "version": None, "pinned_by": None, "reason": ""}
+    return {
+        "pinned": True,
+        "version": pin.version.version,
+        "pinned_by": pin.pinned_by.email if pin.pinned_by else None,
+        "reason": pin.reason,
+    }
+
+
+class VersionListApi(APIView):
+    @extend_schema(
+        tags=TAGS, operation_id="adapter_versions_list", responses={200: VersionOutputSerializer(many=True)}
+    )
+    def get(self, request, tenant_id: int):
+        access = selectors.tenant_access(actor=request.user, tenant_id=tenant_id)
+        versions = selectors.adapter_versions(tenant=access.tenant).select_related("training_run")
+        return Response(
+            {
+                "results": VersionOutputSerializer(versions, many=True).data,
+                "pin": _pin_data(selectors.adapter_pin_for(tenant=access.tenant)),
+            }
+        )
+
+
+class VersionDetailApi(APIView):
+    @extend_schema(
+        tags=TAGS, operation_id="adapter_version_detail", responses={200: VersionDetailOutputSerializer}
+    )
+    def get(self, request, version_id: int):
+        version, _ = selectors.adapter_version_get(actor=request.user, version_id=version_id)
+        return Response(VersionDetailOutputSerializer(version).data)
+
+
+class VersionRollbackApi(APIView):
+    @extend_schema(
+        tags=TAGS,
+        operation_id="adapter_version_rollback",
+        request=None,
+        responses={202: VersionOutputSerializer},
+    )
+    def post(self, request, version_id: int):
+        version, access = selectors.adapter_version_get(actor=request.user, version_id=version_id)
+        version = services.adapter_rollback(access=access, version=version, ip=client_ip(request))
+        return Response(VersionOutputSerializer(version).data, status=status.HTTP_202_ACCEPTED)
+
+
+class PinApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        reason = serializers.CharField(required=False, allow_blank=True, max_length=300, default="")
+
+        class Meta:
+            ref_name = "AdapterPinInput"
+
+    @extend_schema(
+        tags=TAGS, operation_id="adapter_pin", request=InputSerializer, responses={200: PinOutputSerializer}
+    )
+    def post(self, request, tenant_id: int):
+        access = selectors.tenant_access(actor=request.user, tenant_id=tenant_id)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        pin = services.adapter_pin(access=access, reason=data.validated_data["reason"], ip=client_ip(request))
+        return Response(_pin_data(pin))
+
+
+class UnpinApi(APIView):
+    @extend_schema(
+        tags=TAGS, operation_id="adapter_unpin", request=None, responses={200: PinOutputSerializer}
+    )
+    def post(self, request, tenant_id: int):
+        access = selectors.tenant_access(actor=request.user, tenant_id=tenant_id)
+        services.adapter_unpin(access=access, ip=client_ip(request))
+        return Response(_pin_data(None))

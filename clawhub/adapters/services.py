@@ -1,0 +1,402 @@
+"""Writes for adapter versions: create, evaluate, activate (promotion and rollback), unload, pin.
+
+Hot swap across gateway processes (the design this module implements)
+---------------------------------------------------------------------
+Every gateway process resolves a tenant to its active version through ``active_adapter_for_tenant`` and caches
+the answer for GATEWAY_ADAPTER_CACHE_SECONDS; it holds no other shared state. So a switch can never be seen by
+all processes at the same instant, and the design makes that harmless instead of trying to prevent it:
+
+1. Pre-load. The worker loads the new version under its own unique name (``t<tenant>-v<version>``) on every
+   healthy upstream (the gateway may route a tenant to any of them), straight through vLLM's
+   ``/v1/load_lora_adapter``, and records the LoadedAdapter rows. A failed load aborts the promotion before
+   anything switched; the task retries.
+2. Switch. One transaction, the tenant row locked: the old active version becomes ``retired`` with
+   ``drain_until = now + CLAWHUB_ADAPTER_DRAIN_SECONDS``, the new one ``active``. From here on, a gateway
+   whose cache expires maps the tenant to the new name, which every upstream already holds: the first request
+   pays no load and cannot fail on one. A gateway whose cache has not expired yet still sends the old name,
+   which is still loaded. Both names are valid during the window, so no request fails either way.
+3. Drain, time-based. The old version stays loaded until ``drain_until``; the grace period must exceed the
+   gateway's adapter cache TTL plus the longest request (the default is exactly GATEWAY_ADAPTER_CACHE_SECONDS
+   + GATEWAY_UPSTREAM_TIMEOUT + 5 s). No per-request counters are kept across processes: that would add a
+   Redis round trip to the hot path for something a clock bound already guarantees.
+4. Unload. The task ``clawhub.train.unload_drained`` (scheduled at the switch with that countdown, and swept
+   every minute by celery beat in case a worker lost it) unloads every retired version whose drain is over
+   from every upstream and marks it ``unloaded_at``. A version that became active again in between (a
+   rollback) is no longer retired and is left alone.
+
+Rollback is the same activation with an earlier version: it is loaded again under its own existing name (the
+same weights, so the name is not reused for different ones).
+"""
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from clawhub.accounts.models import User
+from clawhub.accounts.services import audit_record
+from clawhub.adapters import evaluation, serving
+from clawhub.adapters.models import AdapterPin, AdapterVersion
+from clawhub.adapters.selectors import TenantAccess, adapters_to_unload, heldout_prompts
+from clawhub.core.exceptions import Conflict, ValidationFailed
+from clawhub.tenants.models import Tenant
+
+logger = logging.getLogger("clawhub.adapters")
+
+PROMOTE_TASK = "clawhub.train.promote"
+UNLOAD_TASK = "clawhub.train.unload_drained"
+
+
+def _audit(*, actor: User | None, action: str, target, tenant: Tenant, ip: str | None = None, **data) -> None:
+    audit_record(
+        actor=actor,
+        action=action,
+        target=target,
+        ip=ip,
+        subject_user=tenant.user if tenant.kind == Tenant.Kind.USER else None,
+        group=tenant.group if tenant.kind == Tenant.Kind.GROUP else None,
+        tenant=tenant.pk,
+        **data,
+    )
+
+
+def _send_task(
+    name: str,
+    *,
+    args: list,
+    kwargs: dict | None = None,
+    countdown: float | None = None,
+    queue: str | None = None,
+) -> None:
+    from workers.celery import app  # the Celery app loads only when a task is sent
+
+    options: dict = {"countdown": countdown} if countdown else {}
+    if queue:
+        options["queue"] = queue
+    app.send_task(name, args=args, kwargs=kwargs or {}, **options)
+
+
+def artifact_dir(*, tenant_id: int, version: int) -> Path:
+    return Path(settings.CLAWHUB_ADAPTER_DIR) / f"t{tenant_id}" / f"v{version}"
+
+
+# --- create -------------------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def adapter_version_create(
+    *,
+    tenant: Tenant,
+    parent: AdapterVersion | None,
+    metrics: dict | None = None,
+    artifact_path: str | None = None,
+) -> AdapterVersion:
+    """A new candidate with the tenant's next version number. The artifact directory is where the trainer
+    exports to; it is named after the version, so a version's weights never move."""
+    Tenant.objects.select_for_update().filter(pk=tenant.pk).first()  # numbers are handed out one at a time
+    last = AdapterVersion.objects.filter(tenant=tenant).order_by("-version").values_list("version", flat=True)
+    number = (last.first() or 0) + 1
+    version = AdapterVersion.objects.create(
+        tenant=tenant,
+        version=number,
+        parent=parent,
+        metrics=metrics or {},
+        artifact_path=artifact_path or str(artifact_dir(tenant_id=tenant.pk, version=number)),
+    )
+    _audit(
+        actor=None,
+        action="adapter.created",
+        target=version,
+        tenant=tenant,
+        version=number,
+        parent=parent.version if parent else None,
+    )
+    return version
+
+
+# --- eval gate ----------------------------------------------------------------------------------------------
+
+
+def _eval_upstream(upstreams: list[serving.UpstreamTarget] | None) -> serving.UpstreamTarget:
+    healthy = serving.healthy_upstreams(upstreams)
+    if not healthy:
+        raise serving.UpstreamUnavailable("No healthy upstream to evaluate on.")
+    return healthy[0]
+
+
+def adapter_evaluate(
+    *,
+    version: AdapterVersion,
+    exclude_turn_ids: list[int] | None = None,
+    upstreams: list[serving.UpstreamTarget] | None = None,
+    generate: evaluation.GenerateFn | None = None,
+) -> bool:
+    """Scores the candidate and the tenant's active version (the base model when there is none) on the same
+    held-out prompts with the same reward function; a candidate worse by more than CLAWHUB_EVAL_MARGIN is
+    rejected (and unloaded: nobody is served by it). Returns whether it passed. Safe to repeat."""
+    updated = AdapterVersion.objects.filter(
+        pk=version.pk, state__in=[AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING]
+    ).update(state=AdapterVersion.State.EVALUATING)
+    if not updated:
+        raise Conflict(
+            f"Version {version.version} is {version.state}; only candidates are evaluated.",
+            code="adapter_not_candidate",
+        )
+    tenant = version.tenant
+    baseline = AdapterVersion.objects.filter(tenant=tenant, state=AdapterVersion.State.ACTIVE).first()
+    prompts = heldout_prompts(
+        tenant=tenant, exclude_turn_ids=exclude_turn_ids or [], limit=settings.CLAWHUB_EVAL_PROMPTS
+    )
+    reward = evaluation.reward_function(settings.CLAWHUB_EVAL_REWARD)
+
+    up = None
+    if generate is None:
+        up = _eval_upstream(upstreams)
+        if prompts:
+            serving.load_adapter(up, name=version.upstream_name, path=version.artifact_path)
+            if baseline is not None:
+                serving.load_adapter(up, name=baseline.upstream_name, path=baseline.artifact_path)
+
+        def generate(model: str, messages: list[dict]) -> str:
+            return serving.generate(
+                up, model=model, messages=messages, max_tokens=settings.CLAWHUB_EVAL_MAX_TOKENS
+            )
+
+    base_name = baseline.upstream_name if baseline else (up.base_model if up else "base")
+    candidate_score = evaluation.score_model(version.upstream_name, prompts, generate, reward)
+    baseline_score = evaluation.score_model(base_name, prompts, generate, reward)
+    margin = settings.CLAWHUB_EVAL_MARGIN
+    passed = evaluation.passes(candidate_score, baseline_score, margin)
+
+    version.refresh_from_db()
+    version.eval_score, version.baseline_score = candidate_score.mean, baseline_score.mean
+    version.metrics = {
+        **version.metrics,
+        "eval": {
+            "prompts": len(prompts),
+            "margin": margin,
+            "passed": passed,
+            "reward": settings.CLAWHUB_EVAL_REWARD,
+            "baseline": {"version": baseline.version if baseline else None, **baseline_score.to_dict()},
+            "candidate": candidate_score.to_dict(),
+            "at": timezone.now().isoformat(),
+        },
+    }
+    version.state = AdapterVersion.State.EVALUATING if passed else AdapterVersion.State.REJECTED
+    version.save(update_fields=["eval_score", "baseline_score", "metrics", "state"])
+    _audit(
+        actor=None,
+        action="adapter.evaluated",
+        target=version,
+        tenant=tenant,
+        passed=passed,
+        score=candidate_score.mean,
+        baseline=baseline_score.mean,
+        prompts=len(prompts),
+    )
+    if not passed and up is not None and prompts:
+        serving.unload_adapter(up, name=version.upstream_name)
+    return passed
+
+
+def adapter_hold(*, version: AdapterVersion) -> AdapterVersion:
+    """A candidate that passed the gate while its tenant is pinned waits as a candidate; an owner or admin
+    may roll forward to it later."""
+    AdapterVersion.objects.filter(pk=version.pk, state=AdapterVersion.State.EVALUATING).update(
+        state=AdapterVersion.State.CANDIDATE
+    )
+    version.refresh_from_db()
+    _audit(actor=None, action="adapter.held", target=version, tenant=version.tenant, reason="pinned")
+    return version
+
+
+# --- activation (promotion and rollback) -------------------------------------------------------------------
+
+
+def _record_loaded(up: serving.UpstreamTarget, version: AdapterVersion) -> None:
+    # The gateway's registry (gateway.models) is normally written by the gateway's writer thread; the worker
+    # adds the rows of the loads it made itself, so that what holds what stays visible to operators.
+    from clawhub.gateway.models import LoadedAdapter, Upstream
+
+    upstream, _ = Upstream.objects.get_or_create(
+        url=up.url, defaults={"base_model": up.base_model, "healthy": True}
+    )
+    LoadedAdapter.objects.update_or_create(
+        upstream=upstream, adapter_name=version.upstream_name, defaults={"adapter_version": version}
+    )
+
+
+def adapter_activate(
+    *,
+    version: AdapterVersion,
+    actor: User | None = None,
+    reason: str = "promote",
+    upstreams: list[serving.UpstreamTarget] | None = None,
+) -> AdapterVersion:
+    """Makes ``version`` the tenant's active version without failing a request (see the module docstring):
+    pre-load everywhere, switch in one transaction, let the old version drain, unload it later."""
+    version.refresh_from_db()
+    if version.state == AdapterVersion.State.ACTIVE:
+        return version  # a redelivered promotion: done already
+    targets = serving.healthy_upstreams(upstreams)
+    if not targets:
+        # Nothing to pre-load on; the gateway loads on first use once an upstream is back.
+        logger.warning("activating %s with no healthy upstream", version.upstream_name)
+    for up in targets:
+        serving.load_adapter(up, name=version.upstream_name, path=version.artifact_path)
+        _record_loaded(up, version)
+
+    grace = timedelta(seconds=settings.CLAWHUB_ADAPTER_DRAIN_SECONDS)
+    with transaction.atomic():
+        Tenant.objects.select_for_update().filter(pk=version.tenant_id).first()
+        version = AdapterVersion.objects.select_for_update().get(pk=version.pk)
+        if version.state == AdapterVersion.State.ACTIVE:
+            return version
+        now = timezone.now()
+        old = (
+            AdapterVersion.objects.select_for_update()
+            .filter(tenant_id=version.tenant_id, state=AdapterVersion.State.ACTIVE)
+            .first()
+        )
+        if old is not None:
+            # Retire first: at most one active row per tenant, checked at each statement.
+            old.state, old.retired_at, old.drain_until, old.unloaded_at = (
+                AdapterVersion.State.RETIRED,
+                now,
+                now + grace,
+                None,
+            )
+            old.save(update_fields=["state", "retired_at", "drain_until", "unloaded_at"])
+        version.state, version.promoted_at = AdapterVersion.State.ACTIVE, now
+        version.retired_at = version.drain_until = version.unloaded_at = None
+        version.save(update_fields=["state", "promoted_at", "retired_at", "drain_until", "unloaded_at"])
+        _audit(
+            actor=actor,
+            action=f"adapter.{'rolled_back' if reason == 'rollback' else 'promoted'}",
+            target=version,
+            tenant=version.tenant,
+            version=version.version,
+            previous=old.version if old else None,
+            upstreams=[up.url for up in targets],
+        )
+        if old is not None:
+            transaction.on_commit(
+                lambda: _send_task(UNLOAD_TASK, args=[], countdown=grace.total_seconds() + 1, queue="judge"),
+                robust=True,
+            )
+    return version
+
+
+def adapter_unload_drained(*, now=None, upstreams: list[serving.UpstreamTarget] | None = None) -> list[str]:
+    """Unloads every retired version whose drain period is over from every upstream. An upstream that is down
+    is retried on the next sweep (a restarted vLLM has forgotten it anyway)."""
+    from clawhub.gateway.models import LoadedAdapter
+
+    now = now or timezone.now()
+    targets = serving.configured_upstreams() if upstreams is None else upstreams
+    done = []
+    for version in adapters_to_unload(now=now):
+        name = version.upstream_name
+        if all([serving.unload_adapter(up, name=name) for up in targets]):
+            with transaction.atomic():
+                # Only if it is still retired: a rollback in the meantime made it active again.
+                marked = AdapterVersion.objects.filter(
+                    pk=version.pk, state=AdapterVersion.State.RETIRED, unloaded_at__isnull=True
+                ).update(unloaded_at=now)
+                if marked:
+                    LoadedAdapter.objects.filter(adapter_name=name).delete()
+                    done.append(name)
+            if not marked:
+                # Lost the race with a rollback: the version is active again and must be served.
+                for up in serving.healthy_upstreams(targets):
+                    serving.load_adapter(up, name=name, path=version.artifact_path)
+    return done
+
+
+def adapter_rollback(
+    *, access: TenantAccess, version: AdapterVersion, ip: str | None = None
+) -> AdapterVersion:
+    """Asks the worker to make an earlier version active again (the swap needs the upstreams, so it runs in
+    the ``clawhub.train.promote`` task). Retired and rejected versions qualify; the active one, and
+    candidates still on their way through the gate, do not."""
+    access.require_manage("roll back the adapter")
+    if version.tenant_id != access.tenant.pk:
+        raise ValidationFailed("The version belongs to another tenant.", field="version")
+    if version.state not in (
+        AdapterVersion.State.RETIRED,
+        AdapterVersion.State.REJECTED,
+        AdapterVersion.State.CANDIDATE,
+    ):
+        raise Conflict(
+            f"Version {version.version} is {version.state}; roll back to a retired or rejected "
+            "version, or promote a held candidate.",
+            code="adapter_not_rollbackable",
+        )
+    pin = AdapterPin.objects.filter(tenant=access.tenant).first()
+    if pin is not None and pin.version_id != version.pk:
+        raise Conflict("The adapter is pinned; unpin it first.", code="adapter_pinned")
+    _audit(
+        actor=access.actor,
+        action="adapter.rollback_requested",
+        target=version,
+        tenant=access.tenant,
+        ip=ip,
+        version=version.version,
+    )
+    version_id, actor_id = version.pk, access.actor.pk
+    transaction.on_commit(
+        lambda: _send_task(PROMOTE_TASK, args=[version_id], kwargs={"rollback": True, "actor_id": actor_id}),
+        robust=True,
+    )
+    return version
+
+
+# --- pin ----------------------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def adapter_pin(*, access: TenantAccess, reason: str = "", ip: str | None = None) -> AdapterPin:
+    """Pins the tenant to its active version: new candidates are evaluated but not promoted."""
+    access.require_manage("pin the adapter")
+    active = AdapterVersion.objects.filter(tenant=access.tenant, state=AdapterVersion.State.ACTIVE).first()
+    if active is None:
+        raise Conflict("There is no active version to pin.", code="no_active_version")
+    pin, _ = AdapterPin.objects.update_or_create(
+        tenant=access.tenant,
+        defaults={
+            "version": active,
+            "pinned_by": access.actor,
+            "reason": reason[:300],
+            "created_at": timezone.now(),
+        },
+    )
+    _audit(
+        actor=access.actor,
+        action="adapter.pinned",
+        target=active,
+        tenant=access.tenant,
+        ip=ip,
+        version=active.version,
+        reason=reason,
+    )
+    return pin
+
+
+@transaction.atomic
+def adapter_unpin(*, access: TenantAccess, ip: str | None = None) -> None:
+    access.require_manage("unpin the adapter")
+    pin = AdapterPin.objects.select_related("version").filter(tenant=access.tenant).first()
+    if pin is None:
+        raise Conflict("The adapter is not pinned.", code="not_pinned")
+    pin.delete()
+    _audit(
+        actor=access.actor,
+        action="adapter.unpinned",
+        target=pin.version,
+        tenant=access.tenant,
+        ip=ip,
+        version=pin.version.version,
+    )

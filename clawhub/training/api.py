@@ -1,0 +1,171 @@
+"""REST API: a tenant's training runs and settings (/api/training/…).
+
+Who may do what is decided by ``clawhub.adapters.selectors.tenant_access``: members and viewers of a group
+read its runs; its owner and admins (and site staff, and a user for their own personal tenant) start and
+cancel runs and change settings; the backend is chosen by site staff only.
+"""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clawhub.adapters.selectors import tenant_access
+from clawhub.core.api import client_ip
+from clawhub.training import selectors, services
+from clawhub.training.models import Backend, Method
+
+TAGS = ["training"]
+
+
+class RunPagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+class RunOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    tenant_id = serializers.IntegerField()
+    state = serializers.CharField()
+    backend = serializers.CharField()
+    method = serializers.CharField()
+    started_by = serializers.SerializerMethodField()
+    samples = serializers.SerializerMethodField()
+    step = serializers.IntegerField()
+    loss = serializers.FloatField(allow_null=True)
+    mean_reward = serializers.FloatField(allow_null=True)
+    mean_advantage = serializers.FloatField(allow_null=True)
+    tokens = serializers.IntegerField()
+    seconds = serializers.FloatField()
+    adapter_version = serializers.SerializerMethodField()
+    parent_version = serializers.SerializerMethodField()
+    attempts = serializers.IntegerField()
+    error = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_started_by(self, run) -> dict | None:
+        return {"id": run.started_by_id, "email": run.started_by.email} if run.started_by else None
+
+    def get_samples(self, run) -> int:
+        return len(run.sample_ids)
+
+    def get_adapter_version(self, run) -> dict | None:
+        v = run.adapter_version
+        return {"id": v.pk, "version": v.version, "state": v.display_state} if v else None
+
+    def get_parent_version(self, run) -> dict | None:
+        v = run.parent_version
+        return {"id": v.pk, "version": v.version} if v else None
+
+
+class RunDetailOutputSerializer(RunOutputSerializer):
+    config = serializers.JSONField()
+    base_model = serializers.CharField()
+    metrics = serializers.JSONField()
+    dropped = serializers.JSONField()
+    remote_ids = serializers.JSONField()
+    sample_ids = serializers.JSONField()
+    resumed_from_step = serializers.IntegerField(allow_null=True)
+    task_id = serializers.CharField()
+
+
+class RunListApi(APIView):
+    @extend_schema(
+        tags=TAGS, operation_id="training_runs_list", responses={200: RunOutputSerializer(many=True)}
+    )
+    def get(self, request, tenant_id: int):
+        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+        paginator = RunPagination()
+        page = paginator.paginate_queryset(
+            selectors.runs_for_tenant(tenant=access.tenant), request, view=self
+        )
+        return paginator.get_paginated_response(RunOutputSerializer(page, many=True).data)
+
+
+class RunStartApi(APIView):
+    @extend_schema(
+        tags=TAGS, operation_id="training_run_start", request=None, responses={201: RunDetailOutputSerializer}
+    )
+    def post(self, request, tenant_id: int):
+        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+        run = services.run_start(tenant=access.tenant, access=access, ip=client_ip(request))
+        return Response(RunDetailOutputSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class RunDetailApi(APIView):
+    @extend_schema(tags=TAGS, operation_id="training_run_detail", responses={200: RunDetailOutputSerializer})
+    def get(self, request, run_id: int):
+        run, _ = selectors.run_get(actor=request.user, run_id=run_id)
+        return Response(RunDetailOutputSerializer(run).data)
+
+
+class RunCancelApi(APIView):
+    @extend_schema(
+        tags=TAGS,
+        operation_id="training_run_cancel",
+        request=None,
+        responses={200: RunDetailOutputSerializer},
+    )
+    def post(self, request, run_id: int):
+        run, access = selectors.run_get(actor=request.user, run_id=run_id)
+        run = services.run_cancel(access=access, run=run, ip=client_ip(request))
+        return Response(RunDetailOutputSerializer(run).data)
+
+
+class SettingsOutputSerializer(serializers.Serializer):
+    tenant_id = serializers.IntegerField()
+    method = serializers.CharField()
+    overrides = serializers.JSONField()
+    backend = serializers.SerializerMethodField()
+    batch_size = serializers.SerializerMethodField()
+    auto_start = serializers.BooleanField()
+    effective_config = serializers.SerializerMethodField()
+    trainable = serializers.SerializerMethodField()
+
+    def get_backend(self, ts) -> str:
+        return selectors.backend_for(ts)
+
+    def get_batch_size(self, ts) -> int:
+        return selectors.batch_size_for(ts)
+
+    def get_effective_config(self, ts) -> dict:
+        return selectors.effective_config(ts)
+
+    def get_trainable(self, ts) -> int:
+        from clawhub.review.selectors import trainable_count
+
+        return trainable_count(tenant=ts.tenant)
+
+
+class SettingsApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        method = serializers.ChoiceField(choices=Method.choices, required=False)
+        overrides = serializers.JSONField(required=False)
+        backend = serializers.ChoiceField(choices=[("", "site default"), *Backend.choices], required=False)
+        batch_size = serializers.IntegerField(required=False, min_value=0)
+        auto_start = serializers.BooleanField(required=False)
+
+        class Meta:
+            ref_name = "TrainingSettingsInput"
+
+    @extend_schema(tags=TAGS, operation_id="training_settings_get", responses={200: SettingsOutputSerializer})
+    def get(self, request, tenant_id: int):
+        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+        return Response(SettingsOutputSerializer(selectors.training_settings_for(tenant=access.tenant)).data)
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="training_settings_update",
+        request=InputSerializer,
+        responses={200: SettingsOutputSerializer},
+    )
+    def patch(self, request, tenant_id: int):
+        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        ts = services.training_settings_update(access=access, ip=client_ip(request), **data.validated_data)
+        return Response(SettingsOutputSerializer(ts).data)

@@ -1,0 +1,399 @@
+"""Writes for training: settings, starting a run (with its atomic claim of samples), progress, and the ends of
+a run (succeeded, failed, cancelled).
+
+Claims: a run takes its samples in the transaction that creates it, with the tenant row locked (so two starts
+for one tenant queue up behind each other and the second sees the first run) and the sample rows locked with
+``SELECT … FOR UPDATE SKIP LOCKED`` and re-checked unclaimed (so a sample can never be in two runs, whatever
+else claims or decides at the same time). A run that fails or is cancelled gives its samples back to the pool;
+one that succeeds marks them ``trained_at`` and they are never offered again.
+"""
+
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from clawhub.accounts.models import User
+from clawhub.accounts.services import audit_record
+from clawhub.adapters.models import AdapterVersion
+from clawhub.adapters.selectors import TenantAccess
+from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
+from clawhub.review.models import Sample
+from clawhub.review.selectors import samples_for_training, trainable_count
+from clawhub.tenants.models import Tenant
+from clawhub.training.models import Backend, Method, TrainingRun, TrainingSettings
+from clawhub.training.selectors import (
+    backend_for,
+    batch_size_for,
+    effective_config,
+    training_settings_for,
+)
+
+logger = logging.getLogger("clawhub.training")
+
+TRAIN_TASK = "clawhub.train.run"
+
+
+def _audit(*, actor: User | None, action: str, target, tenant: Tenant, ip: str | None = None, **data) -> None:
+    audit_record(
+        actor=actor,
+        action=action,
+        target=target,
+        ip=ip,
+        subject_user=tenant.user if tenant.kind == Tenant.Kind.USER else None,
+        group=tenant.group if tenant.kind == Tenant.Kind.GROUP else None,
+        tenant=tenant.pk,
+        **data,
+    )
+
+
+def _validate_config(config: dict[str, Any]) -> None:
+    from workers.trainer.backend import TrainConfig  # plain dataclasses: no torch is imported
+
+    try:
+        TrainConfig.from_dict(config)
+    except (TypeError, ValueError) as exc:
+        raise ValidationFailed(str(exc), field="overrides") from None
+
+
+# --- settings -----------------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def training_settings_update(
+    *,
+    access: TenantAccess,
+    method: str | None = None,
+    overrides: dict | None = None,
+    backend: str | None = None,
+    batch_size: int | None = None,
+    auto_start: bool | None = None,
+    ip: str | None = None,
+) -> TrainingSettings:
+    """Owners and admins (and staff) tune method, hyperparameters, batch size and auto start; only site staff
+    choose the backend. ``batch_size=0`` goes back to the site default."""
+    access.require_manage("change training settings")
+    ts = training_settings_for(tenant=access.tenant)
+    changes: dict[str, Any] = {}
+    if backend is not None and backend != ts.backend:
+        if not access.is_staff:
+            raise PermissionDenied("Only site staff choose the training backend.", code="backend_staff_only")
+        if backend and backend not in Backend.values:
+            raise ValidationFailed(f"Unknown backend {backend!r}.", field="backend", allowed=Backend.values)
+        ts.backend, changes["backend"] = backend, backend
+    if method is not None:
+        if method not in Method.values:
+            raise ValidationFailed(f"Unknown method {method!r}.", field="method", allowed=Method.values)
+        ts.method, changes["method"] = method, method
+    if overrides is not None:
+        if not isinstance(overrides, dict) or "method" in overrides:
+            raise ValidationFailed(
+                "overrides is an object of TrainConfig fields (the method has its own field).",
+                field="overrides",
+            )
+        ts.overrides, changes["overrides"] = overrides, overrides
+    if batch_size is not None:
+        if batch_size < 0 or batch_size > 4096:
+            raise ValidationFailed(
+                "batch_size must be between 1 and 4096 (0 = the site default).", field="batch_size"
+            )
+        ts.batch_size, changes["batch_size"] = batch_size or None, batch_size
+    if auto_start is not None:
+        ts.auto_start, changes["auto_start"] = auto_start, auto_start
+    _validate_config(effective_config(ts))
+    ts.updated_by = access.actor
+    ts.save()
+    _audit(
+        actor=access.actor,
+        action="training.settings_updated",
+        target=ts,
+        tenant=access.tenant,
+        ip=ip,
+        **changes,
+    )
+    return ts
+
+
+# --- start and claim ----------------------------------------------------------------------------------------
+
+
+def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | None = None) -> TrainingRun:
+    """Starts a run: by an owner/admin/staff (``access``; any number of approved samples will do), or
+    automatically (``access=None``; only with a full batch and auto start on). Claims the samples atomically
+    and enqueues the train task once the claim has committed."""
+    actor = None
+    if access is not None:
+        access.require_manage("start training")
+        actor = access.actor
+    ts = training_settings_for(tenant=tenant)
+    batch_size = batch_size_for(ts)
+    config = effective_config(ts)
+    _validate_config(config)
+    try:
+        with transaction.atomic():
+            Tenant.objects.select_for_update().get(pk=tenant.pk)  # one start per tenant at a time
+            if TrainingRun.objects.filter(tenant=tenant, state__in=TrainingRun.OPEN_STATES).exists():
+                raise Conflict(
+                    "A training run of this tenant is already queued or running.", code="run_in_progress"
+                )
+            if actor is None and not ts.auto_start:
+                raise Conflict("Automatic training is off for this tenant.", code="auto_start_off")
+            wanted = [s.pk for s in samples_for_training(tenant=tenant, limit=batch_size)]
+            claimed = list(
+                Sample.objects.select_for_update(skip_locked=True)
+                .filter(
+                    pk__in=wanted,
+                    tenant=tenant,
+                    state=Sample.State.APPROVED,
+                    training_run_id__isnull=True,
+                    trained_at__isnull=True,
+                )
+                .order_by("created_at", "id")
+                .values_list("pk", flat=True)
+            )
+            if not claimed or (actor is None and len(claimed) < batch_size):
+                raise Conflict(
+                    f"Not enough approved samples to train on ({len(claimed)}"
+                    f"{'' if actor else f' of {batch_size}'}).",
+                    code="not_enough_samples",
+                    available=len(claimed),
+                    batch_size=batch_size,
+                )
+            parent = AdapterVersion.objects.filter(tenant=tenant, state=AdapterVersion.State.ACTIVE).first()
+            run = TrainingRun.objects.create(
+                tenant=tenant,
+                backend=backend_for(ts),
+                method=ts.method,
+                config=config,
+                base_model=settings.CLAWHUB_TRAIN_BASE_MODEL,
+                started_by=actor,
+                parent_version=parent,
+                sample_ids=claimed,
+            )
+            # The id alone is not enough: a fresh database hands out the same ids again, and a checkpoint left
+            # in the workdir of an old "run-1" would be resumed as if it were this run's.
+            run.workdir = str(Path(settings.CLAWHUB_TRAIN_WORKDIR) / f"run-{run.pk}-{secrets.token_hex(4)}")
+            run.save(update_fields=["workdir"])
+            Sample.objects.filter(pk__in=claimed).update(training_run_id=run.pk)
+            _audit(
+                actor=actor,
+                action="training.run_started",
+                target=run,
+                tenant=tenant,
+                ip=ip,
+                samples=len(claimed),
+                backend=run.backend,
+                method=run.method,
+                automatic=actor is None,
+            )
+            run_id = run.pk
+            transaction.on_commit(lambda: _enqueue_run(run_id), robust=True)
+    except IntegrityError:
+        # Another start won the race between our check and our insert: the partial unique constraint.
+        raise Conflict(
+            "A training run of this tenant is already queued or running.", code="run_in_progress"
+        ) from None
+    return run
+
+
+def _enqueue_run(run_id: int) -> None:
+    from workers.celery import app  # the Celery app loads only when a task is sent
+
+    result = app.send_task(TRAIN_TASK, args=[run_id])
+    TrainingRun.objects.filter(pk=run_id, task_id="").update(task_id=result.id)
+
+
+def runs_kick() -> list[int]:
+    """Periodic ("clawhub.train.kick"): a run for every tenant with a full batch of approved samples, auto
+    start on and no run open. Returns the new runs' ids."""
+    candidates = (
+        Sample.objects.filter(
+            state=Sample.State.APPROVED, trained_at__isnull=True, training_run_id__isnull=True
+        )
+        .values("tenant_id")
+        .annotate(n=Count("id"))
+        .filter(n__gte=1)
+    )
+    started = []
+    for row in candidates:
+        tenant = Tenant.objects.select_related("group", "user").get(pk=row["tenant_id"])
+        ts = training_settings_for(tenant=tenant)
+        if (
+            not ts.auto_start
+            or row["n"] < batch_size_for(ts)
+            or trainable_count(tenant=tenant) < batch_size_for(ts)
+        ):
+            continue
+        try:
+            started.append(run_start(tenant=tenant).pk)
+        except Conflict:
+            continue  # a run is open, or guards (member cap) left the batch short: next time
+    return started
+
+
+# --- progress and ends, written by the train task ----------------------------------------------------------
+
+
+def run_mark_running(*, run_id: int, task_id: str) -> TrainingRun | None:
+    """The task took the run (first delivery or a redelivery). None if the run is no longer open."""
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or not run.is_open:
+            return None
+        run.state = TrainingRun.State.RUNNING
+        run.task_id = task_id or run.task_id
+        run.attempts += 1
+        run.started_at = run.started_at or timezone.now()
+        run.save(update_fields=["state", "task_id", "attempts", "started_at"])
+    return run
+
+
+def run_record_step(*, run_id: int, metrics: dict[str, Any]) -> str:
+    """Stores one optimizer step's metrics (replacing a step recorded before a crash) and returns the run's
+    state, so the task can stop when the run was cancelled."""
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        if run.state != TrainingRun.State.RUNNING:
+            return run.state
+        step = int(metrics["step"])
+        kept = [m for m in run.metrics if int(m.get("step", -1)) != step]
+        run.metrics = sorted([*kept, metrics], key=lambda m: int(m["step"]))
+        run.step = max(run.step, step)
+        run.loss, run.mean_reward, run.mean_advantage = (
+            metrics.get("loss"),
+            metrics.get("mean_reward"),
+            metrics.get("mean_advantage"),
+        )
+        run.tokens = sum(int(m.get("tokens", 0)) for m in run.metrics)
+        run.seconds = round(sum(float(m.get("seconds", 0.0)) for m in run.metrics), 3)
+        if metrics.get("dropped"):
+            run.dropped = metrics["dropped"]
+        run.save(
+            update_fields=[
+                "metrics",
+                "step",
+                "loss",
+                "mean_reward",
+                "mean_advantage",
+                "tokens",
+                "seconds",
+                "dropped",
+            ]
+        )
+        return run.state
+
+
+def run_attach_version(*, run: TrainingRun, version: AdapterVersion) -> None:
+    TrainingRun.objects.filter(pk=run.pk).update(adapter_version=version)
+    run.adapter_version = version
+
+
+def run_succeed(
+    *,
+    run_id: int,
+    metrics: list[dict],
+    trained_sample_ids: list,
+    dropped: list[dict],
+    resumed_from_step: int | None,
+    remote_ids: dict[str, str] | None = None,
+) -> bool:
+    """The run trained and its adapter was exported: its samples are trained (never offered again). False if
+    the run was cancelled in the meantime (then nothing is marked)."""
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().select_related("tenant").get(pk=run_id)
+        if run.state != TrainingRun.State.RUNNING:
+            return False
+        now = timezone.now()
+        # Every claimed sample was in the batch: the trained ones and those the trainer dropped (too long,
+        # no signal) are done with; a dropped sample would be dropped again.
+        Sample.objects.filter(training_run_id=run.pk, trained_at__isnull=True).update(trained_at=now)
+        run.state, run.finished_at = TrainingRun.State.SUCCEEDED, now
+        if metrics:
+            run.metrics = metrics
+            last = metrics[-1]
+            run.step = int(last["step"])
+            run.loss, run.mean_reward, run.mean_advantage = (
+                last["loss"],
+                last["mean_reward"],
+                last["mean_advantage"],
+            )
+            run.tokens = sum(int(m.get("tokens", 0)) for m in metrics)
+            run.seconds = round(sum(float(m.get("seconds", 0.0)) for m in metrics), 3)
+        run.dropped = dropped
+        run.remote_ids = remote_ids or run.remote_ids
+        run.resumed_from_step = resumed_from_step if resumed_from_step is not None else run.resumed_from_step
+        run.save()
+        _audit(
+            actor=None,
+            action="training.run_succeeded",
+            target=run,
+            tenant=run.tenant,
+            steps=run.step,
+            trained=len(trained_sample_ids),
+            dropped=len(dropped),
+            version=run.adapter_version.version if run.adapter_version else None,
+        )
+    return True
+
+
+def _release_samples(run: TrainingRun) -> int:
+    return Sample.objects.filter(training_run_id=run.pk, trained_at__isnull=True).update(training_run_id=None)
+
+
+def run_fail(*, run_id: int, error: str) -> None:
+    """The run cannot finish: its samples go back to the pool, the error stays on the run."""
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().select_related("tenant").get(pk=run_id)
+        if not run.is_open:
+            return
+        released = _release_samples(run)
+        run.state, run.error, run.finished_at = TrainingRun.State.FAILED, error[:10000], timezone.now()
+        run.save(update_fields=["state", "error", "finished_at"])
+        _audit(
+            actor=None,
+            action="training.run_failed",
+            target=run,
+            tenant=run.tenant,
+            error=error[:500],
+            released=released,
+        )
+
+
+def run_cancel(*, access: TenantAccess, run: TrainingRun, ip: str | None = None) -> TrainingRun:
+    """Stops a queued or running run: the task is revoked (a running one stops at its next step), the
+    samples return to the pool."""
+    access.require_manage("cancel training")
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run.pk)
+        if not run.is_open:
+            raise Conflict(
+                f"The run is {run.state}; only queued or running runs can be cancelled.", code="run_not_open"
+            )
+        released = _release_samples(run)
+        run.state, run.finished_at = TrainingRun.State.CANCELLED, timezone.now()
+        run.error = f"cancelled by {access.actor.email}"
+        run.save(update_fields=["state", "finished_at", "error"])
+        _audit(
+            actor=access.actor,
+            action="training.run_cancelled",
+            target=run,
+            tenant=access.tenant,
+            ip=ip,
+            released=released,
+        )
+        task_id = run.task_id
+        if task_id:
+            transaction.on_commit(lambda: _revoke(task_id), robust=True)
+    return run
+
+
+def _revoke(task_id: str) -> None:
+    from workers.celery import app
+
+    # Not terminate=True: the train worker uses one process; the task sees the state at its next step.
+    app.control.revoke(task_id)

@@ -1,0 +1,30 @@
+"""The Celery app for the kill test's workers, with each recorded training step slowed down by
+$CLAWHUB_TEST_STEP_DELAY seconds, so that the test can kill the worker between two checkpoints however fast
+the machine is. `celery -A tests.training.slow_worker worker …`"""
+
+import os
+import time
+
+from celery.signals import task_prerun
+
+from workers.celery import app
+
+__all__ = ["app"]
+
+
+@task_prerun.connect
+def _slow_steps(**_):
+    from clawhub.training import services
+
+    delay = float(os.environ.get("CLAWHUB_TEST_STEP_DELAY", "0"))
+    record = services.run_record_step
+    if not delay or getattr(record, "slowed", False):
+        return
+
+    def slowed(**kwargs):
+        # After the step's checkpoint, before its progress row: the window the test kills in.
+        time.sleep(delay)
+        return record(**kwargs)
+
+    slowed.slowed = True
+    services.run_record_step = slowed

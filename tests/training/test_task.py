@@ -1,0 +1,125 @@
+"""The train task in this process with the LOCAL backend on the tiny model: a run produces an adapter version
+whose weights load in peft, its samples are trained once, and a finished run is not run again."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clawhub.adapters.models import AdapterVersion
+from clawhub.adapters.selectors import tenant_access
+from clawhub.review.models import Sample
+from clawhub.training import services
+from clawhub.training.models import TrainingRun, TrainingSettings
+from tests.factories import make_user
+from tests.training.conftest import approved_samples
+
+TINY = Path(__file__).resolve().parents[2] / "models" / "tiny-qwen2"
+FAST = {"micro_batch_size": 1, "grad_accum": 2, "max_seq_len": 256, "lr": 1e-3, "lora_r": 4, "lora_alpha": 8}
+
+
+@pytest.fixture
+def train_dirs(settings, tmp_path):
+    settings.CLAWHUB_TRAIN_WORKDIR = str(tmp_path / "train")
+    settings.CLAWHUB_ADAPTER_DIR = str(tmp_path / "adapters")
+    settings.CLAWHUB_TRAIN_BASE_MODEL = str(TINY)
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _few_threads():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_train_task_produces_a_candidate_that_loads_in_peft(db, sent, train_dirs):
+    from workers.tasks.training import train_run
+
+    user = make_user()
+    samples = approved_samples(user, 4, reward=1) + approved_samples(user, 2, reward=-1)
+    TrainingSettings.objects.create(tenant=user.tenant, method="rl", overrides=FAST)
+    run = services.run_start(tenant=user.tenant, access=tenant_access(actor=user, tenant_id=user.tenant.pk))
+
+    outcome = train_run.apply(args=[run.pk]).get()
+    assert outcome["outcome"] == "succeeded", outcome
+    run.refresh_from_db()
+    assert run.state == TrainingRun.State.SUCCEEDED and run.attempts == 1 and run.error == ""
+    assert run.step == 3 and [m["step"] for m in run.metrics] == [1, 2, 3]  # 6 samples, 2 per step
+    assert run.tokens > 0 and run.loss is not None and run.mean_reward is not None
+    version = run.adapter_version
+    assert version.state == AdapterVersion.State.CANDIDATE and version.version == 1 and version.parent is None
+    assert Path(version.artifact_path) == train_dirs / "adapters" / f"t{user.tenant.pk}" / "v1"
+    assert json.loads((Path(version.artifact_path) / "adapter_config.json").read_text())[
+        "base_model_name_or_path"
+    ] == str(TINY)
+    # Every claimed sample is trained exactly once and out of the pool.
+    assert set(Sample.objects.filter(trained_at__isnull=False).values_list("pk", flat=True)) == {
+        s.pk for s in samples
+    }
+    assert sent.named("clawhub.train.promote") == [("clawhub.train.promote", [version.pk], {}, {})]
+
+    # The exported adapter loads in peft on the base model and changes its output.
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32)
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        before = base(ids).logits
+        model = PeftModel.from_pretrained(base, version.artifact_path)
+        after = model(ids).logits
+    assert not torch.allclose(before, after)
+
+    # Idempotent: a finished run is not run again, and no second version appears.
+    assert train_run.apply(args=[run.pk]).get()["outcome"] == "not_open"
+    assert AdapterVersion.objects.count() == 1
+
+
+def test_next_run_continues_the_active_version(db, sent, train_dirs):
+    from workers.tasks.training import train_run
+
+    user = make_user()
+    TrainingSettings.objects.create(tenant=user.tenant, method="rl", overrides=FAST)
+    access = tenant_access(actor=user, tenant_id=user.tenant.pk)
+    approved_samples(user, 2)
+    first = services.run_start(tenant=user.tenant, access=access)
+    train_run.apply(args=[first.pk]).get()
+    first.refresh_from_db()
+    AdapterVersion.objects.filter(pk=first.adapter_version_id).update(state=AdapterVersion.State.ACTIVE)
+    approved_samples(user, 2, reward=-1)
+    second = services.run_start(tenant=user.tenant, access=access)
+    assert second.parent_version_id == first.adapter_version_id
+    assert train_run.apply(args=[second.pk]).get()["outcome"] == "succeeded"
+    second.refresh_from_db()
+    assert (
+        second.adapter_version.version == 2 and second.adapter_version.parent_id == first.adapter_version_id
+    )
+
+
+def test_a_run_whose_trainer_fails_gives_its_samples_back(db, sent, train_dirs, settings):
+    from workers.tasks.training import train_run
+
+    settings.CLAWHUB_TRAIN_BASE_MODEL = str(train_dirs / "no-such-model")
+    user = make_user()
+    approved_samples(user, 2)
+    run = services.run_start(tenant=user.tenant, access=tenant_access(actor=user, tenant_id=user.tenant.pk))
+    assert train_run.apply(args=[run.pk]).get()["outcome"] == "failed"
+    run.refresh_from_db()
+    assert run.state == TrainingRun.State.FAILED and "no-such-model" in run.error
+    assert Sample.objects.filter(training_run_id__isnull=True, trained_at__isnull=True).count() == 2
+    assert not AdapterVersion.objects.exists()
+
+
+def test_tool_calls_are_written_back_as_the_model_wrote_them():
+    from workers.tasks.training import response_text
+
+    message = {"content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "ls", "arguments": '{"path": "/tmp"}'}}]}
+    expected = '<tool_call>\n{"name": "ls", "arguments": {"path": "/tmp"}}\n</tool_call>'
+    assert response_text(message) == expected
+    assert response_text({"content": "Plain answer."}) == "Plain answer."

@@ -1,0 +1,266 @@
+"""Training tasks: train a claimed batch, evaluate and promote the new adapter version, unload drained
+versions, and start runs for tenants with a full batch. The bridge between ``clawhub`` (rows) and
+``workers.trainer`` (plain data).
+
+Worker for the ``train`` queue (one GPU, one run at a time; a task is acknowledged only after it finished):
+
+    celery -A workers.celery worker -Q train --concurrency 1 --prefetch-multiplier 1 --pool solo
+
+``clawhub.train.run`` is idempotent and resumable: a run that is no longer queued/running is left alone; a
+redelivered run (the worker died: ``acks_late`` + ``reject_on_worker_lost`` leave the message to the broker,
+which delivers it again after CELERY_BROKER_VISIBILITY_TIMEOUT) starts the backend on the same workdir, which
+resumes after the last checkpointed optimizer step and trains the same claimed samples in the same order, so
+no step is repeated and no sample is lost. Housekeeping (kick, unload) runs on the ``judge`` queue, next to
+the other periodic tasks, so that it never waits behind an hour of training.
+"""
+
+import json
+import logging
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+
+from clawhub.accounts.models import User
+from clawhub.adapters import services as adapter_services
+from clawhub.adapters.models import AdapterPin, AdapterVersion
+from clawhub.adapters.selectors import adapter_version_by_id
+from clawhub.adapters.serving import UpstreamUnavailable
+from clawhub.review.models import Sample
+from clawhub.training import services
+from clawhub.training.models import TrainingRun
+from clawhub.training.selectors import run_for_task, samples_of_run
+from workers.celery import app
+from workers.trainer.backend import TrainConfig, TrainingBackend, TrainSample
+
+logger = logging.getLogger("workers.tasks.training")
+
+TRAIN_QUEUE = "train"
+HOUSEKEEPING_QUEUE = "judge"
+
+app.conf.beat_schedule.update(
+    {
+        "train-kick": {
+            "task": "clawhub.train.kick",
+            "schedule": settings.CLAWHUB_TRAIN_KICK_SECONDS,
+            "options": {"queue": HOUSEKEEPING_QUEUE, "expires": settings.CLAWHUB_TRAIN_KICK_SECONDS},
+        },
+        # The switch schedules each unload with a countdown; this sweep catches any a lost worker dropped.
+        "unload-drained-adapters": {
+            "task": "clawhub.train.unload_drained",
+            "schedule": 60.0,
+            "options": {"queue": HOUSEKEEPING_QUEUE, "expires": 60},
+        },
+    }
+)
+
+
+class RunCancelled(Exception):
+    pass
+
+
+# --- from rows to plain data --------------------------------------------------------------------------------
+
+
+def response_text(message: dict[str, Any]) -> str:
+    """The assistant output as the model wrote it. Tool calls were parsed by vLLM's hermes parser; they are
+    written back in that format (Qwen's chat template) so the trainer sees the text the model produced."""
+    text = message.get("content") or ""
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            pass
+        payload = json.dumps({"name": function.get("name"), "arguments": arguments}, ensure_ascii=False)
+        text += f"{chr(10) if text else ''}<tool_call>\n{payload}\n</tool_call>"
+    return text
+
+
+def train_sample(sample: Sample) -> TrainSample:
+    turn = sample.turn
+    request = turn.request or {}
+    choice = (turn.response or [{}])[0]
+    message = (
+        choice.get("message") if isinstance(choice.get("message"), dict) else {"content": choice.get("text")}
+    )
+    return TrainSample(
+        sample_id=sample.pk,
+        messages=request.get("messages") or [{"role": "user", "content": str(request.get("prompt") or "")}],
+        tools=request.get("tools") or None,
+        response_text=response_text(message),
+        response_token_ids=turn.token_ids or None,
+        response_logprobs=turn.logprobs or None,
+        reward=sample.reward,
+        hints=[h for h in (sample.judgment.hints or []) if isinstance(h, str) and h.strip()],
+        member_id=sample.user_id,
+    )
+
+
+def make_backend(name: str) -> TrainingBackend:
+    from workers.trainer.remote import backend_for
+
+    credentials: dict[str, str] = {}
+    if name == "tinker":
+        credentials = {
+            "api_key": settings.CLAWHUB_TINKER_API_KEY,
+            "base_url": settings.CLAWHUB_TINKER_BASE_URL,
+        }
+    elif name == "fireworks":
+        credentials = {
+            "api_key": settings.CLAWHUB_FIREWORKS_API_KEY,
+            "account_id": settings.CLAWHUB_FIREWORKS_ACCOUNT_ID,
+            "base_url": settings.CLAWHUB_FIREWORKS_BASE_URL,
+        }
+    return backend_for(name, **{k: v for k, v in credentials.items() if v})
+
+
+# --- the run ------------------------------------------------------------------------------------------------
+
+
+@app.task(
+    name="clawhub.train.run",
+    queue=TRAIN_QUEUE,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=settings.CLAWHUB_TRAIN_SOFT_TIME_LIMIT,
+    time_limit=settings.CLAWHUB_TRAIN_TIME_LIMIT,
+    max_retries=3,
+    ignore_result=True,
+)
+def train_run(self, run_id: int) -> dict[str, Any]:
+    run = services.run_mark_running(run_id=run_id, task_id=self.request.id or "")
+    if run is None:
+        return {"run": run_id, "outcome": "not_open"}  # finished, failed or cancelled: nothing to do
+    run = run_for_task(run_id=run_id)
+    try:
+        version = _train(run)
+    except RunCancelled:
+        return {"run": run_id, "outcome": "cancelled"}
+    except SoftTimeLimitExceeded:
+        services.run_fail(run_id=run_id, error="The run went past CLAWHUB_TRAIN_SOFT_TIME_LIMIT.")
+        return {"run": run_id, "outcome": "failed"}
+    except Exception as exc:
+        from workers.trainer.remote import RemoteTrainingError
+
+        if isinstance(exc, RemoteTrainingError) and exc.transient and self.request.retries < self.max_retries:
+            # The remote service hiccuped: the same run resumes from its remote checkpoint.
+            raise self.retry(exc=exc, countdown=30 * 2**self.request.retries) from None
+        logger.exception("training run %s failed", run_id)
+        services.run_fail(run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+        return {"run": run_id, "outcome": "failed"}
+    if version is None:
+        return {"run": run_id, "outcome": "cancelled"}
+    app.send_task("clawhub.train.promote", args=[version.pk])
+    return {"run": run_id, "outcome": "succeeded", "version": version.version}
+
+
+def _train(run: TrainingRun) -> AdapterVersion | None:
+    samples = samples_of_run(run=run)
+    batch = [train_sample(s) for s in samples]
+    if not batch:
+        raise ValueError("none of the run's claimed samples is left to train on")
+    backend = make_backend(run.backend)
+    parent_dir = run.parent_version.artifact_path if run.parent_version else None
+
+    def on_step(metrics) -> None:
+        state = services.run_record_step(run_id=run.pk, metrics=metrics.to_dict())
+        if state != TrainingRun.State.RUNNING:
+            raise RunCancelled()
+
+    try:
+        backend.start(run.base_model, parent_dir, TrainConfig.from_dict(run.config), run.workdir)
+        result = backend.train(batch, on_step=on_step)
+        run.refresh_from_db()
+        if run.state != TrainingRun.State.RUNNING:
+            return None
+        version = run.adapter_version
+        if version is None:  # a redelivery after the version was created reuses it (and re-exports)
+            version = adapter_services.adapter_version_create(
+                tenant=run.tenant,
+                parent=run.parent_version,
+                metrics={
+                    "training_run": run.pk,
+                    "steps": result.steps,
+                    "method": run.method,
+                    "backend": run.backend,
+                    "samples": len(result.trained_sample_ids),
+                    "mean_reward": result.metrics[-1].mean_reward if result.metrics else None,
+                },
+            )
+            services.run_attach_version(run=run, version=version)
+        backend.export_adapter(version.artifact_path)
+        remote_ids = backend.remote_ids()
+    finally:
+        backend.close()
+    ok = services.run_succeed(
+        run_id=run.pk,
+        metrics=[m.to_dict() for m in result.metrics],
+        trained_sample_ids=list(result.trained_sample_ids),
+        dropped=[{"sample_id": d.sample_id, "reason": d.reason} for d in result.dropped],
+        resumed_from_step=result.resumed_from_step or _resumed_from(run),
+        remote_ids=remote_ids,
+    )
+    return version if ok else None
+
+
+def _resumed_from(run: TrainingRun) -> int | None:
+    # A redelivered task that found the train() call already complete reports no resume step; the run's own
+    # progress says where the crash was.
+    return run.step if run.attempts > 1 else None
+
+
+# --- eval gate and promotion --------------------------------------------------------------------------------
+
+
+@app.task(
+    name="clawhub.train.promote",
+    queue=TRAIN_QUEUE,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=5,
+    ignore_result=True,
+)
+def promote(self, version_id: int, rollback: bool = False, actor_id: int | None = None) -> dict[str, Any]:
+    """A new candidate: eval gate, then promotion unless the tenant is pinned. ``rollback``: activate an
+    earlier version (an owner, admin or staff member asked; no gate). Idempotent: an active version is
+    done."""
+    version = adapter_version_by_id(version_id=version_id)
+    if version is None:
+        return {"version": version_id, "outcome": "missing"}
+    try:
+        if rollback:
+            actor = User.objects.filter(pk=actor_id).first() if actor_id else None
+            adapter_services.adapter_activate(version=version, actor=actor, reason="rollback")
+            return {"version": version_id, "outcome": "active"}
+        if version.state not in (AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING):
+            return {"version": version_id, "outcome": version.state}
+        run = TrainingRun.objects.filter(adapter_version=version).first()
+        batch_turns = (
+            list(Sample.objects.filter(pk__in=run.sample_ids).values_list("turn_id", flat=True))
+            if run
+            else []
+        )
+        if not adapter_services.adapter_evaluate(version=version, exclude_turn_ids=batch_turns):
+            return {"version": version_id, "outcome": "rejected"}
+        if AdapterPin.objects.filter(tenant_id=version.tenant_id).exists():
+            adapter_services.adapter_hold(version=version)
+            return {"version": version_id, "outcome": "held"}
+        adapter_services.adapter_activate(version=version)
+        return {"version": version_id, "outcome": "active"}
+    except UpstreamUnavailable as exc:
+        raise self.retry(exc=exc, countdown=15 * 2**self.request.retries) from None
+
+
+@app.task(name="clawhub.train.unload_drained", queue=HOUSEKEEPING_QUEUE, ignore_result=True)
+def unload_drained() -> list[str]:
+    return adapter_services.adapter_unload_drained()
+
+
+@app.task(name="clawhub.train.kick", queue=HOUSEKEEPING_QUEUE, ignore_result=True)
+def kick() -> list[int]:
+    """Periodic: a run for each tenant with a full batch approved (instead of a hook in the review code)."""
+    return services.runs_kick()
