@@ -362,6 +362,10 @@ def _update_rows(model, objs: list, fields: list[str]) -> None:
     """
     if not objs:
         return
+    if connection.vendor != "postgresql":
+        # The casts below are PostgreSQL's; the embedded SQLite default takes Django's portable path.
+        model.objects.bulk_update(sorted(objs, key=lambda o: o.pk), fields)
+        return
     meta = model._meta
     columns = [meta.pk, *(meta.get_field(name) for name in fields)]
     quote = connection.ops.quote_name

@@ -1,0 +1,649 @@
+"""Drives a running ClawHub like real users, over HTTP only, and measures how fast each training method
+teaches the personas' preferences.
+
+Per method (rl, opd, combine), on the same seed, with fresh users so that no two runs share an adapter:
+
+1. Sign-up through /api/auth/, a key through /api/keys/, judge rules through /api/judge-rules/ (the rule
+   judge, or ``--judge llm``), the review policy through /api/review/tenants/<id>/policy/ (auto for a
+   personal tenant, flagged for the group), and the training method through /api/training/.../settings/.
+2. The scripted users chat through /v1 with the real ``openai`` SDK: one session per X-Session-Id, each
+   user message the previous reply's next state, the last request marked X-Session-Done.
+3. Review, as the tenant's reviewer would do it through /api/review/samples/bulk/:
+   - a personal tenant's auto policy approves its samples itself (its new-key age is 0); in a group, every
+     bench key is minutes old, so the new-key guard (feedback through a key younger than the policy's
+     ``new_key_age``, 24 h) holds all of them; the bench approves samples whose only flags are ``new_key``
+     (and ``split_votes``, which only the LLM judge produces);
+   - in the group, the bench acts as the owner: samples flagged ``member_outlier`` are rejected (the
+     adversary's, once its negative rate stands out; its first samples are not flagged yet and go through,
+     as they would with a human who trusts the guard); anything else flagged (near duplicates, revoked keys)
+     stays pending, as it would for a careful admin.
+4. With a full batch approved, it starts the run (POST .../runs/start/; the periodic kick may win the race,
+   which is the same run), waits for it, for the eval gate and the promotion, then measures compliance on the
+   fixed held-out prompts through /v1 (greedy by default, side turns so they are never trained on), scored
+   by the persona's code, not by the judge.
+
+Tracks per method: the student, the teacher, the group with an adversarial member, and (unless
+``--no-group-control``) the same group with three honest members, whose difference is the adversary's effect.
+One JSON line per method; a PNG of compliance against promoted updates.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import secrets
+import statistics
+import sys
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from clawhub.bench import personas as P
+from clawhub.bench.plots import line_chart_png
+
+logger = logging.getLogger("clawhub.bench")
+
+METHODS = ("rl", "opd", "combine")
+# The tiny model needs a far larger step than a real one (the trainer's own tests use 2e-3; the default
+# 1e-5 moves it by nothing in 16 updates).
+DEFAULT_OVERRIDES = {"lr": 2e-3}
+APPROVABLE_FLAGS = {"new_key", "split_votes"}
+REJECTED_FLAGS = {"member_outlier"}
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+@dataclass
+class BenchConfig:
+    base_url: str = "http://127.0.0.1:8000"
+    methods: tuple[str, ...] = METHODS
+    seed: int = 0
+    max_updates: int = 16
+    judge: str = "rule"
+    out_dir: Path = Path("bench-output")
+    personas: tuple[str, ...] = ("student", "teacher")
+    group: bool = True
+    group_control: bool = True
+    batch_size: int = 16
+    turns_per_session: int = 3  # judged replies per session; one closing request follows
+    overrides: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_OVERRIDES))
+    chat_max_tokens: int = 96
+    chat_temperature: float = 1.0  # on-policy exploration, like the trainer's tests
+    eval_max_tokens: int = 96
+    eval_temperature: float = 0.0  # greedy: the held-out score of an adapter is one number
+    target: float = 0.8
+    stop_at_target: bool = False
+    update_timeout: float = 1800.0
+    judge_wait: float = 180.0  # how long to wait for feedback already sent to be judged before chatting more
+    serve_grace: float = 3.0  # the gateway caches a tenant's active adapter this long (GATEWAY_ADAPTER_CACHE)
+    eval_concurrency: int = 4
+    poll: float = 2.0
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
+        bad = [p for p in self.personas if p not in P.PERSONAS]
+        if bad:
+            raise ValueError(f"unknown personas {bad}; choose from {list(P.PERSONAS)}")
+        if self.judge not in ("rule", "llm"):
+            raise ValueError("judge is 'rule' or 'llm'")
+        if self.max_updates < 1 or self.batch_size < 1 or self.turns_per_session < 1:
+            raise ValueError("max_updates, batch_size and turns_per_session must be at least 1")
+
+
+# --- HTTP: the web API as a signed-in browser uses it ------------------------------------------------------
+
+
+class Api:
+    """A session-authenticated client of /api/ (CSRF token from the cookie on every write)."""
+
+    def __init__(self, base_url: str, *, timeout: float = 60.0, transport: httpx.BaseTransport | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(self, method: str, path: str, body: Any = None, *, ok: Iterable[int] = (200, 201, 202, 204),
+                params: dict | None = None) -> httpx.Response:
+        headers = {}
+        if method != "GET":
+            headers["X-CSRFToken"] = self.http.cookies.get("csrftoken", "")
+        response = self.http.request(method, path, json=body, params=params, headers=headers)
+        if response.status_code not in set(ok):
+            raise BenchError(f"{method} {path} -> {response.status_code}: {response.text[:500]}")
+        return response
+
+    def get(self, path: str, **kw) -> Any:
+        return self.request("GET", path, **kw).json()
+
+    def post(self, path: str, body: Any = None, **kw) -> httpx.Response:
+        return self.request("POST", path, body if body is not None else {}, **kw)
+
+    def signup(self, email: str, password: str) -> dict:
+        self.request("GET", "/api/auth/csrf/")
+        return self.post("/api/auth/signup/", {"email": email, "password": password}).json()["user"]
+
+    def tenant_ids(self) -> dict[str, int]:
+        """label -> tenant id, read from the training page. No JSON endpoint says which tenant a user or group
+        is (see the report: /api/me/ and /api/groups/<slug>/ could carry ``tenant_id``)."""
+        return tenant_ids_from_html(self.request("GET", "/training/").text)
+
+
+def tenant_ids_from_html(html: str) -> dict[str, int]:
+    """The training page's table: each row's first cell (the tenant's label) and its /training/<id>/ link."""
+    found = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", html, flags=re.S):
+        match = re.search(r"<td>(.*?)</td>.*?href=\"/training/(\d+)/\"", row, flags=re.S)
+        if match:
+            found[unescape(re.sub(r"\s+", " ", match.group(1)).strip())] = int(match.group(2))
+    return found
+
+
+# --- users and tenants --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Member:
+    email: str
+    api: Api
+    user: P.ScriptedUser
+    secret: str = ""
+    client: Any = None  # openai.OpenAI
+    sessions: int = 0
+
+
+@dataclass
+class UpdateRecord:
+    update: int  # promoted updates so far
+    attempt: int
+    run_id: int | None
+    version: int | None
+    outcome: str  # active, rejected, failed, timeout
+    compliance: float | None
+    sessions: int  # simulated sessions so far, all members together
+    samples: int
+    feedback_to_served_s: float | None  # newest feedback turn in the batch -> the adapter served
+    oldest_feedback_to_served_s: float | None
+    run_to_served_s: float | None
+    eval_score: float | None = None
+    baseline_score: float | None = None
+
+
+@dataclass
+class Track:
+    """One tenant under test: its members (the first manages it), what it prefers, and its history."""
+
+    name: str
+    persona: P.Persona
+    members: list[Member]
+    model: str
+    tenant_id: int = 0
+    slug: str = ""
+    records: list[UpdateRecord] = field(default_factory=list)
+    base_compliance: float | None = None
+    sessions: int = 0
+    attempts: int = 0
+    done: bool = False
+    error: str = ""
+    feedback_sent: dict[str, float] = field(default_factory=dict)  # feedback text -> when it was sent
+
+    @property
+    def owner(self) -> Member:
+        return self.members[0]
+
+    @property
+    def promoted(self) -> list[UpdateRecord]:
+        return [r for r in self.records if r.outcome == "active"]
+
+    def curve(self) -> list[float | None]:
+        return [self.base_compliance, *[r.compliance for r in self.promoted]]
+
+    def summary(self, target: float) -> dict[str, Any]:
+        curve = self.curve()
+        reached = next((i for i, c in enumerate(curve) if c is not None and c >= target), None)
+        promoted = self.promoted
+        served = [r.feedback_to_served_s for r in promoted if r.feedback_to_served_s is not None]
+        return {
+            "tenant": self.tenant_id,
+            "compliance": [None if c is None else round(c, 4) for c in curve],
+            "updates_promoted": len(promoted),
+            "updates_attempted": self.attempts,
+            "updates_rejected": sum(r.outcome == "rejected" for r in self.records),
+            "updates_to_target": reached,
+            "sessions_to_target": None if reached is None else 0 if reached == 0
+            else promoted[reached - 1].sessions,
+            "sessions": self.sessions,
+            "feedback_to_served_s": [round(s, 1) for s in served],
+            "feedback_to_served_median_s": round(statistics.median(served), 1) if served else None,
+            "eval_scores": [r.eval_score for r in promoted],
+            "error": self.error or None,
+        }
+
+
+def _openai_client(base_url: str, secret: str) -> Any:
+    import openai
+
+    # Generations on a busy CPU can take minutes; a timeout is a failure of the stack, not of the bench.
+    return openai.OpenAI(base_url=f"{base_url.rstrip('/')}/v1", api_key=secret, max_retries=2, timeout=600)
+
+
+def request_seed(*parts: Any) -> int:
+    return zlib.crc32(":".join(map(str, parts)).encode()) & 0x7FFFFFFF
+
+
+def review_decisions(samples: list[dict], *, group: bool) -> tuple[list[int], list[int]]:
+    """(approve, reject) among pending samples, by their flags: see the module's docstring, step 3."""
+    approve, reject = [], []
+    for sample in samples:
+        if sample.get("state") != "pending":
+            continue
+        codes = {f.get("code", "") for f in sample.get("flags") or []}
+        if group and codes & REJECTED_FLAGS:
+            reject.append(sample["id"])
+        elif codes <= APPROVABLE_FLAGS:
+            approve.append(sample["id"])
+    return approve, reject
+
+
+def updates_to(curve: list[float | None], target: float) -> int | None:
+    return next((i for i, c in enumerate(curve) if c is not None and c >= target), None)
+
+
+# --- the benchmark ------------------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, config: BenchConfig, *, echo: Callable[[str], None] = print,
+                 log: Callable[[str], None] | None = None, transport: httpx.BaseTransport | None = None,
+                 client_factory: Callable[[str, str], Any] | None = None):
+        """``transport`` (for /api/) and ``client_factory(base_url, secret)`` (for /v1) stand in for the
+        network in tests; by default the bench talks to ``config.base_url`` with httpx and ``openai``."""
+        self.config = config
+        self.transport = transport
+        self.client_factory = client_factory or _openai_client
+        self.echo = echo  # the result lines (one JSON object per method)
+        self.log = log or (lambda line: print(line, file=sys.stderr))  # progress, for people watching
+        self.tag = f"s{config.seed}-{time.strftime('%m%d%H%M%S')}-{secrets.token_hex(2)}"
+        self.password = "bench-" + secrets.token_urlsafe(18)
+        self.results: list[dict[str, Any]] = []
+        self.tracks: dict[str, list[Track]] = {}
+
+    # --- setup ----------------------------------------------------------------------------------------
+
+    def _member(self, method: str, role: str, persona: P.Persona, *, adversarial: bool = False,
+                 user_seed: str = "") -> Member:
+        email = f"bench-{self.tag}-{method}-{role}@example.com"
+        api = Api(self.config.base_url, transport=self.transport)
+        api.signup(email, self.password)
+        # Same seed -> same users: prompt order and phrasing depend on the persona and role, not the method.
+        rng = random.Random(f"{self.config.seed}:{user_seed or role}")
+        user = P.ScriptedUser(persona=persona, rng=rng, adversarial=adversarial)
+        return Member(email=email, api=api, user=user)
+
+    def _key(self, member: Member, group: str | None = None) -> None:
+        body = {"name": "bench"} | ({"group": group} if group else {})
+        member.secret = member.api.post("/api/keys/", body).json()["secret"]
+        member.client = self.client_factory(self.config.base_url, member.secret)
+
+    def _configure(self, track: Track, method: str, *, mode: str) -> None:
+        api, cfg = track.owner.api, self.config
+        rules = dict(P.JUDGE_RULES, judge=cfg.judge)
+        path = f"/api/groups/{track.slug}/judge-rules/" if track.slug else "/api/judge-rules/"
+        api.request("PUT", path, rules)
+        api.request("PATCH", f"/api/review/tenants/{track.tenant_id}/policy/", {"mode": mode})
+        api.request("PATCH", f"/api/training/tenants/{track.tenant_id}/settings/",
+                    {"method": method, "overrides": cfg.overrides, "batch_size": cfg.batch_size,
+                     "auto_start": True}, ok=(200,))
+
+    def setup_personal(self, method: str, persona: P.Persona) -> Track:
+        member = self._member(method, persona.name, persona)
+        self._key(member)
+        tenant_id = member.api.tenant_ids().get(f"personal: {member.email}")
+        if not tenant_id:
+            raise BenchError(f"no personal tenant listed on /training/ for {member.email}")
+        track = Track(name=persona.name, persona=persona, members=[member], model="clawhub-personal",
+                      tenant_id=tenant_id)
+        self._configure(track, method, mode="auto")
+        return track
+
+    def setup_group(self, method: str, *, adversarial: bool) -> Track:
+        name = "group" if adversarial else "group-control"
+        roles = ["owner", "member", "adversary" if adversarial else "member2"]
+        # The control group's users are the adversarial group's users with the third one honest (same seeds).
+        members = [self._member(method, f"{name}-{role}", P.STUDENT, adversarial=role == "adversary",
+                                user_seed=f"group-{i}") for i, role in enumerate(roles)]
+        owner = members[0]
+        slug = f"bench-{self.tag}-{method}-{name}".lower()[:60]
+        owner.api.post("/api/groups/", {"name": f"Bench {method} {name}", "slug": slug})
+        for member in members[1:]:
+            link = owner.api.post(f"/api/groups/{slug}/invitations/", {"role": "member"}).json()["link"]
+            token = link.rstrip("/").split("/")[-1]
+            member.api.post(f"/api/invitations/{token}/accept/")
+        for member in members:
+            self._key(member, group=slug)
+        tenant_id = owner.api.tenant_ids().get(f"group {slug}")
+        if not tenant_id:
+            raise BenchError(f"no tenant listed on /training/ for group {slug}")
+        track = Track(name=name, persona=P.STUDENT, members=members, model=f"clawhub-group-{slug}",
+                      tenant_id=tenant_id, slug=slug)
+        self._configure(track, method, mode="flagged")
+        return track
+
+    # --- chatting ---------------------------------------------------------------------------------------
+
+    def _chat(self, member: Member, track: Track, messages: list[dict], session: str, *, n: int,
+              done: bool = False, max_tokens: int | None = None) -> str:
+        headers = {"X-Session-Id": session} | ({"X-Session-Done": "true"} if done else {})
+        response = member.client.chat.completions.create(
+            model=track.model, messages=messages, max_tokens=max_tokens or self.config.chat_max_tokens,
+            temperature=self.config.chat_temperature, seed=request_seed(self.config.seed, session, n),
+            extra_headers=headers,
+        )
+        return response.choices[0].message.content or ""
+
+    def run_session(self, track: Track, member: Member) -> int:
+        """One conversation of ``turns_per_session`` judged replies and a closing message. Returns the
+        feedback messages sent (each the next state of a reply)."""
+        cfg = self.config
+        session = f"bench-{self.tag}-{track.name}-{track.sessions}-{uuid.uuid4().hex[:6]}"
+        text, problem = member.user.open_session()
+        messages = [{"role": "user", "content": text}]
+        sent = 0
+        for turn in range(cfg.turns_per_session):
+            reply = self._chat(member, track, messages, session, n=turn)
+            last = turn == cfg.turns_per_session - 1
+            reaction = member.user.react(reply, problem, last=last)
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": reaction.text}]
+            track.feedback_sent[reaction.text] = time.time()
+            sent += 1
+            if last or reaction.problem is None:
+                # The closing request carries the feedback; its own reply is never judged (no next state).
+                self._chat(member, track, messages, session, n=turn + 1, done=True, max_tokens=8)
+                break
+            problem = reaction.problem
+        member.sessions += 1
+        track.sessions += 1
+        return sent
+
+    # --- review and training ----------------------------------------------------------------------------
+
+    def review(self, track: Track) -> tuple[int, int]:
+        api = track.owner.api
+        page = api.get("/api/review/samples/", params={"tenant": track.tenant_id, "state": "pending",
+                                                       "page_size": 500})
+        approve, reject = review_decisions(page["results"], group=bool(track.slug))
+        if approve:
+            api.post("/api/review/samples/bulk/", {
+                "ids": approve, "action": "approve",
+                "reason": "bench: only the new-key guard held it (bench keys are minutes old)"})
+        if reject:
+            api.post("/api/review/samples/bulk/", {
+                "ids": reject, "action": "reject",
+                "reason": "bench: member_outlier flagged by the group's guard"})
+        return len(approve), len(reject)
+
+    def _counts(self, track: Track) -> tuple[int, int]:
+        """(trainable now, samples created so far) for the tenant."""
+        api = track.owner.api
+        trainable = api.get(f"/api/training/tenants/{track.tenant_id}/settings/")["trainable"]
+        total = api.get("/api/review/samples/", params={"tenant": track.tenant_id, "page_size": 1})["count"]
+        return trainable, total
+
+    def collect_batch(self, track: Track) -> None:
+        """Chats until a full batch is approved: more sessions while too little feedback is in flight, waiting
+        for the judge while enough is."""
+        cfg = self.config
+        sent = 0
+        _, seen_before = self._counts(track)
+        waited_since = None
+        rotation = 0
+        while True:
+            self.review(track)
+            trainable, total = self._counts(track)
+            if trainable >= cfg.batch_size or self._open_run(track):
+                return  # a full batch, or the periodic kick already started a run with one
+            in_flight = sent - (total - seen_before)
+            if in_flight >= cfg.batch_size - trainable:
+                waited_since = waited_since or time.monotonic()
+                if time.monotonic() - waited_since > cfg.judge_wait:
+                    raise BenchError(f"{track.name}: {in_flight} feedback turns not judged after "
+                                     f"{cfg.judge_wait:.0f} s (is the worker consuming the judge queue?)")
+                time.sleep(cfg.poll)
+                continue
+            waited_since = None
+            member = track.members[rotation % len(track.members)]
+            rotation += 1
+            sent += self.run_session(track, member)
+
+    def _open_run(self, track: Track) -> dict | None:
+        runs = track.owner.api.get(f"/api/training/tenants/{track.tenant_id}/runs/",
+                                   params={"page_size": 1})["results"]
+        return runs[0] if runs and runs[0]["state"] in ("queued", "running") else None
+
+    def start_run(self, track: Track) -> dict:
+        api = track.owner.api
+        response = api.request("POST", f"/api/training/tenants/{track.tenant_id}/runs/start/", {},
+                               ok=(201, 409))
+        if response.status_code == 201:
+            return response.json()
+        # The periodic kick started it first: the same kind of batch, in the open run.
+        run = self._open_run(track)
+        if run is None:
+            raise BenchError(f"{track.name}: could not start a run: {response.text[:300]}")
+        return api.get(f"/api/training/runs/{run['id']}/")
+
+    def _wait(self, probe: Callable[[], Any], deadline: float, what: str) -> Any:
+        while True:
+            found = probe()
+            if found:
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(what)
+            time.sleep(self.config.poll)
+
+    def _feedback_times(self, track: Track, sample_ids: list[int]) -> list[float]:
+        """When the bench sent the feedback (next state) of each sample in the batch."""
+        times = []
+        for sample_id in sample_ids:
+            try:
+                detail = track.owner.api.get(f"/api/review/samples/{sample_id}/")
+            except BenchError:
+                continue
+            texts = [m.get("content") for m in detail.get("next_state") or [] if m.get("role") == "user"]
+            for text in texts:
+                if isinstance(text, str) and text in track.feedback_sent:
+                    times.append(track.feedback_sent[text])
+        return times
+
+    def update(self, track: Track) -> UpdateRecord:
+        """Collect a batch, train, wait for the gate, measure. One attempted update."""
+        cfg = self.config
+        track.attempts += 1
+        self.collect_batch(track)
+        run = self.start_run(track)
+        started = time.time()
+        api = track.owner.api
+        deadline = time.monotonic() + cfg.update_timeout
+        record = UpdateRecord(update=len(track.promoted), attempt=track.attempts, run_id=run["id"],
+                              version=None, outcome="timeout", compliance=None, sessions=track.sessions,
+                              samples=run.get("samples", 0), feedback_to_served_s=None,
+                              oldest_feedback_to_served_s=None, run_to_served_s=None)
+        try:
+            run = self._wait(lambda: (r := api.get(f"/api/training/runs/{run['id']}/"))["state"] in
+                             ("succeeded", "failed", "cancelled") and r, deadline, "the training run")
+            if run["state"] != "succeeded" or not run.get("adapter_version"):
+                record.outcome = "failed"
+                track.error = run.get("error") or run["state"]
+                return record
+            version_id = run["adapter_version"]["id"]
+            version = self._wait(
+                lambda: (v := api.get(f"/api/adapters/versions/{version_id}/"))["state"] not in
+                ("candidate", "evaluating") and v, deadline, "the eval gate and promotion")
+            served_at = time.time()
+            record.version, record.outcome = version["version"], version["state"]
+            record.eval_score = version.get("eval_score")
+            record.baseline_score = version.get("baseline_score")
+            if record.outcome != "active":
+                return record
+            sent_at = self._feedback_times(track, run.get("sample_ids") or [])
+            if sent_at:
+                record.feedback_to_served_s = served_at - max(sent_at)
+                record.oldest_feedback_to_served_s = served_at - min(sent_at)
+            record.run_to_served_s = served_at - started
+            time.sleep(cfg.serve_grace)
+            record.update = len(track.promoted) + 1
+            record.compliance = self.measure(track)
+            return record
+        except TimeoutError as exc:
+            track.error = f"timed out waiting for {exc} after {cfg.update_timeout:.0f} s"
+            return record
+
+    def measure(self, track: Track) -> float:
+        """Held-out compliance of what the tenant is served now, through /v1 as side turns."""
+        cfg = self.config
+        member = track.owner
+        problems = P.held_out_problems()
+
+        def answer(i: int) -> tuple[str, P.Problem]:
+            session = f"bench-eval-{self.tag}-{track.name}-{uuid.uuid4().hex[:8]}"
+            response = member.client.chat.completions.create(
+                model=track.model, messages=P.held_out_messages(problems[i]), max_tokens=cfg.eval_max_tokens,
+                temperature=cfg.eval_temperature, seed=request_seed(cfg.seed, "eval", i),
+                extra_headers={"X-Session-Id": session, "X-Turn-Type": "side", "X-Session-Done": "true"},
+            )
+            return response.choices[0].message.content or "", problems[i]
+
+        if cfg.eval_concurrency <= 1:
+            replies = [answer(i) for i in range(len(problems))]
+        else:  # vLLM batches concurrent requests: a few in flight measure faster than one at a time
+            with ThreadPoolExecutor(max_workers=cfg.eval_concurrency) as pool:
+                replies = list(pool.map(answer, range(len(problems))))
+        return P.compliance(track.persona, replies)
+
+    # --- per method ---------------------------------------------------------------------------------------
+
+    def run_method(self, method: str) -> dict[str, Any]:
+        cfg = self.config
+        began = time.monotonic()
+        tracks = [self.setup_personal(method, P.PERSONAS[name]) for name in cfg.personas]
+        if cfg.group:
+            tracks.append(self.setup_group(method, adversarial=True))
+            if cfg.group_control:
+                tracks.append(self.setup_group(method, adversarial=False))
+        self.tracks[method] = tracks
+        for track in tracks:
+            track.base_compliance = self.measure(track)
+            self._progress(method, track, None)
+        # Round robin, one update per tenant in turn, so that an interrupted run has every curve so far.
+        while any(not t.done for t in tracks):
+            for track in tracks:
+                if track.done:
+                    continue
+                try:
+                    record = self.update(track)
+                except BenchError as exc:
+                    track.error, track.done = str(exc), True
+                    self.log(f"[{method}/{track.name}] stopped: {exc}")
+                    continue
+                track.records.append(record)
+                self._progress(method, track, record)
+                reached = record.compliance is not None and record.compliance >= cfg.target
+                if (len(track.promoted) >= cfg.max_updates or track.attempts >= 2 * cfg.max_updates
+                        or record.outcome in ("failed", "timeout") or (cfg.stop_at_target and reached)):
+                    track.done = True
+        result = self.method_result(method, tracks, wall_s=time.monotonic() - began)
+        self.results.append(result)
+        return result
+
+    def method_result(self, method: str, tracks: list[Track], *, wall_s: float) -> dict[str, Any]:
+        cfg = self.config
+        by_name = {t.name: t for t in tracks}
+        result: dict[str, Any] = {"method": method, "seed": cfg.seed, "judge": cfg.judge,
+                                  "batch_size": cfg.batch_size, "target": cfg.target,
+                                  "max_updates": cfg.max_updates, "wall_s": round(wall_s, 1)}
+        for name in cfg.personas:
+            result[name] = by_name[name].summary(cfg.target)
+        if "group" in by_name:
+            group = {"with_adversary": by_name["group"].summary(cfg.target)}
+            if "group-control" in by_name:
+                group["without_adversary"] = by_name["group-control"].summary(cfg.target)
+                group["adversary_shift"] = adversary_shift(group["with_adversary"]["compliance"],
+                                                           group["without_adversary"]["compliance"])
+            result["group"] = group
+        return result
+
+    def _progress(self, method: str, track: Track, record: UpdateRecord | None) -> None:
+        line = {"method": method, "track": track.name, "tenant": track.tenant_id}
+        if record is None:
+            line |= {"update": 0, "compliance": track.base_compliance}
+        else:
+            line |= {k: v for k, v in record.__dict__.items()}
+        self.log(f"[progress] {json.dumps(line)}")
+        self.config.out_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.config.out_dir / "progress.jsonl", "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    # --- outputs ------------------------------------------------------------------------------------------
+
+    def plot(self) -> bytes:
+        series: dict[str, list[float | None]] = {}
+        for method, tracks in self.tracks.items():
+            for track in tracks:
+                series[f"{method} {track.name}"] = track.curve()
+        return line_chart_png(series, title=f"held-out compliance, seed {self.config.seed}",
+                              target=self.config.target)
+
+    def run(self) -> list[dict[str, Any]]:
+        for method in self.config.methods:
+            result = self.run_method(method)
+            self.echo(json.dumps(result))
+            self.write_outputs()
+        return self.results
+
+    def write_outputs(self) -> Path:
+        out = self.config.out_dir
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "results.jsonl", "w") as f:
+            for result in self.results:
+                f.write(json.dumps(result) + "\n")
+        path = out / "compliance.png"
+        path.write_bytes(self.plot())
+        # The throwaway accounts, so that a person can sign in as one and look at its dashboard.
+        accounts = out / "accounts.json"
+        accounts.touch()
+        accounts.chmod(0o600)  # before the password goes in
+        accounts.write_text(json.dumps({
+            "password": self.password,
+            "tenants": {f"{method} {t.name}": {"tenant": t.tenant_id, "users": [m.email for m in t.members]}
+                        for method, tracks in self.tracks.items() for t in tracks},
+        }, indent=2))
+        return path
+
+    def close(self) -> None:
+        for tracks in self.tracks.values():
+            for track in tracks:
+                for member in track.members:
+                    member.api.close()
+
+
+def adversary_shift(with_adversary: list[float | None], without: list[float | None]) -> dict[str, Any]:
+    """How far the adversarial member moved the shared compliance: control minus adversarial group, at each
+    update both reached, and at the last one."""
+    pairs = [(w, c) for w, c in zip(with_adversary, without, strict=False) if w is not None and c is not None]
+    diffs = [round(c - w, 4) for w, c in pairs]
+    return {"per_update": diffs, "final": diffs[-1] if diffs else None,
+            "max_abs": max((abs(d) for d in diffs), default=None)}

@@ -1,0 +1,207 @@
+"""Plots without a plotting library: a PNG line chart for the benchmark, the SVG geometry for the dashboard.
+
+matplotlib is not in the environment (and pyproject is not ours to grow), so ``Canvas`` draws lines, boxes and
+a 3x5 pixel font on an RGB raster and ``png_bytes`` encodes it (zlib + struct: signature, IHDR, one IDAT,
+IEND, filter 0 on every row). Plain Python; no Django.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+Color = tuple[int, int, int]
+WHITE: Color = (255, 255, 255)
+BLACK: Color = (20, 20, 20)
+GRID: Color = (225, 228, 232)
+MUTED: Color = (120, 120, 120)
+TARGET: Color = (200, 60, 60)
+PALETTE: tuple[Color, ...] = (
+    (37, 99, 235), (22, 163, 74), (217, 119, 6), (147, 51, 234), (8, 145, 178), (190, 24, 93),
+    (101, 163, 13), (71, 85, 105), (234, 88, 12), (79, 70, 229), (13, 148, 136), (161, 98, 7),
+)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+
+def png_bytes(width: int, height: int, rgb: bytes | bytearray) -> bytes:
+    """An 8-bit RGB PNG of ``width`` x ``height`` from row-major RGB bytes."""
+    if width <= 0 or height <= 0 or len(rgb) != width * height * 3:
+        raise ValueError(f"need {width}x{height}x3 = {width * height * 3} bytes of RGB, got {len(rgb)}")
+    stride = width * 3
+    raw = b"".join(b"\x00" + bytes(rgb[y * stride:(y + 1) * stride]) for y in range(height))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits, truecolour, no interlace
+    idat = zlib.compress(raw, 9)
+    return PNG_SIGNATURE + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
+
+
+# 3x5 glyphs, one string of five 3-pixel rows each; lower case is drawn as upper case.
+_FONT = {
+    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
+    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001010010010",
+    "8": "111101111101111", "9": "111101111001111", ".": "000000000000010", "-": "000000111000000",
+    ":": "000010000010000", "%": "101001010100101", "/": "001001010100100", "(": "010100100100010",
+    ")": "010001001001010", "+": "000010111010000", "=": "000111000111000", "_": "000000000000111",
+    " ": "000000000000000", ",": "000000000010100",
+    "A": "010101111101101", "B": "110101110101110", "C": "011100100100011", "D": "110101101101110",
+    "E": "111100110100111", "F": "111100110100100", "G": "011100101101011", "H": "101101111101101",
+    "I": "111010010010111", "J": "001001001101010", "K": "101101110101101", "L": "100100100100111",
+    "M": "101111111101101", "N": "110101101101101", "O": "010101101101010", "P": "110101110100100",
+    "Q": "010101101110011", "R": "110101110101101", "S": "011100010001110", "T": "111010010010010",
+    "U": "101101101101111", "V": "101101101101010", "W": "101101111111101", "X": "101101010101101",
+    "Y": "101101010010010", "Z": "111001010100111",
+}
+
+
+class Canvas:
+    def __init__(self, width: int, height: int, background: Color = WHITE):
+        self.width, self.height = width, height
+        self.pixels = bytearray(bytes(background) * (width * height))
+
+    def set(self, x: int, y: int, color: Color) -> None:
+        if 0 <= x < self.width and 0 <= y < self.height:
+            i = (y * self.width + x) * 3
+            self.pixels[i:i + 3] = bytes(color)
+
+    def get(self, x: int, y: int) -> Color:
+        i = (y * self.width + x) * 3
+        return tuple(self.pixels[i:i + 3])  # type: ignore[return-value]
+
+    def rect(self, x0: int, y0: int, x1: int, y1: int, color: Color) -> None:
+        for y in range(max(0, min(y0, y1)), min(self.height, max(y0, y1) + 1)):
+            for x in range(max(0, min(x0, x1)), min(self.width, max(x0, x1) + 1)):
+                self.set(x, y, color)
+
+    def line(self, x0: int, y0: int, x1: int, y1: int, color: Color, width: int = 1, dash: int = 0) -> None:
+        """Bresenham, ``width`` pixels thick (a square brush); ``dash`` > 0 draws dash-long pieces, gaps."""
+        dx, dy = abs(x1 - x0), -abs(y1 - y0)
+        sx, sy = (1 if x0 < x1 else -1), (1 if y0 < y1 else -1)
+        err, step, half = dx + dy, 0, width // 2
+        while True:
+            if not dash or (step // dash) % 2 == 0:
+                self.rect(x0 - half, y0 - half, x0 - half + width - 1, y0 - half + width - 1, color)
+            if x0 == x1 and y0 == y1:
+                return
+            e2, step = 2 * err, step + 1
+            if e2 >= dy:
+                err, x0 = err + dy, x0 + sx
+            if e2 <= dx:
+                err, y0 = err + dx, y0 + sy
+
+    def text(self, x: int, y: int, text: str, color: Color = BLACK, scale: int = 2) -> int:
+        """Draws ``text`` with its top-left corner at (x, y); returns the x after it."""
+        for ch in text.upper():
+            glyph = _FONT.get(ch, _FONT["_"])
+            for i, bit in enumerate(glyph):
+                if bit == "1":
+                    gx, gy = x + (i % 3) * scale, y + (i // 3) * scale
+                    self.rect(gx, gy, gx + scale - 1, gy + scale - 1, color)
+            x += 4 * scale
+        return x
+
+    def png(self) -> bytes:
+        return png_bytes(self.width, self.height, self.pixels)
+
+
+def text_width(text: str, scale: int = 2) -> int:
+    return len(text) * 4 * scale
+
+
+def line_chart_png(series: Mapping[str, Sequence[float | None]], *, title: str = "",
+                   x_label: str = "promoted updates", target: float | None = 0.8,
+                   width: int = 720, height: int = 420) -> bytes:
+    """Compliance (0..1) against update number (0 = the base model) for each named series; None values are
+    skipped (a series that stopped early). A dashed red line marks the target."""
+    canvas = Canvas(width, height)
+    left, right, top, bottom = 52, width - 230, 34, height - 40
+    longest = max((len(v) for v in series.values()), default=1)
+    x_max = max(1, longest - 1)
+
+    def px(i: float) -> int:
+        return round(left + (right - left) * i / x_max)
+
+    def py(v: float) -> int:
+        return round(bottom - (bottom - top) * max(0.0, min(1.0, v)))
+
+    for tick in range(6):
+        v = tick / 5
+        canvas.line(left, py(v), right, py(v), GRID)
+        canvas.text(left - 8 - text_width(f"{v:.1f}"), py(v) - 5, f"{v:.1f}", MUTED)
+    every = max(1, x_max // 8)
+    for i in range(0, x_max + 1, every):
+        canvas.line(px(i), bottom, px(i), bottom + 4, MUTED)
+        canvas.text(px(i) - text_width(str(i)) // 2, bottom + 8, str(i), MUTED)
+    canvas.line(left, top, left, bottom, BLACK)
+    canvas.line(left, bottom, right, bottom, BLACK)
+    if target is not None:
+        canvas.line(left, py(target), right, py(target), TARGET, dash=6)
+    canvas.text(left, 10, title or "compliance", BLACK)
+    canvas.text(right - text_width(x_label), bottom + 24, x_label, MUTED)
+
+    for n, (name, values) in enumerate(series.items()):
+        color = PALETTE[n % len(PALETTE)]
+        points = [(px(i), py(v)) for i, v in enumerate(values) if v is not None]
+        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+            canvas.line(x0, y0, x1, y1, color, width=2)
+        for x, y in points:
+            canvas.rect(x - 2, y - 2, x + 2, y + 2, color)
+        ly = top + 4 + n * 18
+        canvas.line(right + 12, ly + 4, right + 32, ly + 4, color, width=3)
+        canvas.text(right + 38, ly, name[:23], BLACK)
+    return canvas.png()
+
+
+# --- SVG geometry for the dashboard (the template draws it; autoescaping stays on) ------------------------
+
+
+@dataclass(frozen=True)
+class ChartPoint:
+    x: float
+    y: float
+    label: str  # "v3"
+    value: float
+    title: str  # tooltip
+    kind: str = ""  # a CSS modifier, e.g. the version's state
+
+
+@dataclass(frozen=True)
+class SvgChart:
+    width: int
+    height: int
+    points: tuple[ChartPoint, ...]
+    polyline: str  # "x,y x,y ..."
+    gridlines: tuple[tuple[float, str], ...]  # (y, label)
+    left: int
+    right: int
+    bottom: int
+
+
+def svg_chart(values: Sequence[tuple[str, float, str, str]], *, y_min: float = -1.0, y_max: float = 1.0,
+              width: int = 560, height: int = 180) -> SvgChart | None:
+    """Positions for a line chart of (label, value, tooltip, kind) in order, evenly spaced; None without
+    values. Values outside [y_min, y_max] are drawn at the edge."""
+    if not values:
+        return None
+    left, right, top, bottom = 40, width - 12, 12, height - 26
+    span = (y_max - y_min) or 1.0
+    n = len(values)
+
+    def y_of(v: float) -> float:
+        return round(bottom - (bottom - top) * (max(y_min, min(y_max, v)) - y_min) / span, 1)
+
+    points = tuple(
+        ChartPoint(x=round(left + (right - left) * (i / (n - 1) if n > 1 else 0.5), 1), y=y_of(v),
+                   label=label, value=v, title=title, kind=kind)
+        for i, (label, v, title, kind) in enumerate(values)
+    )
+    grid = tuple((y_of(y_min + span * k / 4), f"{y_min + span * k / 4:g}") for k in range(5))
+    return SvgChart(width=width, height=height, points=points,
+                    polyline=" ".join(f"{p.x},{p.y}" for p in points), gridlines=grid, left=left, right=right,
+                    bottom=bottom)
