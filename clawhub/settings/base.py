@@ -311,6 +311,20 @@ CLAWHUB_TINKER_BASE_URL = env.str("TINKER_BASE_URL", default="")
 CLAWHUB_FIREWORKS_API_KEY = env.str("FIREWORKS_API_KEY", default="")
 CLAWHUB_FIREWORKS_ACCOUNT_ID = env.str("FIREWORKS_ACCOUNT_ID", default="")
 CLAWHUB_FIREWORKS_BASE_URL = env.str("FIREWORKS_BASE_URL", default="")
+# --- Remote training backends (workers/trainer/remote; wired in workers/tasks/training.make_backend) --------
+# Each service's own name for CLAWHUB_TRAIN_BASE_MODEL (e.g. "Qwen/Qwen3-8B" on Tinker,
+# "accounts/fireworks/models/qwen3-8b" on Fireworks). Empty = CLAWHUB_TRAIN_BASE_MODEL as is. The tokenizer is
+# always loaded from the run's CLAWHUB_TRAIN_BASE_MODEL, so the tokens sent are the ones vLLM serves.
+CLAWHUB_TINKER_BASE_MODEL = env.str("CLAWHUB_TINKER_BASE_MODEL", default="")
+CLAWHUB_FIREWORKS_BASE_MODEL = env.str("CLAWHUB_FIREWORKS_BASE_MODEL", default="")
+# Bounds on waiting for the service (workers.trainer.remote.protocol.RetryPolicy): each call waits at most
+# CALL_TIMEOUT seconds; a transient failure (429, 5xx, timeout, lost connection) is retried up to ATTEMPTS
+# times in all with BACKOFF, 2*BACKOFF, ... seconds in between. Then the train task re-runs the whole run from
+# its last remote checkpoint up to RUN_RETRIES times before the run fails and its samples go back to the pool.
+CLAWHUB_REMOTE_RETRY_ATTEMPTS = env.int("CLAWHUB_REMOTE_RETRY_ATTEMPTS", default=4)
+CLAWHUB_REMOTE_RETRY_BACKOFF = env.float("CLAWHUB_REMOTE_RETRY_BACKOFF", default=2.0)
+CLAWHUB_REMOTE_CALL_TIMEOUT = env.float("CLAWHUB_REMOTE_CALL_TIMEOUT", default=600.0)
+CLAWHUB_REMOTE_RUN_RETRIES = env.int("CLAWHUB_REMOTE_RUN_RETRIES", default=3)
 # Each run's working directory (checkpoints: adapter, optimizer, step, claimed sample ids) is
 # <CLAWHUB_TRAIN_WORKDIR>/run-<id>; it must survive a worker restart for a redelivered run to resume.
 CLAWHUB_TRAIN_WORKDIR = env.str("CLAWHUB_TRAIN_WORKDIR", default=str(DATA_DIR / "train"))

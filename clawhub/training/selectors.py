@@ -6,8 +6,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from clawhub.accounts.models import User
-from clawhub.adapters.selectors import TenantAccess, tenant_access
-from clawhub.core.exceptions import NotFound
+from clawhub.adapters.selectors import TenantAccess, tenant_access_for_row
 from clawhub.review.models import Sample
 from clawhub.tenants.models import Tenant
 from clawhub.training.models import Method, TrainingRun, TrainingSettings
@@ -51,13 +50,7 @@ def run_get(*, actor: User, run_id: int) -> tuple[TrainingRun, TenantAccess]:
         .filter(pk=run_id)
         .first()
     )
-    if run is None:
-        raise NotFound("No such training run.")
-    try:
-        access = tenant_access(actor=actor, tenant_id=run.tenant_id)
-    except NotFound:
-        raise NotFound("No such training run.") from None
-    return run, access
+    return run, tenant_access_for_row(actor=actor, row=run, not_found="No such training run.")
 
 
 def run_for_task(*, run_id: int) -> TrainingRun | None:

@@ -288,6 +288,13 @@ def run_record_step(*, run_id: int, metrics: dict[str, Any]) -> str:
         return run.state
 
 
+def run_set_remote_ids(*, run_id: int, remote_ids: dict[str, str]) -> None:
+    """Where the run lives on a remote service (its training run, checkpoints), as soon as it is known.
+    Ids only: the backend's remote_ids() never includes credentials."""
+    if remote_ids:
+        TrainingRun.objects.filter(pk=run_id).update(remote_ids=remote_ids)
+
+
 def run_attach_version(*, run: TrainingRun, version: AdapterVersion) -> None:
     TrainingRun.objects.filter(pk=run.pk).update(adapter_version=version)
     run.adapter_version = version

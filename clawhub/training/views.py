@@ -5,51 +5,20 @@ the same services as the REST API and come back with a message.
 """
 
 import json
-from functools import wraps
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
 from clawhub.adapters import selectors as adapter_selectors
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.selectors import tenant_access, tenant_label, tenants_for_user
 from clawhub.core.api import client_ip
-from clawhub.core.exceptions import ClawHubError, NotFound, PermissionDenied
+from clawhub.core.exceptions import ValidationFailed
+from clawhub.core.views import page_errors, post_and_redirect
 from clawhub.review.selectors import trainable_count
 from clawhub.training import selectors, services
 from clawhub.training.models import Backend, Method
-
-
-def _page_errors(view):
-    """NotFound and PermissionDenied become Django's 404 and 403 pages; any other error of a form post comes
-    back to the page as a message."""
-
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        try:
-            return view(request, *args, **kwargs)
-        except NotFound as exc:
-            raise Http404(exc.message) from exc
-        except PermissionDenied as exc:
-            raise DjangoPermissionDenied(exc.message) from exc
-
-    return wrapped
-
-
-def _posted(request, action, success: str, back: str):
-    try:
-        action()
-    except (NotFound, PermissionDenied):
-        raise
-    except ClawHubError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, success)
-    return redirect(back)
 
 
 @login_required
@@ -75,7 +44,7 @@ def training_index(request):
 
 @login_required
 @require_GET
-@_page_errors
+@page_errors
 def training_tenant(request, tenant_id: int):
     access = tenant_access(actor=request.user, tenant_id=tenant_id)
     ts = selectors.training_settings_for(tenant=access.tenant)
@@ -99,10 +68,10 @@ def training_tenant(request, tenant_id: int):
 
 @login_required
 @require_POST
-@_page_errors
+@page_errors
 def training_start(request, tenant_id: int):
     access = tenant_access(actor=request.user, tenant_id=tenant_id)
-    return _posted(
+    return post_and_redirect(
         request,
         lambda: services.run_start(tenant=access.tenant, access=access, ip=client_ip(request)),
         "Training run started.",
@@ -112,7 +81,7 @@ def training_start(request, tenant_id: int):
 
 @login_required
 @require_POST
-@_page_errors
+@page_errors
 def training_settings(request, tenant_id: int):
     access = tenant_access(actor=request.user, tenant_id=tenant_id)
 
@@ -121,8 +90,6 @@ def training_settings(request, tenant_id: int):
             overrides = json.loads(request.POST.get("overrides") or "{}")
             batch_size = int(request.POST.get("batch_size") or 0)
         except ValueError:
-            from clawhub.core.exceptions import ValidationFailed
-
             raise ValidationFailed("Overrides must be a JSON object and the batch size a number.") from None
         changes = {
             "method": request.POST.get("method") or None,
@@ -134,12 +101,12 @@ def training_settings(request, tenant_id: int):
             changes["backend"] = request.POST["backend"]
         services.training_settings_update(access=access, ip=client_ip(request), **changes)
 
-    return _posted(request, update, "Training settings saved.", f"/training/{tenant_id}/")
+    return post_and_redirect(request, update, "Training settings saved.", f"/training/{tenant_id}/")
 
 
 @login_required
 @require_GET
-@_page_errors
+@page_errors
 def run_detail(request, run_id: int):
     run, access = selectors.run_get(actor=request.user, run_id=run_id)
     return render(
@@ -157,10 +124,10 @@ def run_detail(request, run_id: int):
 
 @login_required
 @require_POST
-@_page_errors
+@page_errors
 def run_cancel(request, run_id: int):
     run, access = selectors.run_get(actor=request.user, run_id=run_id)
-    return _posted(
+    return post_and_redirect(
         request,
         lambda: services.run_cancel(access=access, run=run, ip=client_ip(request)),
         "Training run cancelled; its samples are back in the pool.",
@@ -170,7 +137,7 @@ def run_cancel(request, run_id: int):
 
 @login_required
 @require_GET
-@_page_errors
+@page_errors
 def adapter_versions(request, tenant_id: int):
     access = tenant_access(actor=request.user, tenant_id=tenant_id)
     versions = list(adapter_selectors.adapter_versions(tenant=access.tenant))
@@ -191,10 +158,10 @@ def adapter_versions(request, tenant_id: int):
 
 @login_required
 @require_POST
-@_page_errors
+@page_errors
 def adapter_rollback(request, version_id: int):
     version, access = adapter_selectors.adapter_version_get(actor=request.user, version_id=version_id)
-    return _posted(
+    return post_and_redirect(
         request,
         lambda: adapter_services.adapter_rollback(access=access, version=version, ip=client_ip(request)),
         f"Rolling back to version {version.version}; it is served as soon as it is loaded.",
@@ -204,17 +171,17 @@ def adapter_rollback(request, version_id: int):
 
 @login_required
 @require_POST
-@_page_errors
+@page_errors
 def adapter_pin(request, tenant_id: int):
     access = tenant_access(actor=request.user, tenant_id=tenant_id)
     if request.POST.get("unpin"):
-        return _posted(
+        return post_and_redirect(
             request,
             lambda: adapter_services.adapter_unpin(access=access, ip=client_ip(request)),
             "Unpinned: new versions are promoted when they pass the eval gate.",
             f"/adapters/{tenant_id}/",
         )
-    return _posted(
+    return post_and_redirect(
         request,
         lambda: adapter_services.adapter_pin(
             access=access, reason=request.POST.get("reason", ""), ip=client_ip(request)

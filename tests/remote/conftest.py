@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.gateway.conftest import gateway_factory  # noqa: F401 - a fixture (a real gateway in a thread)
 from tests.remote.fakes.tinker_server import FakeTinker, TinyLogprobs
+from tests.training.conftest import sent  # noqa: F401 - a fixture (send_task recorded, not sent)
 from tests.vllm_server import TINY_MODEL_DIR
 from workers.trainer.backend import TrainConfig, TrainSample
 from workers.trainer.remote.protocol import RetryPolicy
@@ -126,3 +128,53 @@ def make_fireworks(fake_fireworks, tiny_dir):
     yield make
     for backend in created:
         backend.close()
+
+
+# ---------------------------------------------------------------------------------------------- Django path
+
+
+@pytest.fixture
+def remote_site(settings, tmp_path, tiny_dir, fake_tinker, fake_fireworks):
+    """Site settings that point both remote backends at their fakes, with a small retry budget; returns
+    configure(backend) -> the fake that backend talks to (its credentials already in settings)."""
+    settings.CLAWHUB_TRAIN_WORKDIR = str(tmp_path / "train")
+    settings.CLAWHUB_ADAPTER_DIR = str(tmp_path / "adapters")
+    settings.CLAWHUB_TRAIN_BASE_MODEL = str(tiny_dir)
+    settings.CLAWHUB_TINKER_API_KEY = TINKER_KEY
+    settings.CLAWHUB_TINKER_BASE_URL = fake_tinker.url
+    settings.CLAWHUB_TINKER_BASE_MODEL = "tiny-qwen2"
+    settings.CLAWHUB_FIREWORKS_API_KEY = FIREWORKS_KEY
+    settings.CLAWHUB_FIREWORKS_ACCOUNT_ID = FIREWORKS_ACCOUNT
+    settings.CLAWHUB_FIREWORKS_BASE_URL = fake_fireworks.url
+    settings.CLAWHUB_FIREWORKS_BASE_MODEL = "accounts/fireworks/models/tiny-qwen2"
+    settings.CLAWHUB_REMOTE_RETRY_ATTEMPTS = 2
+    settings.CLAWHUB_REMOTE_RETRY_BACKOFF = 0.1
+    settings.CLAWHUB_REMOTE_CALL_TIMEOUT = 30.0
+    settings.CLAWHUB_REMOTE_RUN_RETRIES = 1
+    fakes = {"tinker": fake_tinker, "fireworks": fake_fireworks}
+    return fakes.__getitem__
+
+
+def recorded_samples(user, tokenizer, rewards, *, tenant=None, hints=None):
+    """Approved samples whose turns carry the response token ids and sampling log-probs the gateway records
+    (so pi_old is the recorded one, as in production)."""
+    from clawhub.review.models import Sample
+    from tests.review.conftest import approved_sample
+
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    samples = []
+    for i, reward in enumerate(rewards):
+        sample = approved_sample(user, tenant=tenant, reward=reward)
+        turn = sample.turn
+        reply = f"Answer number {i}, in plain words."
+        ids = tokenizer.encode(reply, add_special_tokens=False) + [end]
+        turn.response = [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}
+        ]
+        turn.token_ids, turn.logprobs = ids, [-0.4 - 0.01 * j for j in range(len(ids))]
+        turn.save(update_fields=["response", "token_ids", "logprobs"])
+        if hints:
+            sample.judgment.hints = list(hints)
+            sample.judgment.save(update_fields=["hints"])
+        samples.append(Sample.objects.get(pk=sample.pk))
+    return samples

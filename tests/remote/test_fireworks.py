@@ -9,14 +9,12 @@ import pytest
 
 from tests.remote.conftest import FIREWORKS_ACCOUNT, chat_sample, small_config
 from tests.remote.test_tinker import assert_datum, expected_wire
-from workers.trainer.batching import encode_sample
+from workers.trainer.batching import encode_sample, prompt_ids, with_hint
 from workers.trainer.remote import RemoteAuthError, RemoteTrainingError
 from workers.trainer.remote.protocol import RetryPolicy
 
 
 def test_rl_batch_on_the_wire(fake_fireworks, make_fireworks, tokenizer, reference, tmp_path):
-    # Binary RL only: OPD/Combine teacher log-probs go through Fireworks' inference API
-    # (/inference/v1/completions with echo), which this fake does not speak yet.
     samples = [
         chat_sample(tokenizer, 1, "Q1", "Good answer.", reward=1),
         chat_sample(tokenizer, 2, "Q2", "Bad answer.", reward=-1),
@@ -41,6 +39,97 @@ def test_rl_batch_on_the_wire(fake_fireworks, make_fireworks, tokenizer, referen
         assert_datum(datum, want)
     assert fake_fireworks.optim_steps[0]["learning_rate"] == pytest.approx(2e-5)
     assert all(r.header("x-api-key") for r in fake_fireworks.calls("/api/v1/optim_step"))
+
+
+def test_opd_teacher_from_the_session_base_model_and_hint_by_overlap(
+    fake_fireworks, make_fireworks, tokenizer, reference, tmp_path
+):
+    from workers.trainer.hints import choose_hint
+
+    hints = ["Answer in one word.", "Mention the river Seine and the Eiffel tower in your answer."]
+    samples = [
+        chat_sample(tokenizer, 10, "Where is Paris?", "In France.", hints=hints),
+        chat_sample(tokenizer, 11, "Name a colour.", "Blue.", hints=["Prefer green."]),
+        chat_sample(tokenizer, 12, "No hint here.", "Fine.", reward=1),  # OPD ignores a score alone
+    ]
+    backend = make_fireworks()
+    backend.start(
+        str(tokenizer.name_or_path), None, small_config(method="opd", w_opd=0.5), str(tmp_path / "r")
+    )
+    result = backend.train(samples)
+
+    assert [d.sample_id for d in result.dropped] == [12]
+    session = backend.service.training_session_id
+    base_model = f"accounts/{FIREWORKS_ACCOUNT}/trainingSessions/{session}"
+    teacher_prompts = [r["prompt"] for r in fake_fireworks.completion_requests if r["model"] == base_model]
+    # Every scoring request used Fireworks' shape: token ids, echo, logprobs, raw_output, one token.
+    assert fake_fireworks.completion_requests and all(
+        r["echo"] and r["logprobs"] and r["raw_output"] and r["max_tokens"] == 1
+        for r in fake_fireworks.completion_requests
+    )
+    [call] = fake_fireworks.forward_backward_batches
+    for datum, sample in zip(call.data, samples[:2], strict=True):
+        enc = encode_sample(tokenizer, sample, max_seq_len=512)
+        n = len(enc.response_ids)
+        contexts = [
+            prompt_ids(tokenizer, with_hint(sample.messages, h), None) + enc.response_ids
+            for h in sample.hints
+        ]
+        choice = 0
+        if len(contexts) > 1:
+            policy_ids, _ = reference.topk(enc.prompt_ids + enc.response_ids, 4)
+            overlaps = []
+            for ctx in contexts:
+                teacher_ids, _ = reference.topk(ctx, 4)
+                pairs = zip(policy_ids[-n:], teacher_ids[-n:], strict=True)
+                overlaps.append(sum(len(set(a) & set(b)) for a, b in pairs))
+            choice = choose_hint(sample.hints, overlaps)
+        teacher = reference.token_logprobs(contexts[choice])[-n:]
+        assert contexts[choice] in teacher_prompts  # the teacher prefill: base weights, hint in the prompt
+        advantages = [0.5 * (t - o) for t, o in zip(teacher, sample.response_logprobs, strict=True)]
+        assert_datum(datum, expected_wire(tokenizer, sample, advantages, sample.response_logprobs, 2))
+    # Choosing between two hints asked the policy snapshot (not the base) and the teacher for their top-4.
+    topk = [r for r in fake_fireworks.completion_requests if r["top_logprobs"] == 4]
+    assert {r["model"] == base_model for r in topk} == {True, False}
+    assert any("/checkpoints/clawhub-policy-" in r["model"] for r in topk)
+
+
+def test_combine_mixes_score_and_hint(fake_fireworks, make_fireworks, tokenizer, reference, tmp_path):
+    samples = [
+        chat_sample(tokenizer, 20, "Q1", "Score only.", reward=-1),
+        chat_sample(tokenizer, 21, "Q2", "Hint only.", hints=["Be brief."]),
+        chat_sample(tokenizer, 22, "Q3", "Both.", reward=1, hints=["Be kind."], recorded=False),
+        chat_sample(tokenizer, 23, "Q4", "Neither."),
+    ]
+    backend = make_fireworks()
+    backend.start(
+        str(tokenizer.name_or_path),
+        None,
+        small_config(method="combine", w_rl=2.0, w_opd=1.0),
+        str(tmp_path / "r"),
+    )
+    result = backend.train(samples)
+
+    assert [d.sample_id for d in result.dropped] == [23]
+    [call] = fake_fireworks.forward_backward_batches
+    assert call.loss_fn == "ppo" and len(call.data) == 3
+    for datum, sample in zip(call.data, samples[:3], strict=True):
+        enc = encode_sample(tokenizer, sample, max_seq_len=512)
+        n = len(enc.response_ids)
+        full = enc.prompt_ids + enc.response_ids
+        # Sample 22 came without recorded log-probs: pi_old is a prefill of the policy snapshot.
+        old = sample.response_logprobs or reference.token_logprobs(full)[-n:]
+        opd = [0.0] * n
+        if sample.hints:
+            ctx = prompt_ids(tokenizer, with_hint(sample.messages, sample.hints[0]), None) + enc.response_ids
+            teacher = reference.token_logprobs(ctx)[-n:]
+            opd = [t - o for t, o in zip(teacher, old, strict=True)]
+        advantages = [a + 2.0 * sample.reward for a in opd]
+        assert_datum(datum, expected_wire(tokenizer, sample, advantages, old, 3))
+    assert any(
+        "/checkpoints/clawhub-policy-" in r["model"] and r["top_logprobs"] == 0
+        for r in fake_fireworks.completion_requests
+    )
 
 
 def test_export_promotes_downloads_and_loads_with_peft(

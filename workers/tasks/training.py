@@ -99,21 +99,38 @@ def train_sample(sample: Sample) -> TrainSample:
 
 
 def make_backend(name: str) -> TrainingBackend:
+    """The backend a run names, with credentials and bounds from settings. Credentials come from the
+    environment only (never from a row): they live on the backend instance for the run and are not logged."""
     from workers.trainer.remote import backend_for
 
-    credentials: dict[str, str] = {}
+    if name not in ("tinker", "fireworks"):
+        return backend_for(name)
+    from workers.trainer.remote.protocol import RetryPolicy
+
+    options: dict[str, Any] = {
+        "retry": RetryPolicy(
+            attempts=max(1, settings.CLAWHUB_REMOTE_RETRY_ATTEMPTS),
+            backoff_s=settings.CLAWHUB_REMOTE_RETRY_BACKOFF,
+            max_backoff_s=max(settings.CLAWHUB_REMOTE_RETRY_BACKOFF, 30.0),
+            call_timeout_s=settings.CLAWHUB_REMOTE_CALL_TIMEOUT,
+        ),
+        # No tokenizer option: it loads from the run's base_model (the model vLLM serves), whatever the
+        # service calls that model (remote_base_model).
+    }
     if name == "tinker":
-        credentials = {
-            "api_key": settings.CLAWHUB_TINKER_API_KEY,
-            "base_url": settings.CLAWHUB_TINKER_BASE_URL,
-        }
-    elif name == "fireworks":
-        credentials = {
-            "api_key": settings.CLAWHUB_FIREWORKS_API_KEY,
-            "account_id": settings.CLAWHUB_FIREWORKS_ACCOUNT_ID,
-            "base_url": settings.CLAWHUB_FIREWORKS_BASE_URL,
-        }
-    return backend_for(name, **{k: v for k, v in credentials.items() if v})
+        options.update(
+            api_key=settings.CLAWHUB_TINKER_API_KEY,
+            base_url=settings.CLAWHUB_TINKER_BASE_URL or None,
+            remote_base_model=settings.CLAWHUB_TINKER_BASE_MODEL or None,
+        )
+    else:
+        options.update(
+            api_key=settings.CLAWHUB_FIREWORKS_API_KEY,
+            account_id=settings.CLAWHUB_FIREWORKS_ACCOUNT_ID,
+            base_url=settings.CLAWHUB_FIREWORKS_BASE_URL or None,
+            remote_base_model=settings.CLAWHUB_FIREWORKS_BASE_MODEL or None,
+        )
+    return backend_for(name, **options)
 
 
 # --- the run ------------------------------------------------------------------------------------------------
@@ -145,9 +162,12 @@ def train_run(self, run_id: int) -> dict[str, Any]:
     except Exception as exc:
         from workers.trainer.remote import RemoteTrainingError
 
-        if isinstance(exc, RemoteTrainingError) and exc.transient and self.request.retries < self.max_retries:
-            # The remote service hiccuped: the same run resumes from its remote checkpoint.
-            raise self.retry(exc=exc, countdown=30 * 2**self.request.retries) from None
+        retries = settings.CLAWHUB_REMOTE_RUN_RETRIES
+        if isinstance(exc, RemoteTrainingError) and exc.transient and self.request.retries < retries:
+            # The remote service hiccuped past the per-call budget: the same run resumes from its remote
+            # checkpoint later (the samples stay claimed meanwhile).
+            logger.warning("training run %s: %s; retrying the run", run_id, exc)
+            raise self.retry(exc=exc, countdown=30 * 2**self.request.retries, max_retries=retries) from None
         logger.exception("training run %s failed", run_id)
         services.run_fail(run_id=run_id, error=f"{type(exc).__name__}: {exc}")
         return {"run": run_id, "outcome": "failed"}
@@ -172,6 +192,8 @@ def _train(run: TrainingRun) -> AdapterVersion | None:
 
     try:
         backend.start(run.base_model, parent_dir, TrainConfig.from_dict(run.config), run.workdir)
+        # Shown on the run's page while it trains: where to look for it on the remote service.
+        services.run_set_remote_ids(run_id=run.pk, remote_ids=backend.remote_ids())
         result = backend.train(batch, on_step=on_step)
         run.refresh_from_db()
         if run.state != TrainingRun.State.RUNNING:

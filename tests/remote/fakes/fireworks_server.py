@@ -12,6 +12,7 @@ URL per file (camelCase `filenameToSignedUrls`, as the REST API does).
 
 from __future__ import annotations
 
+import json
 import secrets
 from pathlib import Path
 
@@ -33,6 +34,10 @@ class FakeFireworks(FakeTinker):
             self._promote,
         )
         self.route("GET", acct + r"/models/(?P<model>[^/:]+):getDownloadEndpoint", self._download_endpoint)
+        # Serverless sampling (FiretitanSamplingClient -> DeploymentSampler): the OpenAI-style completions API
+        # under the serverless prefix, token ids in, SSE out.
+        self.route("POST", r"/inference/v1/completions", self._completions)
+        self.completion_requests: list[dict] = []  # {"model", "prompt", "echo", "top_logprobs", ...}
 
     def dispatch(self, method, raw_path, headers, body):
         # The trainer's routes are Tinker's under the serverless prefix.
@@ -52,6 +57,20 @@ class FakeFireworks(FakeTinker):
                 return Response(401, {"error": {"code": 16, "message": "unauthenticated: invalid API key"}})
             if not request.path.startswith(f"/v1/accounts/{self.account_id}/"):
                 return Response(403, {"error": {"code": 7, "message": "permission denied for account"}})
+            return None
+        if request.path.startswith("/inference/"):
+            # The sampler authenticates like Fireworks' inference API: a bearer token.
+            if request.header("authorization") != f"Bearer {self.api_key}":
+                return Response(
+                    401,
+                    {
+                        "error": {
+                            "object": "error",
+                            "type": "invalid_request_error",
+                            "message": "The API key you provided is invalid.",
+                        }
+                    },
+                )
             return None
         return super().authorize(request)
 
@@ -104,3 +123,78 @@ class FakeFireworks(FakeTinker):
             self.files[token] = file
             urls[file.name] = f"{self.url}/signed/{token}/{file.name}"
         return Response(body={"filenameToSignedUrls": urls})
+
+    # ------------------------------------------------------------------ inference (teacher log-probs)
+
+    def _completions(self, request: Request) -> Response:
+        """POST /inference/v1/completions as the training SDK's DeploymentSampler sends it: `prompt` is a list
+        of token ids, `stream` true, `echo` + `logprobs` for prompt log-probs (compute_logprobs), `raw_output`
+        for token ids back, optionally `top_logprobs` k. Answers the SSE stream Fireworks sends: choices[0]
+        with the echoed prompt + 1 greedy token in raw_output.completion_token_ids and one logprobs.content
+        row per returned token (the first, unconditional one is 0.0), then a usage chunk and [DONE]."""
+        body = request.json
+        prompt = [int(t) for t in body["prompt"]]
+        model = body["model"]
+        if not model.startswith(f"accounts/{self.account_id}/trainingSessions/"):
+            return Response(404, {"error": {"object": "error", "message": f"model {model} not found"}})
+        k = int(body.get("top_logprobs") or 0)
+        self.completion_requests.append(
+            {
+                "model": model,
+                "prompt": prompt,
+                "echo": bool(body.get("echo")),
+                "top_logprobs": k,
+                "logprobs": body.get("logprobs"),
+                "raw_output": body.get("raw_output"),
+                "max_tokens": body.get("max_tokens"),
+            }
+        )
+        if body.get("max_tokens") != 1 or not body.get("logprobs") or not body.get("raw_output"):
+            return Response(400, {"error": {"object": "error", "message": "the fake only scores prompts"}})
+        ids, top = self.logprobs.topk(prompt + [0], max(k, 1))
+        generated = int(ids[-1][0])  # greedy next token: the fake never samples
+        tokens = prompt + [generated]
+        logprobs = self.logprobs.token_logprobs(tokens)
+        logprobs[0] = 0.0  # the first token has no context; the SDK drops this row
+        rows = []
+        for i, (token, lp) in enumerate(zip(tokens, logprobs, strict=True)):
+            row = {"token": f"<{token}>", "token_id": token, "logprob": lp, "sampling_logprob": lp}
+            if k:  # row i of topk(prompt + [x]) is the distribution of token i: the generated one's too
+                row["top_logprobs"] = [
+                    {"token_id": int(t), "logprob": float(v)} for t, v in zip(ids[i], top[i], strict=True)
+                ]
+            rows.append(row)
+        if not body.get("echo"):
+            rows = rows[len(prompt) :]
+        returned = tokens if body.get("echo") else [generated]
+        chunk_id = self._new_id("cmpl")
+        events = [
+            {
+                "id": chunk_id,
+                "object": "text_completion",
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": f"<{generated}>",
+                        "logprobs": {"content": rows},
+                        "finish_reason": "length",
+                        "raw_output": {"prompt_token_ids": prompt, "completion_token_ids": returned},
+                    }
+                ],
+            },
+            {
+                "id": chunk_id,
+                "object": "text_completion",
+                "model": model,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": 1,
+                    "total_tokens": len(prompt) + 1,
+                },
+                "perf_metrics": {"prompt-tokens": str(len(prompt))},
+            },
+        ]
+        stream = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        return Response(body=stream.encode(), content_type="text/event-stream")

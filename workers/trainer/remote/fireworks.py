@@ -56,6 +56,7 @@ class FireworksBackend(TinkerProtocolBackend):
         if not account_id:
             raise RemoteTrainingError("fireworks: no account id configured", backend=self.name)
         self.account_id = account_id
+        self._samplers: list[Any] = []  # sampling clients run their own event loop thread: closed in close()
 
     @property
     def sdk(self) -> Any:
@@ -78,6 +79,84 @@ class FireworksBackend(TinkerProtocolBackend):
             match = re.search(r"\b(401|403|429|5\d\d)\b", str(exc))
             status = int(match.group(1)) if match and isinstance(exc, RuntimeError) else None
         return status
+
+    # Teacher log-probs (OPD, Combine) come from the inherited _teacher_sampler: on a serverless session,
+    # create_sampling_client(base_model=...) samples the session's base weights (adapter off, DESIGN.md)
+    # through {base_url}/training/v1/serverless/inference/v1/completions with echo + logprobs.
+
+    def _policy_sampler(self) -> Any:
+        """pi_old for turns captured without log-probs, and the policy's top-k for choosing among hints.
+        Fireworks' trainer has no combined save-and-sample call: snapshot the weights for sampling, then bind
+        a sampler to that snapshot on this session."""
+        name = f"clawhub-policy-{self.state.step:06d}-{uuid.uuid4().hex[:6]}"
+        saved = self.call(
+            "snapshot policy for sampling", lambda: self.training.save_weights_for_sampler(name)
+        )
+        # Named as a checkpoint of this session, the sampler is bound to the session's own route whatever
+        # shape the trainer gave the path (the SDK appends a suffix to the name).
+        checkpoint = saved.path.rstrip("/").rsplit("/", 1)[-1]
+        path = (
+            f"accounts/{self.account_id}/trainingSessions/{self.service.training_session_id}"
+            f"/checkpoints/{checkpoint}"
+        )
+        sampler = self.call(
+            "create policy sampling client", lambda: self.service.create_sampling_client(model_path=path)
+        )
+        self._samplers.append(sampler)
+        return sampler
+
+    def _teacher_sampler(self) -> Any:
+        fresh = self._teacher is None
+        sampler = super()._teacher_sampler()
+        if fresh:
+            self._samplers.append(sampler)
+        return sampler
+
+    def _topk(self, sampler: Any, tokens: list[int], n: int, k: int, what: str) -> list[set[int]]:
+        """Top-k ids at the last n positions of `tokens`. The SDK's sample() refuses topk_prompt_logprobs, so
+        ask its deployment sampler for `top_logprobs` on the echoed prompt (one generated token). The
+        coroutine runs on the sampler's own event loop (_submit), where its HTTP client lives."""
+
+        def request() -> Any:
+            return sampler._submit(
+                sampler.deployment_sampler.sample_with_prompt_tokens(
+                    list(tokens), n=1, max_tokens=1, temperature=1.0, echo=True, logprobs=True, top_logprobs=k
+                )
+            )
+
+        completions = self.call(what, request)
+        rows = (completions[0].inference_topk_token_ids or []) if completions else []
+        # Rows cover positions 1..len(tokens): the echoed prompt minus its first token, then the new one.
+        rows = rows[:-1][-n:]
+        if len(rows) != n:
+            raise RemoteTrainingError(
+                f"{self.name}: {what} returned incomplete top-k rows", backend=self.name
+            )
+        return [set(row) for row in rows]
+
+    def _restart_from_state(self) -> None:
+        """After a failed step: the SDK allows one training client per FiretitanServiceClient ("already
+        exists on this service"), so the client restored from the last saved state gets a fresh service (and
+        session); samplers bound to the old session are rebuilt on demand."""
+        old = (self.training, self.service, self._samplers)
+        self.service = self.call("reconnect", self._make_service)
+        self.training = self._client_from_state(self.state.state_path)
+        self.state.model_id = self._model_id() or self.state.model_id
+        self._teacher, self._samplers = None, []
+        for client in (*old[2], *old[:2]):
+            try:
+                client.close()
+            except Exception:  # closing is best effort: the abandoned session times out remotely anyway
+                pass
+
+    def close(self) -> None:
+        for sampler in self._samplers:
+            try:
+                sampler.close()
+            except Exception:  # closing is best effort: the run's outcome is already decided
+                pass
+        self._samplers = []
+        super().close()
 
     def _fetch_weights(self, out_dir: Path) -> dict[str, str]:
         from fireworks import Fireworks
