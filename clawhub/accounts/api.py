@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clawhub.accounts import selectors, services
-from clawhub.core.api import client_ip
+from clawhub.core.api import client_ip, openapi_error
 
 _RESET_SENT = "If an account exists for this address, we sent it a link to reset the password."
 _VERIFICATION_SENT = "If this address has an account that still needs confirming, we sent it a new link."
@@ -23,19 +23,12 @@ _VERIFICATION_SENT = "If this address has an account that still needs confirming
 # The views return plain dicts, so their response shapes are declared here for drf-spectacular. Each
 # inline_serializer is built once: two built with the same name would be two components that collide.
 TAGS = ["accounts"]
-_ERROR = "Error body: {\"error\": {\"code\", \"message\", \"data\"}}."
-
-
-def _error(description: str) -> OpenApiResponse:
-    return OpenApiResponse(description=f"{description} {_ERROR}")
-
-
-INVALID = _error("Invalid input; data.fields names the fields.")
-CSRF_FAILED = _error("The CSRF token (GET /api/auth/csrf/) is missing or wrong.")
-NOT_SIGNED_IN = _error("No valid session or API key.")
+INVALID = openapi_error("Invalid input; data.fields names the fields.")
+CSRF_FAILED = openapi_error("The CSRF token (GET /api/auth/csrf/) is missing or wrong.")
+NOT_SIGNED_IN = openapi_error("No valid session or API key.")
 # Session-only views have no authenticator that asks for credentials, so DRF answers 403 rather than 401.
-NO_SESSION = _error("Not signed in with a session, or the CSRF token is wrong.")
-TOO_MANY = _error("Too many failed attempts; Retry-After says when to try again.")
+NO_SESSION = openapi_error("Not signed in with a session, or the CSRF token is wrong.")
+TOO_MANY = openapi_error("Too many failed attempts; Retry-After says when to try again.")
 
 
 class UserOutputSerializer(serializers.Serializer):
@@ -103,7 +96,7 @@ class SignupApi(CsrfProtectedAnonymousApi):
         }),
         400: INVALID,
         403: CSRF_FAILED,
-        409: _error("An account with this email already exists (email_taken)."),
+        409: openapi_error("An account with this email already exists (email_taken)."),
     })
     def post(self, request):
         data = self.InputSerializer(data=request.data)
@@ -137,8 +130,8 @@ class LoginApi(CsrfProtectedAnonymousApi):
             "csrf_token": serializers.CharField(help_text="Login rotates the token; use this one from now."),
         }),
         400: INVALID,
-        401: _error("Wrong email or password (invalid_credentials), or an unconfirmed address "
-                    "(email_unverified)."),
+        401: openapi_error("Wrong email or password (invalid_credentials), or an unconfirmed address "
+                           "(email_unverified)."),
         403: CSRF_FAILED,
         429: TOO_MANY,
     })
@@ -175,8 +168,8 @@ class PasswordChangeApi(APIView):
 
     @extend_schema(tags=TAGS, request=InputSerializer, responses={
         200: CSRF_TOKEN_OUTPUT,
-        400: _error("Invalid input, a wrong current password (wrong_password) or a weak new one "
-                    "(weak_password)."),
+        400: openapi_error("Invalid input, a wrong current password (wrong_password) or a weak new one "
+                           "(weak_password)."),
         403: NO_SESSION,
     })
     def post(self, request):
@@ -219,7 +212,7 @@ class PasswordResetConfirmApi(CsrfProtectedAnonymousApi):
 
     @extend_schema(tags=TAGS, request=InputSerializer, responses={
         200: NOTICE_OUTPUT,
-        400: _error("Invalid input, an invalid or expired link, or a weak password."),
+        400: openapi_error("Invalid input, an invalid or expired link, or a weak password."),
         403: CSRF_FAILED,
     })
     def post(self, request):
@@ -242,7 +235,7 @@ class VerifyEmailApi(CsrfProtectedAnonymousApi):
 
     @extend_schema(tags=TAGS, request=InputSerializer, responses={
         200: USER_ONLY_OUTPUT,
-        400: _error("Invalid input, or an invalid or expired link."),
+        400: openapi_error("Invalid input, or an invalid or expired link."),
         403: CSRF_FAILED,
     })
     def post(self, request):
@@ -278,12 +271,21 @@ class MeApi(APIView):
         class Meta:
             ref_name = "MeUpdateInput"
 
-    @extend_schema(tags=TAGS, responses={200: UserOutputSerializer, 401: NOT_SIGNED_IN})
+    class OutputSerializer(UserOutputSerializer):
+        tenant_id = serializers.IntegerField(
+            source="tenant.pk",
+            help_text="The user's personal tenant, as /api/training/tenants/{tenant_id}/… and "
+                      "/api/adapters/tenants/{tenant_id}/… take it.")
+
+        class Meta:
+            ref_name = "MeOutput"
+
+    @extend_schema(tags=TAGS, responses={200: OutputSerializer, 401: NOT_SIGNED_IN})
     def get(self, request):
-        return Response(UserOutputSerializer(request.user).data)
+        return Response(self.OutputSerializer(request.user).data)
 
     @extend_schema(tags=TAGS, request=InputSerializer,
-                   responses={200: UserOutputSerializer, 400: INVALID, 401: NOT_SIGNED_IN})
+                   responses={200: OutputSerializer, 400: INVALID, 401: NOT_SIGNED_IN})
     def patch(self, request):
         data = self.InputSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
@@ -291,7 +293,7 @@ class MeApi(APIView):
         if "display_name" in data.validated_data:
             user = services.user_update(user=user, actor=user, ip=client_ip(request),
                                         display_name=data.validated_data["display_name"])
-        return Response(UserOutputSerializer(user).data)
+        return Response(self.OutputSerializer(user).data)
 
 
 class AuditPagination(PageNumberPagination):
@@ -339,8 +341,8 @@ class AuditListApi(APIView):
             200: OutputSerializer(many=True),
             400: INVALID,
             401: NOT_SIGNED_IN,
-            403: _error("Not an admin of the group, or not staff (all=true)."),
-            404: _error("No such group."),
+            403: openapi_error("Not an admin of the group, or not staff (all=true)."),
+            404: openapi_error("No such group."),
         },
     )
     def get(self, request):

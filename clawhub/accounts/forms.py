@@ -3,8 +3,6 @@
 from django import forms
 from django.contrib.auth.password_validation import password_validators_help_text_html
 
-from clawhub.core.exceptions import ClawHubError
-
 
 class _NewPasswordMixin:
     """Two new-password fields that must match; the service then applies the password validators."""
@@ -50,20 +48,3 @@ class SetPasswordForm(_NewPasswordMixin, forms.Form):
 
 class EmailForm(forms.Form):
     email = forms.EmailField(widget=forms.EmailInput(attrs={"autocomplete": "email"}))
-
-
-# Services name the fields as the API does; the forms split a new password into two inputs.
-_FORM_FIELD = {"password": "new_password1", "new_password": "new_password1"}
-
-
-def form_add_service_error(form: forms.Form, exc: ClawHubError) -> None:
-    """Shows a service's error on the form: on the fields it names where the form has them, else on top."""
-    placed = False
-    for name, messages in (exc.data.get("fields") or {}).items():
-        field = _FORM_FIELD.get(name, name)
-        if field in form.fields:
-            for message in messages:
-                form.add_error(field, message)
-            placed = True
-    if not placed:
-        form.add_error(None, exc.message)

@@ -1,6 +1,6 @@
 """Writes for users, sign-in and the audit log."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import authenticate, login, logout
@@ -31,6 +31,9 @@ from clawhub.accounts.throttle import login_failure_record, login_failures_clear
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import AuthenticationFailed, Conflict, ValidationFailed
 
+if TYPE_CHECKING:
+    from clawhub.tenants.models import Tenant
+
 
 def audit_record(
     *,
@@ -56,6 +59,31 @@ def audit_record(
         group=group,
         ip=ip,
         data=data,
+    )
+
+
+def audit_record_for_tenant(
+    *,
+    actor: User | None,
+    action: str,
+    target: Model | None,
+    tenant: "Tenant",
+    ip: str | None = None,
+    **data: Any,
+) -> AuditLog:
+    """``audit_record`` for a change to a tenant's training or adapters: the row is readable by the tenant's
+    user or group, and ``data`` names the tenant, since the target alone (a run, a version) may not."""
+    from clawhub.tenants.models import Tenant
+
+    return audit_record(
+        actor=actor,
+        action=action,
+        target=target,
+        ip=ip,
+        subject_user=tenant.user if tenant.kind == Tenant.Kind.USER else None,
+        group=tenant.group if tenant.kind == Tenant.Kind.GROUP else None,
+        tenant=tenant.pk,
+        **data,
     )
 
 

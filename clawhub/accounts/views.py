@@ -18,7 +18,6 @@ from clawhub.accounts.forms import (
     PasswordChangeForm,
     SetPasswordForm,
     SignupForm,
-    form_add_service_error,
 )
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import (
@@ -29,6 +28,7 @@ from clawhub.core.exceptions import (
     RateLimited,
     ValidationFailed,
 )
+from clawhub.core.forms import form_add_service_error
 
 _RESET_SENT = "If an account exists for this address, we sent it a link to reset the password."
 _VERIFICATION_SENT = "If this address has an account that still needs confirming, we sent it a new link."

@@ -9,7 +9,7 @@ Access to a tenant (resolved once per request by ``tenant_access``):
 
 from dataclasses import dataclass
 
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 
 from clawhub.accounts.models import User
 from clawhub.adapters.models import AdapterPin, AdapterVersion
@@ -61,6 +61,17 @@ def tenant_access(*, actor: User, tenant_id: int) -> TenantAccess:
     )
 
 
+def tenant_access_for_row(*, actor: User, row: Model | None, not_found: str) -> TenantAccess:
+    """The actor's access to the tenant a row (a version, a run) belongs to. A row of a tenant the actor may
+    not see is reported like a missing one, with the same message, so an id reveals nothing."""
+    if row is None:
+        raise NotFound(not_found)
+    try:
+        return tenant_access(actor=actor, tenant_id=row.tenant_id)
+    except NotFound:
+        raise NotFound(not_found) from None
+
+
 def tenants_for_user(*, user: User) -> list[Tenant]:
     """The tenants whose adapter the user can see: their own, and their groups' (staff: only these too; the
     other tenants are reached by id)."""
@@ -87,13 +98,7 @@ def adapter_versions(*, tenant: Tenant) -> QuerySet[AdapterVersion]:
 
 def adapter_version_get(*, actor: User, version_id: int) -> tuple[AdapterVersion, TenantAccess]:
     version = AdapterVersion.objects.filter(pk=version_id).select_related("parent").first()
-    if version is None:
-        raise NotFound("No such adapter version.")
-    try:
-        access = tenant_access(actor=actor, tenant_id=version.tenant_id)
-    except NotFound:
-        raise NotFound("No such adapter version.") from None
-    return version, access
+    return version, tenant_access_for_row(actor=actor, row=version, not_found="No such adapter version.")
 
 
 def adapter_version_by_id(*, version_id: int) -> AdapterVersion | None:

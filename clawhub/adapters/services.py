@@ -37,7 +37,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from clawhub.accounts.models import User
-from clawhub.accounts.services import audit_record
+from clawhub.accounts.services import audit_record_for_tenant
 from clawhub.adapters import evaluation, serving
 from clawhub.adapters.models import AdapterPin, AdapterVersion
 from clawhub.adapters.selectors import TenantAccess, adapters_to_unload, heldout_prompts
@@ -48,19 +48,6 @@ logger = logging.getLogger("clawhub.adapters")
 
 PROMOTE_TASK = "clawhub.train.promote"
 UNLOAD_TASK = "clawhub.train.unload_drained"
-
-
-def _audit(*, actor: User | None, action: str, target, tenant: Tenant, ip: str | None = None, **data) -> None:
-    audit_record(
-        actor=actor,
-        action=action,
-        target=target,
-        ip=ip,
-        subject_user=tenant.user if tenant.kind == Tenant.Kind.USER else None,
-        group=tenant.group if tenant.kind == Tenant.Kind.GROUP else None,
-        tenant=tenant.pk,
-        **data,
-    )
 
 
 def _send_task(
@@ -106,7 +93,7 @@ def adapter_version_create(
         metrics=metrics or {},
         artifact_path=artifact_path or str(artifact_dir(tenant_id=tenant.pk, version=number)),
     )
-    _audit(
+    audit_record_for_tenant(
         actor=None,
         action="adapter.created",
         target=version,
@@ -187,7 +174,7 @@ def adapter_evaluate(
     }
     version.state = AdapterVersion.State.EVALUATING if passed else AdapterVersion.State.REJECTED
     version.save(update_fields=["eval_score", "baseline_score", "metrics", "state"])
-    _audit(
+    audit_record_for_tenant(
         actor=None,
         action="adapter.evaluated",
         target=version,
@@ -209,7 +196,9 @@ def adapter_hold(*, version: AdapterVersion) -> AdapterVersion:
         state=AdapterVersion.State.CANDIDATE
     )
     version.refresh_from_db()
-    _audit(actor=None, action="adapter.held", target=version, tenant=version.tenant, reason="pinned")
+    audit_record_for_tenant(
+        actor=None, action="adapter.held", target=version, tenant=version.tenant, reason="pinned"
+    )
     return version
 
 
@@ -273,7 +262,7 @@ def adapter_activate(
         version.state, version.promoted_at = AdapterVersion.State.ACTIVE, now
         version.retired_at = version.drain_until = version.unloaded_at = None
         version.save(update_fields=["state", "promoted_at", "retired_at", "drain_until", "unloaded_at"])
-        _audit(
+        audit_record_for_tenant(
             actor=actor,
             action=f"adapter.{'rolled_back' if reason == 'rollback' else 'promoted'}",
             target=version,
@@ -338,7 +327,7 @@ def adapter_rollback(
     pin = AdapterPin.objects.filter(tenant=access.tenant).first()
     if pin is not None and pin.version_id != version.pk:
         raise Conflict("The adapter is pinned; unpin it first.", code="adapter_pinned")
-    _audit(
+    audit_record_for_tenant(
         actor=access.actor,
         action="adapter.rollback_requested",
         target=version,
@@ -373,7 +362,7 @@ def adapter_pin(*, access: TenantAccess, reason: str = "", ip: str | None = None
             "created_at": timezone.now(),
         },
     )
-    _audit(
+    audit_record_for_tenant(
         actor=access.actor,
         action="adapter.pinned",
         target=active,
@@ -392,7 +381,7 @@ def adapter_unpin(*, access: TenantAccess, ip: str | None = None) -> None:
     if pin is None:
         raise Conflict("The adapter is not pinned.", code="not_pinned")
     pin.delete()
-    _audit(
+    audit_record_for_tenant(
         actor=access.actor,
         action="adapter.unpinned",
         target=pin.version,

@@ -1,11 +1,15 @@
 """Rendering of errors for the web API, and request helpers every API view uses."""
 
 from django.http import HttpRequest
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from clawhub.core.exceptions import ClawHubError, RateLimited
+
+# How ``exception_handler`` renders every error, for the OpenAPI description.
+_ERROR_BODY = "Error body: {\"error\": {\"code\", \"message\", \"data\"}}."
 
 
 def error_body(code: str, message: str, data: dict | None = None) -> dict:
@@ -13,6 +17,11 @@ def error_body(code: str, message: str, data: dict | None = None) -> dict:
     if data:
         body["error"]["data"] = data
     return body
+
+
+def openapi_error(description: str) -> OpenApiResponse:
+    """An error response for the OpenAPI description: when it happens, and the body every error has."""
+    return OpenApiResponse(description=f"{description} {_ERROR_BODY}")
 
 
 def exception_handler(exc, context):

@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clawhub.core.api import client_ip
+from clawhub.core.api import client_ip, openapi_error
 from clawhub.core.exceptions import PermissionDenied
 from clawhub.groups import selectors, services
 from clawhub.groups.models import Group, Invitation, Role
@@ -30,23 +30,25 @@ def one_url(*operations: type[APIView]) -> type[APIView]:
 
 # --- OpenAPI description ------------------------------------------------------------------------------------
 TAGS = ["groups"]
-_ERROR = "Error body: {\"error\": {\"code\", \"message\", \"data\"}}."
-
-
-def _error(description: str) -> OpenApiResponse:
-    return OpenApiResponse(description=f"{description} {_ERROR}")
-
-
 def _empty(description: str) -> OpenApiResponse:
     return OpenApiResponse(description=description)
 
 
-INVALID = _error("Invalid input; data.fields names the fields.")
-NOT_SIGNED_IN = _error("No valid session or API key.")
+INVALID = openapi_error("Invalid input; data.fields names the fields.")
+NOT_SIGNED_IN = openapi_error("No valid session or API key.")
 # Non-members get 404, not 403, so a slug reveals nothing about groups the caller is not in.
-NOT_A_MEMBER = _error("No such group, or the caller is not a member.")
-FORBIDDEN = _error("The caller's role does not allow this.")
-NO_SUCH_INVITATION = _error("The invitation link is not valid (invitation_not_found).")
+NOT_A_MEMBER = openapi_error("No such group, or the caller is not a member.")
+FORBIDDEN = openapi_error("The caller's role does not allow this.")
+NO_SUCH_INVITATION = openapi_error("The invitation link is not valid (invitation_not_found).")
+NO_SUCH_MEMBER = openapi_error("No such group or member, or the caller is not a member.")
+# Accepting and declining refuse for the same reasons: both services check the invitation the same way.
+INVITEE_ERRORS = {
+    400: openapi_error("The invitation is no longer open (invitation_used, _declined, _revoked, _expired)."),
+    401: NOT_SIGNED_IN,
+    403: openapi_error("The invitation was sent to another address (wrong_email)."),
+    404: NO_SUCH_INVITATION,
+    409: openapi_error("The caller is already a member (already_member)."),
+}
 
 
 class GroupScopedApi(APIView):
@@ -70,8 +72,17 @@ class GroupOutputSerializer(serializers.Serializer):
         return getattr(group, "my_role", None) or str(self.context["role"])
 
 
-def _group_response(group: Group, role: Role | str, status_code: int = status.HTTP_200_OK) -> Response:
-    return Response(GroupOutputSerializer(group, context={"role": role}).data, status=status_code)
+# The list leaves the tenant out: it would cost a query per group.
+class GroupDetailOutputSerializer(GroupOutputSerializer):
+    tenant_id = serializers.IntegerField(
+        source="tenant.pk",
+        help_text="The group's tenant, as /api/training/tenants/{tenant_id}/… and "
+                  "/api/adapters/tenants/{tenant_id}/… take it.")
+
+
+def _group_response(group: Group, role: Role | str, status_code: int = status.HTTP_200_OK, *,
+                    serializer: type[GroupOutputSerializer] = GroupOutputSerializer) -> Response:
+    return Response(serializer(group, context={"role": role}).data, status=status_code)
 
 
 # --- groups -------------------------------------------------------------------------------------------------
@@ -102,7 +113,7 @@ class GroupCreateApi(APIView):
         201: GroupOutputSerializer,
         400: INVALID,
         401: NOT_SIGNED_IN,
-        409: _error("A group with this slug already exists (slug_taken)."),
+        409: openapi_error("A group with this slug already exists (slug_taken)."),
     })
     def post(self, request: Request) -> Response:
         data = GroupCreateApi.InputSerializer(data=request.data)
@@ -115,10 +126,10 @@ class GroupDetailApi(GroupScopedApi):
     """One group, with the caller's role."""
 
     @extend_schema(tags=TAGS, description=__doc__, operation_id="groups_retrieve",
-                   responses={200: GroupOutputSerializer, 401: NOT_SIGNED_IN, 404: NOT_A_MEMBER})
+                   responses={200: GroupDetailOutputSerializer, 401: NOT_SIGNED_IN, 404: NOT_A_MEMBER})
     def get(self, request: Request, slug: str) -> Response:
         group, role = self.resolve(request, slug)
-        return _group_response(group, role)
+        return _group_response(group, role, serializer=GroupDetailOutputSerializer)
 
 
 class GroupUpdateApi(GroupScopedApi):
@@ -132,15 +143,15 @@ class GroupUpdateApi(GroupScopedApi):
 
     # drf-spectacular marks every PATCH field optional; this view is not partial, so the text says so.
     @extend_schema(tags=TAGS, description=f"{__doc__} `name` is required.", request=InputSerializer,
-                   responses={200: GroupOutputSerializer, 400: INVALID, 401: NOT_SIGNED_IN, 403: FORBIDDEN,
-                              404: NOT_A_MEMBER})
+                   responses={200: GroupDetailOutputSerializer, 400: INVALID, 401: NOT_SIGNED_IN,
+                              403: FORBIDDEN, 404: NOT_A_MEMBER})
     def patch(self, request: Request, slug: str) -> Response:
         group, role = self.resolve(request, slug)
         data = GroupUpdateApi.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         group = services.group_update(actor=request.user, group=group, ip=client_ip(request),
                                       **data.validated_data)
-        return _group_response(group, role)
+        return _group_response(group, role, serializer=GroupDetailOutputSerializer)
 
 
 class GroupDeleteApi(GroupScopedApi):
@@ -162,7 +173,7 @@ class GroupLeaveApi(GroupScopedApi):
         204: _empty("Left the group."),
         401: NOT_SIGNED_IN,
         404: NOT_A_MEMBER,
-        409: _error("The owner cannot leave; transfer ownership first."),
+        409: openapi_error("The owner cannot leave; transfer ownership first."),
     })
     def post(self, request: Request, slug: str) -> Response:
         group, _ = self.resolve(request, slug)
@@ -181,10 +192,10 @@ class GroupTransferApi(GroupScopedApi):
 
     @extend_schema(tags=TAGS, request=InputSerializer, responses={
         200: OpenApiResponse(GroupOutputSerializer, description="The group, with the caller now an admin."),
-        400: _error("Invalid input, or the new owner is the caller or not a member."),
+        400: openapi_error("Invalid input, or the new owner is the caller or not a member."),
         401: NOT_SIGNED_IN,
         403: FORBIDDEN,
-        404: _error("No such group or member, or the caller is not a member."),
+        404: NO_SUCH_MEMBER,
     })
     def post(self, request: Request, slug: str) -> Response:
         group, _ = self.resolve(request, slug)
@@ -236,10 +247,12 @@ class MemberUpdateApi(GroupScopedApi):
     @extend_schema(tags=TAGS, description=f"{__doc__} `role` is required.", request=InputSerializer,
                    responses={
                        200: MemberOutputSerializer,
-                       400: _error("Invalid input, or an attempt to make someone the owner (use_transfer)."),
+                       400: openapi_error(
+                           "Invalid input, or an attempt to make someone the owner (use_transfer)."
+                       ),
                        401: NOT_SIGNED_IN,
                        403: FORBIDDEN,
-                       404: _error("No such group or member, or the caller is not a member."),
+                       404: NO_SUCH_MEMBER,
                    })
     def patch(self, request: Request, slug: str, user_id: int) -> Response:
         group, _ = self.resolve(request, slug)
@@ -258,7 +271,7 @@ class MemberRemoveApi(GroupScopedApi):
         204: _empty("Removed."),
         401: NOT_SIGNED_IN,
         403: FORBIDDEN,
-        404: _error("No such group or member, or the caller is not a member."),
+        404: NO_SUCH_MEMBER,
     })
     def delete(self, request: Request, slug: str, user_id: int) -> Response:
         group, _ = self.resolve(request, slug)
@@ -327,7 +340,7 @@ class InvitationCreateApi(GroupScopedApi):
         401: NOT_SIGNED_IN,
         403: FORBIDDEN,
         404: NOT_A_MEMBER,
-        409: _error("Already a member (already_member), or the address has an open invitation."),
+        409: openapi_error("Already a member (already_member), or the address has an open invitation."),
     })
     def post(self, request: Request, slug: str) -> Response:
         group, _ = self.resolve(request, slug)
@@ -346,8 +359,8 @@ class InvitationRevokeApi(GroupScopedApi):
         204: _empty("Revoked."),
         401: NOT_SIGNED_IN,
         403: FORBIDDEN,
-        404: _error("No such group or invitation, or the caller is not a member."),
-        409: _error("The invitation was already accepted, declined or revoked."),
+        404: openapi_error("No such group or invitation, or the caller is not a member."),
+        409: openapi_error("The invitation was already accepted, declined or revoked."),
     })
     def delete(self, request: Request, slug: str, invitation_id: int) -> Response:
         group, _ = self.resolve(request, slug)
@@ -393,11 +406,7 @@ class InvitationAcceptApi(APIView):
 
     @extend_schema(tags=TAGS, request=None, responses={
         200: GroupOutputSerializer,
-        400: _error("The invitation is no longer open (invitation_used, _declined, _revoked, _expired)."),
-        401: NOT_SIGNED_IN,
-        403: _error("The invitation was sent to another address (wrong_email)."),
-        404: NO_SUCH_INVITATION,
-        409: _error("The caller is already a member (already_member)."),
+        **INVITEE_ERRORS,
     })
     def post(self, request: Request, token: str) -> Response:
         membership = services.invitation_accept(actor=request.user, token=token, ip=client_ip(request))
@@ -409,11 +418,7 @@ class InvitationDeclineApi(APIView):
 
     @extend_schema(tags=TAGS, request=None, responses={
         204: _empty("Declined."),
-        400: _error("The invitation is no longer open (invitation_used, _declined, _revoked, _expired)."),
-        401: NOT_SIGNED_IN,
-        403: _error("The invitation was sent to another address (wrong_email)."),
-        404: NO_SUCH_INVITATION,
-        409: _error("The caller is already a member (already_member)."),
+        **INVITEE_ERRORS,
     })
     def post(self, request: Request, token: str) -> Response:
         services.invitation_decline(actor=request.user, token=token, ip=client_ip(request))

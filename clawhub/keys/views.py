@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound
+from clawhub.core.forms import form_add_service_error
 from clawhub.keys.forms import KeyCreateForm, KeyEditForm
 from clawhub.keys.models import ApiKey
 from clawhub.keys.openclaw import DOWNLOAD_FILENAME, openclaw_config_json, openclaw_onboard_command
@@ -29,11 +30,6 @@ def _own_key(request, key_id: int) -> ApiKey:
         return key_get_for_owner(key_id=key_id, user=request.user)
     except NotFound as exc:
         raise Http404(exc.message) from exc
-
-
-def _form_error(form, exc: ClawHubError) -> None:
-    field = exc.data.get("field")
-    form.add_error(field if field in form.fields else None, exc.message)
 
 
 def _secret_page(request, key: ApiKey, secret: str, *, rotated: bool) -> HttpResponse:
@@ -64,7 +60,7 @@ def keys(request):
             group = group_for_key_binding(slug=slug, user=request.user) if slug else None
             key, secret = key_create(owner=request.user, group=group, ip=client_ip(request), **data)
         except ClawHubError as exc:
-            _form_error(form, exc)
+            form_add_service_error(form, exc)
         else:
             return _secret_page(request, key, secret, rotated=False)
     return render(request, "keys/list.html", {"keys": keys_for_user(user=request.user), "form": form},
@@ -98,7 +94,7 @@ def key_edit(request, key_id: int):
         try:
             key_update(key=key, actor=request.user, ip=client_ip(request), **form.cleaned_data)
         except ClawHubError as exc:
-            _form_error(form, exc)
+            form_add_service_error(form, exc)
         else:
             messages.success(request, "Key updated.")
             return redirect("key_detail", key_id=key.pk)

@@ -7,26 +7,19 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clawhub.accounts.services import user_logout
-from clawhub.core.api import client_ip
+from clawhub.core.api import client_ip, openapi_error
 from clawhub.review import selectors, services
 from clawhub.review.models import ReviewPolicy
 from clawhub.tenants.models import Tenant
 
 # --- OpenAPI description ------------------------------------------------------------------------------------
 REVIEW_TAGS, ME_TAGS = ["review"], ["privacy"]
-_ERROR = "Error body: {\"error\": {\"code\", \"message\", \"data\"}}."
-
-
-def _error(description: str) -> OpenApiResponse:
-    return OpenApiResponse(description=f"{description} {_ERROR}")
-
-
-INVALID = _error("Invalid input; data.field or data.fields names the field.")
+INVALID = openapi_error("Invalid input; data.field or data.fields names the field.")
 # Members and viewers of the sample's group know it exists: 403. Anyone else: 404, so nothing leaks.
-FORBIDDEN = _error("The caller is a member of the group but not its owner or an admin.")
-NOT_FOUND = _error("No such sample (or tenant), or not one the caller reviews.")
-CONFLICT = _error("The sample was deleted by its user (sample_deleted) or has gone to training "
-                  "(sample_trained).")
+FORBIDDEN = openapi_error("The caller is a member of the group but not its owner or an admin.")
+NOT_FOUND = openapi_error("No such sample (or tenant), or not one the caller reviews.")
+CONFLICT = openapi_error("The sample was deleted by its user (sample_deleted) or has gone to training "
+                         "(sample_trained).")
 REVIEW_ERRORS = {400: INVALID, 403: FORBIDDEN, 404: NOT_FOUND}
 
 
@@ -280,7 +273,7 @@ class MySampleListApi(APIView):
 class MySampleDeleteApi(APIView):
     @extend_schema(tags=ME_TAGS, responses={
         204: OpenApiResponse(description="Deleted: never offered for training again."),
-        404: _error("No such sample of the caller's.")})
+        404: openapi_error("No such sample of the caller's.")})
     def delete(self, request, sample_id: int):
         services.sample_delete_own(actor=request.user, sample_id=sample_id, ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -327,7 +320,7 @@ class MyKeyTrainingApi(APIView):
     @extend_schema(tags=ME_TAGS, request=InputSerializer, responses={
         200: inline_serializer(name="KeyTrainingOutput", fields={
             "id": serializers.IntegerField(), "training_enabled": serializers.BooleanField()}),
-        400: INVALID, 404: _error("No such key of the caller's.")})
+        400: INVALID, 404: openapi_error("No such key of the caller's.")})
     def patch(self, request, key_id: int):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -356,8 +349,8 @@ class AccountDeleteApi(APIView):
 
     @extend_schema(tags=ME_TAGS, request=InputSerializer, responses={
         204: OpenApiResponse(description="The account and all its data are gone; the session has ended."),
-        400: _error("Wrong password (wrong_password)."),
-        409: _error("The caller owns groups with other members (owner_must_transfer; data.groups).")})
+        400: openapi_error("Wrong password (wrong_password)."),
+        409: openapi_error("The caller owns groups with other members (owner_must_transfer; data.groups).")})
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -1,14 +1,12 @@
 """Server-rendered pages: the review console (/review/) and the user's privacy page (/privacy/)."""
 
 import json
-from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -17,24 +15,9 @@ from django.views.decorators.http import require_GET, require_POST
 from clawhub.accounts.services import user_logout
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound, PermissionDenied
+from clawhub.core.views import page_errors, post_and_redirect
 from clawhub.review import flags, selectors, services
 from clawhub.review.models import ReviewPolicy, Sample
-
-
-def _page_errors(view):
-    """Turns the services' NotFound and PermissionDenied into Django's 404 and 403 pages; other errors of a
-    form post come back to the page as a message (the view names where)."""
-
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        try:
-            return view(request, *args, **kwargs)
-        except NotFound as exc:
-            raise Http404(exc.message) from exc
-        except PermissionDenied as exc:
-            raise DjangoPermissionDenied(exc.message) from exc
-
-    return wrapped
 
 
 def _back(request, default: str) -> str:
@@ -50,7 +33,7 @@ def _back(request, default: str) -> str:
 
 @login_required
 @require_GET
-@_page_errors
+@page_errors
 def review_list(request):
     scope = selectors.review_scope(actor=request.user)
     filters = {name: request.GET.get(name, "") for name in ("tenant", "flag", "reward", "state")}
@@ -82,7 +65,7 @@ def review_list(request):
 
 @login_required
 @require_GET
-@_page_errors
+@page_errors
 def review_detail(request, sample_id: int):
     sample = selectors.sample_get_for_review(scope=selectors.review_scope(actor=request.user),
                                              sample_id=sample_id)
@@ -130,42 +113,36 @@ def _pretty_messages(items) -> list[dict]:
 
 @login_required
 @require_POST
-@_page_errors
+@page_errors
 def review_decide(request, sample_id: int):
     action, reason = request.POST.get("action", ""), request.POST.get("reason", "")
     decide = services.sample_reject if action == "reject" else services.sample_approve
-    try:
-        decide(actor=request.user, sample_id=sample_id, reason=reason, ip=client_ip(request))
-    except (NotFound, PermissionDenied):
-        raise
-    except ClawHubError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"Sample {sample_id} {'rejected' if action == 'reject' else 'approved'}.")
-    return redirect(_back(request, reverse("review_sample", args=[sample_id])))
+    return post_and_redirect(
+        request,
+        lambda: decide(actor=request.user, sample_id=sample_id, reason=reason, ip=client_ip(request)),
+        f"Sample {sample_id} {'rejected' if action == 'reject' else 'approved'}.",
+        _back(request, reverse("review_sample", args=[sample_id])),
+    )
 
 
 @login_required
 @require_POST
-@_page_errors
+@page_errors
 def review_bulk(request):
     ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
     action = request.POST.get("action", "")
-    try:
-        done = services.samples_bulk_decide(actor=request.user, sample_ids=ids, action=action,
-                                            reason=request.POST.get("reason", ""), ip=client_ip(request))
-    except (NotFound, PermissionDenied):
-        raise
-    except ClawHubError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"{len(done)} samples {'rejected' if action == 'reject' else 'approved'}.")
-    return redirect(_back(request, reverse("review")))
+    return post_and_redirect(
+        request,
+        lambda: services.samples_bulk_decide(actor=request.user, sample_ids=ids, action=action,
+                                             reason=request.POST.get("reason", ""), ip=client_ip(request)),
+        lambda done: f"{len(done)} samples {'rejected' if action == 'reject' else 'approved'}.",
+        _back(request, reverse("review")),
+    )
 
 
 @login_required
 @require_POST
-@_page_errors
+@page_errors
 def review_policy(request, tenant_id: int):
     scope = selectors.review_scope(actor=request.user)
     tenant = selectors.tenant_get_for_review(scope=scope, tenant_id=tenant_id)
@@ -203,7 +180,7 @@ def privacy_switches(request):
 
 @login_required
 @require_POST
-@_page_errors
+@page_errors
 def privacy_key(request, key_id: int):
     key = services.key_training_set(actor=request.user, key_id=key_id,
                                     training_enabled=request.POST.get("training_enabled") == "on",
@@ -214,7 +191,7 @@ def privacy_key(request, key_id: int):
 
 @login_required
 @require_POST
-@_page_errors
+@page_errors
 def privacy_sample_delete(request, sample_id: int):
     services.sample_delete_own(actor=request.user, sample_id=sample_id, ip=client_ip(request))
     messages.success(request, f"Sample {sample_id} deleted: it will never be used for training again.")

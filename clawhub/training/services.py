@@ -18,8 +18,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from clawhub.accounts.models import User
-from clawhub.accounts.services import audit_record
+from clawhub.accounts.services import audit_record_for_tenant as _audit
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.selectors import TenantAccess
 from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
@@ -37,19 +36,6 @@ from clawhub.training.selectors import (
 logger = logging.getLogger("clawhub.training")
 
 TRAIN_TASK = "clawhub.train.run"
-
-
-def _audit(*, actor: User | None, action: str, target, tenant: Tenant, ip: str | None = None, **data) -> None:
-    audit_record(
-        actor=actor,
-        action=action,
-        target=target,
-        ip=ip,
-        subject_user=tenant.user if tenant.kind == Tenant.Kind.USER else None,
-        group=tenant.group if tenant.kind == Tenant.Kind.GROUP else None,
-        tenant=tenant.pk,
-        **data,
-    )
 
 
 def _validate_config(config: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ import pytest
 
 from clawhub.accounts.models import AuditLog, User
 from clawhub.accounts.services import audit_record
+from clawhub.tenants.models import Tenant
 from tests.factories import PASSWORD, make_key, make_user
 
 pytestmark = pytest.mark.django_db
@@ -58,8 +59,9 @@ def test_signup_logs_in_and_me_shows_the_user(api):
     assert body["logged_in"] is True and body["email_verification_required"] is False
     assert body["user"]["email"] == "new@example.com"
     me = api.get("/api/me/").json()
+    tenant = Tenant.objects.get(kind=Tenant.Kind.USER, user_id=body["user"]["id"])
     assert me == {"id": body["user"]["id"], "email": "new@example.com", "display_name": "Nina",
-                  "is_staff": False, "email_verified": False}
+                  "is_staff": False, "email_verified": False, "tenant_id": tenant.pk}
 
 
 def test_signup_reports_weak_passwords_and_taken_emails_as_errors(api):
@@ -100,6 +102,17 @@ def test_me_patch_changes_only_the_display_name(api):
     assert response.json()["display_name"] == "Mia"
     user.refresh_from_db()
     assert (user.display_name, user.is_staff, user.email) == ("Mia", False, "m@example.com")
+
+
+def test_me_names_the_personal_tenant_the_training_api_takes(api):
+    make_user("other@example.com")  # another user's tenant, so a wrong id cannot pass by chance
+    user = make_user("t@example.com")
+    api.login("t@example.com", PASSWORD)
+    tenant_id = api.get("/api/me/").json()["tenant_id"]
+    assert tenant_id == Tenant.objects.get(kind=Tenant.Kind.USER, user=user).pk
+    assert api.get(f"/api/training/tenants/{tenant_id}/runs/").status_code == 200
+    # PATCH answers with the same representation of /api/me/.
+    assert api.patch("/api/me/", {"display_name": "T"}).json()["tenant_id"] == tenant_id
 
 
 def test_me_works_with_an_api_key_but_password_change_does_not(api_client):

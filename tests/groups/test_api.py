@@ -8,6 +8,7 @@ from clawhub.groups.models import Role
 from clawhub.groups.selectors import role_of
 from clawhub.keys.selectors import key_resolve
 from clawhub.keys.services import key_create
+from clawhub.tenants.models import Tenant
 from tests.factories import make_user
 from tests.groups.conftest import token_of
 
@@ -106,6 +107,18 @@ def test_outputs_carry_the_callers_role(crew, api_as):
     assert members["role"] == "member"
     assert [m["email"] for m in members["members"]][0] == "owner@example.com"
     assert {m["email"]: m["role"] for m in members["members"]}["viewer@example.com"] == "viewer"
+
+
+def test_group_detail_names_the_group_tenant_the_training_api_takes(crew, api_as):
+    client = api_as(crew.viewer)
+    tenant_id = client.get("/api/groups/crew/").json()["tenant_id"]
+    assert tenant_id == Tenant.objects.get(kind=Tenant.Kind.GROUP, group=crew.group).pk
+    assert tenant_id != Tenant.objects.get(kind=Tenant.Kind.USER, user=crew.viewer).pk
+    assert client.get(f"/api/training/tenants/{tenant_id}/runs/").status_code == 200
+    # PATCH on the same URL answers with the same representation; the list leaves the tenant out.
+    renamed = api_as(crew.admin).patch("/api/groups/crew/", {"name": "Crew 2"}, format="json").json()
+    assert renamed["tenant_id"] == tenant_id
+    assert "tenant_id" not in client.get("/api/groups/").json()[0]
 
 
 def test_create_then_rename_keeps_slug(api_as, crew):
