@@ -18,6 +18,10 @@ from clawhub.gateway.errors import upstream_refused
 logger = logging.getLogger("clawhub.gateway")
 
 HEALTH_TIMEOUT = 2.0
+# A busy vLLM can answer one health check late; only a refused connection or this many slow or failed
+# checks in a row take a healthy upstream out of rotation (with one upstream, a flap means 503s for a whole
+# health interval).
+HEALTH_MISSES = 3
 LOAD_TIMEOUT = 120.0
 REGISTRY_EVERY = 30.0  # seconds between registry refreshes of last_used_at
 
@@ -54,6 +58,7 @@ class Upstream:
         if api_key:
             self.headers["authorization"] = f"Bearer {api_key}"
         self.healthy = True  # optimistic until the first check says otherwise
+        self.misses = 0  # failed health checks in a row
         self.synced = False
         self.inflight = 0
         self.adapters: dict[str, Loaded] = {}
@@ -91,13 +96,20 @@ class UpstreamPool:
             await asyncio.gather(*(self.check(up) for up in self.upstreams), return_exceptions=True)
 
     async def check(self, up: Upstream) -> bool:
+        refused = False
         try:
             response = await self._client.get(f"{up.url}/health", timeout=HEALTH_TIMEOUT)
             ok = response.status_code == 200
+        except httpx.ConnectError:
+            ok, refused = False, True
         except httpx.HTTPError:
             ok = False
         if ok and not up.synced:
             ok = await self._sync(up)
+        up.misses = 0 if ok else up.misses + 1
+        if not ok and up.healthy and not refused and up.misses < HEALTH_MISSES:
+            logger.info("upstream %s missed a health check (%d in a row)", up.url, up.misses)
+            return False
         changed = ok != up.healthy
         up.healthy = ok
         if not ok:

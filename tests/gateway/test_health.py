@@ -1,0 +1,60 @@
+"""Health checks: a slow check on a busy upstream does not take it out of rotation; a refusal does."""
+
+import asyncio
+
+import httpx
+
+from clawhub.gateway.upstreams import HEALTH_MISSES, UpstreamPool
+
+URL = "http://upstream.test"
+
+
+def _pool(behaviour: dict) -> UpstreamPool:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if behaviour["mode"] == "slow":
+            raise httpx.ReadTimeout("slow", request=request)
+        if behaviour["mode"] == "refused":
+            raise httpx.ConnectError("refused", request=request)
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": []})
+        return httpx.Response(200)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return UpstreamPool([{"url": URL, "base_model": "tiny"}], client, health_interval=5.0)
+
+
+def test_slow_checks_take_an_upstream_out_only_after_several_in_a_row():
+    behaviour = {"mode": "ok"}
+    pool = _pool(behaviour)
+    up = pool.upstreams[0]
+
+    async def scenario():
+        assert await pool.check(up)
+        behaviour["mode"] = "slow"
+        for _ in range(HEALTH_MISSES - 1):
+            await pool.check(up)
+            assert up.healthy and pool.candidates(None) == [up]
+        behaviour["mode"] = "ok"
+        assert await pool.check(up) and up.misses == 0
+        behaviour["mode"] = "slow"
+        for _ in range(HEALTH_MISSES):
+            await pool.check(up)
+        assert not up.healthy and pool.candidates(None) == []
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_connection_takes_it_out_at_once():
+    behaviour = {"mode": "ok"}
+    pool = _pool(behaviour)
+    up = pool.upstreams[0]
+
+    async def scenario():
+        assert await pool.check(up)
+        behaviour["mode"] = "refused"
+        await pool.check(up)
+        assert not up.healthy
+        behaviour["mode"] = "ok"
+        assert await pool.check(up) and up.healthy
+
+    asyncio.run(scenario())
