@@ -1,4 +1,5 @@
-"""Builders for test data. They go through the services, so every row comes with its tenant and audit trail."""
+"""Builders for test data. They go through the services, so every row comes with its tenant and audit
+trail."""
 
 import itertools
 

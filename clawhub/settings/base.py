@@ -184,7 +184,7 @@ SPECTACULAR_SETTINGS = {
 # Key material is masked in every environment; production switches to one JSON object per line.
 LOGGING = build_logging(level=env.str("CLAWHUB_LOG_LEVEL", default="INFO"), json_format=False)
 
-# --- Gateway (/v1) -------------------------------------------------------------------------------------------
+# --- Gateway (/v1) ------------------------------------------------------------------------------------------
 # The vLLM servers behind /v1: a JSON list of {"url", "base_model", "max_adapters", "api_key"}.
 CLAWHUB_UPSTREAMS = env.json(
     "CLAWHUB_UPSTREAMS",

@@ -8,9 +8,9 @@ for _name in ("DJANGO_SECRET_KEY", "DATABASE_URL", "DJANGO_ALLOWED_HOSTS"):
     if not os.environ.get(_name):
         raise ImproperlyConfigured(f"{_name} must be set in production")
 
-from .base import *  # noqa: E402,F403
 from clawhub.core.logging import build_logging  # noqa: E402
 
+from .base import *  # noqa: E402,F403
 from .base import BASE_DIR, env  # noqa: E402
 
 DEBUG = False

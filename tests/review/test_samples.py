@@ -92,7 +92,8 @@ class TestGuardsOnRealRows:
 
     def test_new_key_on_a_personal_adapter_when_the_user_sets_an_age(self):
         user = make_user()
-        ReviewPolicy.objects.create(tenant=user.tenant, mode=ReviewPolicy.Mode.AUTO, new_key_age=timedelta(hours=1))
+        ReviewPolicy.objects.create(tenant=user.tenant, mode=ReviewPolicy.Mode.AUTO,
+                                    new_key_age=timedelta(hours=1))
         key, _ = make_key(user)
         sample = make_sample(user, key=key)
         assert codes(sample) == [flags.NEW_KEY]

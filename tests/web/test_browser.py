@@ -1,4 +1,5 @@
-"""Drives the real web UI in Debian's headless Chromium: sign up, create a key, see the OpenClaw block, log out."""
+"""Drives the real web UI in Debian's headless Chromium: sign up, create a key, see the OpenClaw block,
+log out."""
 
 import json
 import os
@@ -12,7 +13,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 
 @pytest.fixture
 def page(output_dir):
-    # Playwright's sync API runs an event loop in this thread; the ORM is only used by the live server's thread.
+    # Playwright's sync API runs an event loop in this thread; only the live server's thread uses the ORM.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     from playwright.sync_api import sync_playwright
 
