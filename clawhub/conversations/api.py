@@ -30,6 +30,9 @@ class TurnOutputSerializer(serializers.Serializer):
     request_id = serializers.CharField()
     route = serializers.CharField()
     model = serializers.CharField()
+    # Which of the tenant's adapter versions answered ("t<tenant>-v<version>", or the base model).
+    upstream_model = serializers.CharField()
+    adapter_version_id = serializers.IntegerField(allow_null=True)
     status = serializers.CharField()
     http_status = serializers.IntegerField()
     error = serializers.CharField()

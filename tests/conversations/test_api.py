@@ -50,6 +50,9 @@ def test_detail_shows_turns_in_order_with_next_state(api_client, key, conversati
     assert turns[0]["next_state"] == [user("thanks")]
     assert turns[0]["response"][0]["message"]["content"] == "hello"
     assert "token_ids" not in turns[0] and "logprobs" not in turns[0]
+    # Which adapter answered is the user's to see: the record's upstream model and adapter version.
+    assert turns[0]["upstream_model"] == conversations["first"].upstream_model
+    assert turns[0]["adapter_version_id"] == conversations["first"].adapter_version_id
     side = api_client.get(f"/api/sessions/{conversations['side'].pk}/?type=main").json()
     assert side["turns"] == []
 
