@@ -1,3 +1,6 @@
+import logging
+import re
+
 import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
@@ -31,3 +34,41 @@ def output_dir(request, settings):
     path = settings.TEST_OUTPUT_DIR / request.node.name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# --- No key material in any log line of the whole suite --------------------------------------------------------
+# Every record logged in the test process is kept (before any masking) and searched at the end of the session:
+# a full API key or a bearer credential in one fails the run. The masking tests log one made-up key on purpose.
+KEY_MATERIAL = re.compile(r"chk_[A-Za-z0-9_-]{40,}|Bearer\s+(?!chk_\[REDACTED\])[A-Za-z0-9._~+/-]{20,}")
+DELIBERATE = {"chk_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0U1v"}
+
+
+class _KeyMaterialCatcher(logging.Handler):
+    def __init__(self):
+        super().__init__(level=logging.DEBUG)
+        self.leaks: list[str] = []
+
+    def emit(self, record):
+        try:
+            text = record.getMessage()
+        except Exception:  # a record whose args do not fit its message is not ours to judge
+            text = str(record.msg)
+        if record.exc_info:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+        for match in KEY_MATERIAL.findall(text):
+            if match not in DELIBERATE:
+                self.leaks.append(f"{record.name}: {text[:300]}")
+
+
+_catcher = _KeyMaterialCatcher()
+
+
+def pytest_sessionstart(session):
+    logging.getLogger().addHandler(_catcher)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    logging.getLogger().removeHandler(_catcher)
+    if _catcher.leaks:
+        print("\nKEY MATERIAL IN LOG LINES:\n" + "\n".join(_catcher.leaks[:20]))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
