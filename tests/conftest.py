@@ -36,9 +36,10 @@ def output_dir(request, settings):
     return path
 
 
-# --- No key material in any log line of the whole suite --------------------------------------------------------
-# Every record logged in the test process is kept (before any masking) and searched at the end of the session:
-# a full API key or a bearer credential in one fails the run. The masking tests log one made-up key on purpose.
+# --- No key material in any log line of the whole suite ----------------------------------------------------
+# Every record logged in the test process is kept (before any masking) and searched at the end of the
+# session: a full API key or a bearer credential in one fails the run. The masking tests log one made-up key
+# on purpose.
 KEY_MATERIAL = re.compile(r"chk_[A-Za-z0-9_-]{40,}|Bearer\s+(?!chk_\[REDACTED\])[A-Za-z0-9._~+/-]{20,}")
 DELIBERATE = {"chk_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0U1v"}
 
