@@ -24,53 +24,20 @@ from pathlib import Path
 import httpx
 import pytest
 
+from clawhub.web import vllm_cpu
+
 ROOT = Path(__file__).resolve().parent.parent
-VLLM_BIN = ROOT / ".venv-vllm" / "bin" / "vllm"
+VLLM_BIN = vllm_cpu.vllm_bin(ROOT)
 TINY_MODEL_DIR = ROOT / "models" / "tiny-qwen2"
 SERVED_MODEL_NAME = "tiny"
 START_TIMEOUT_S = 300
 
-# Each of these was needed on the CPU machines this project runs on.
-SERVER_ENV = {
-    "VLLM_TARGET_DEVICE": "cpu",  # otherwise: Illegal instruction on AVX2-only CPUs
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default reserves far more than a shared test machine has
-    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-    "HF_HUB_OFFLINE": "1",  # no hub is reachable; fail fast instead of retrying downloads
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
+# Each of these was needed on the CPU machines this project runs on; the model is on disk, so no hub either.
+SERVER_ENV = {**vllm_cpu.ENV_DEFAULTS, **vllm_cpu.OFFLINE_ENV}
 
 
 def server_args(model_dir: Path, port: int) -> list[str]:
-    return [
-        str(VLLM_BIN),
-        "serve",
-        str(model_dir),
-        "--served-model-name",
-        SERVED_MODEL_NAME,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--enable-lora",
-        "--max-loras",
-        "4",
-        "--max-lora-rank",
-        "16",
-        "--max-cpu-loras",
-        "8",
-        "--enable-auto-tool-choice",
-        "--tool-call-parser",
-        "hermes",
-        "--dtype",
-        "float32",
-        "--distributed-executor-backend",
-        "uni",
-        "--max-model-len",
-        "2048",
-    ]
+    return vllm_cpu.serve_argv(root=ROOT, model=str(model_dir), served_name=SERVED_MODEL_NAME, port=port)
 
 
 @dataclass(frozen=True)

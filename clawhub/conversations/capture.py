@@ -38,7 +38,8 @@ from clawhub.conversations.identity import (
 )
 from clawhub.conversations.models import Session, Turn
 from clawhub.conversations.privacy import capture_allowed_many
-from clawhub.conversations.services import turns_awaiting_next, turns_ready_notify
+from clawhub.conversations.selectors import turns_awaiting_next
+from clawhub.conversations.services import turns_ready_notify
 from clawhub.gateway.records import TurnRecord
 from clawhub.usage.services import usage_record
 

@@ -1,5 +1,7 @@
 """Reads for sessions and turns. A user sees their own; review by admins belongs to the judging issue."""
 
+from collections.abc import Iterable
+
 from django.db.models import Count, Q, QuerySet
 
 from clawhub.conversations.models import Session, Turn
@@ -40,3 +42,14 @@ def turns_for_session(*, session: Session, turn_type: str | None = None) -> Quer
     if turn_type:
         turns = turns.filter(turn_type=turn_type)
     return turns.order_by("index")
+
+
+def turns_awaiting_next(*, session_ids: Iterable[int]) -> QuerySet[Turn]:
+    """Main turns of these sessions that still wait for a next state. Failed turns never do: they had no
+    reply for anything to answer."""
+    return Turn.objects.filter(
+        session_id__in=list(session_ids),
+        turn_type=Turn.Type.MAIN,
+        next_state__isnull=True,
+        closed_without_next=False,
+    ).exclude(status=Turn.Status.FAILED)

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from clawhub.conversations import hooks
 from clawhub.conversations.models import Session, Turn
+from clawhub.conversations.selectors import turns_awaiting_next
 
 
 def turns_ready_notify(*, turn_ids: Iterable[int]) -> None:
@@ -21,17 +22,6 @@ def turns_ready_notify(*, turn_ids: Iterable[int]) -> None:
     ids = sorted(set(turn_ids))
     if ids:
         transaction.on_commit(lambda: hooks.on_turn_ready_for_judging(ids), robust=True)
-
-
-def turns_awaiting_next(*, session_ids: Iterable[int]):
-    """Main turns of these sessions that still wait for a next state. Failed turns never do: they had no
-    reply for anything to answer."""
-    return Turn.objects.filter(
-        session_id__in=list(session_ids),
-        turn_type=Turn.Type.MAIN,
-        next_state__isnull=True,
-        closed_without_next=False,
-    ).exclude(status=Turn.Status.FAILED)
 
 
 def session_close_idle(*, idle_for: timedelta | None = None, batch_size: int = 500) -> int:

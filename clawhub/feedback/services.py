@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 
 from clawhub.accounts.models import User
-from clawhub.accounts.services import audit_record
+from clawhub.accounts.services import audit_record_for_tenant
 from clawhub.conversations.models import Turn
 from clawhub.core.exceptions import PermissionDenied, ValidationFailed
 from clawhub.feedback.models import JudgeRules, Judgment
@@ -128,10 +128,8 @@ def judge_rules_set(
             raise ValidationFailed(str(exc)) from exc
         rules.updated_by = actor
         rules.save()
-        audit_record(actor=actor, action="judge_rules.update", target=rules,
-                     subject_user=tenant.user if tenant.kind == Tenant.Kind.USER else None,
-                     group=tenant.group if tenant.kind == Tenant.Kind.GROUP else None, ip=ip,
-                     before=before, after=_rules_dict(rules))
+        audit_record_for_tenant(actor=actor, action="judge_rules.update", target=rules, tenant=tenant, ip=ip,
+                                before=before, after=_rules_dict(rules))
     return rules
 
 

@@ -25,6 +25,13 @@ class Identity:
     session_done: bool = False
 
 
+def _take_marker(text: str, found: dict[str, str]) -> str:
+    """Adds the fields of ``text``'s marker lines to ``found``; returns ``text`` without them."""
+    for line in _MARKER_RE.findall(text):
+        found.update(_FIELD_RE.findall(line))
+    return _MARKER_RE.sub("", text).strip()
+
+
 def _strip_marker(messages: list) -> dict[str, str]:
     """Removes the marker from system/developer messages; returns the fields it carried."""
     found: dict[str, str] = {}
@@ -34,16 +41,12 @@ def _strip_marker(messages: list) -> dict[str, str]:
         content = message.get("content")
         if isinstance(content, str):
             if MARKER in content:
-                for line in _MARKER_RE.findall(content):
-                    found.update(_FIELD_RE.findall(line))
-                message["content"] = _MARKER_RE.sub("", content).strip()
+                message["content"] = _take_marker(content, found)
         elif isinstance(content, list):
             for part in content:
                 text = part.get("text") if isinstance(part, dict) else None
                 if isinstance(text, str) and MARKER in text:
-                    for line in _MARKER_RE.findall(text):
-                        found.update(_FIELD_RE.findall(line))
-                    part["text"] = _MARKER_RE.sub("", text).strip()
+                    part["text"] = _take_marker(text, found)
     return found
 
 

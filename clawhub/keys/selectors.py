@@ -8,8 +8,8 @@ from django.utils import timezone
 
 from clawhub.accounts.models import User
 from clawhub.core.exceptions import NotFound, PermissionDenied, ValidationFailed
-from clawhub.groups.models import ROLE_RANK, Group, Role
-from clawhub.groups.selectors import has_role
+from clawhub.groups.models import Group, Role
+from clawhub.groups.selectors import groups_for_user, has_role
 from clawhub.keys.models import ApiKey, ApiKeySecret
 from clawhub.tenants.models import Tenant
 
@@ -117,8 +117,7 @@ def key_get_in_group(*, group: Group, key_id: int, actor: User) -> ApiKey:
 
 def groups_for_key_binding(*, user: User) -> QuerySet[Group]:
     """Groups the user may bind a new key to: member role or above (viewers may not)."""
-    roles = [role for role, rank in ROLE_RANK.items() if rank >= ROLE_RANK[Role.MEMBER]]
-    return Group.objects.filter(memberships__user=user, memberships__role__in=roles).order_by("name", "pk")
+    return groups_for_user(user=user, at_least=Role.MEMBER)
 
 
 def group_for_key_binding(*, slug: str, user: User) -> Group:

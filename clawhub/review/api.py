@@ -8,6 +8,7 @@ from rest_framework.views import APIView
 
 from clawhub.accounts.services import user_logout
 from clawhub.core.api import client_ip, openapi_error
+from clawhub.keys.selectors import keys_for_user
 from clawhub.review import selectors, services
 from clawhub.review.models import ReviewPolicy
 from clawhub.tenants.models import Tenant
@@ -286,7 +287,7 @@ class PrivacyOutputSerializer(serializers.Serializer):
 
     def get_keys(self, user) -> list[dict]:
         return [{"id": k.pk, "name": k.name, "display": k.display, "training_enabled": k.training_enabled}
-                for k in selectors.keys_for_privacy(user=user)]
+                for k in keys_for_user(user=user)]
 
 
 class PrivacyApi(APIView):

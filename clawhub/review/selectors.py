@@ -16,9 +16,10 @@ from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 
 from clawhub.accounts.models import AuditLog, User
+from clawhub.adapters.selectors import tenant_label  # noqa: F401  (re-exported: labels as the adapter pages)
 from clawhub.core.exceptions import NotFound, PermissionDenied, ValidationFailed
 from clawhub.groups.models import ROLE_RANK, Membership, Role
-from clawhub.keys.models import ApiKey
+from clawhub.keys.selectors import keys_for_user
 from clawhub.review import flags
 from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.tenants.models import Tenant
@@ -150,12 +151,6 @@ def reviewable_tenants(*, scope: ReviewScope) -> QuerySet[Tenant]:
     return tenants.order_by("kind", "pk")
 
 
-def tenant_label(tenant: Tenant) -> str:
-    if tenant.kind == Tenant.Kind.GROUP:
-        return f"group {tenant.group.slug}"
-    return f"personal: {tenant.user.email}"
-
-
 # --- a user's own samples -----------------------------------------------------------------------------------
 
 
@@ -223,10 +218,6 @@ def tenant_get_for_review(*, scope: ReviewScope, tenant_id: int) -> Tenant:
 # --- privacy ------------------------------------------------------------------------------------------------
 
 
-def keys_for_privacy(*, user: User) -> QuerySet[ApiKey]:
-    return ApiKey.objects.filter(owner=user).select_related("group").order_by("-created_at", "-id")
-
-
 def _audit_row_for_export(row: AuditLog, user: User) -> dict:
     """An audit row about the user. Rows where the user acted on someone else keep only what the user did:
     the other person's name and the row's details are theirs, not this user's."""
@@ -258,7 +249,7 @@ def user_data_export(*, user: User) -> dict[str, Any]:
          "allowed_models": k.allowed_models, "rpm_limit": k.rpm_limit, "tpm_limit": k.tpm_limit,
          "concurrency_limit": k.concurrency_limit, "expires_at": k.expires_at, "revoked_at": k.revoked_at,
          "last_used_at": k.last_used_at, "created_at": k.created_at, "training_enabled": k.training_enabled}
-        for k in keys_for_privacy(user=user)
+        for k in keys_for_user(user=user)
     ]
     memberships = [
         {"group": {"id": m.group_id, "slug": m.group.slug, "name": m.group.name}, "role": m.role,

@@ -16,6 +16,7 @@ from clawhub.accounts.services import user_logout
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound, PermissionDenied
 from clawhub.core.views import page_errors, post_and_redirect
+from clawhub.keys.selectors import keys_for_user
 from clawhub.review import flags, selectors, services
 from clawhub.review.models import ReviewPolicy, Sample
 
@@ -164,7 +165,7 @@ def review_policy(request, tenant_id: int):
 def privacy(request):
     samples = Paginator(selectors.samples_for_user(user=request.user), 50).get_page(request.GET.get("page"))
     return render(request, "review/privacy.html", {
-        "keys": selectors.keys_for_privacy(user=request.user),
+        "keys": keys_for_user(user=request.user),
         "samples": samples,
     })
 

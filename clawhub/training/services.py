@@ -203,7 +203,6 @@ def runs_kick() -> list[int]:
         )
         .values("tenant_id")
         .annotate(n=Count("id"))
-        .filter(n__gte=1)
     )
     started = []
     for row in candidates:

@@ -1,6 +1,11 @@
 from django.conf import settings
 from django.db import models
 
+# The counters of a row: capture adds to them, reads sum them.
+SUMMED = (
+    "requests", "errors", "prompt_tokens", "completion_tokens", "streams", "latency_ms_sum", "ttft_ms_sum",
+)
+
 
 class UsageDaily(models.Model):
     """What one key did with one model on one day (UTC). Rows only grow: capture adds each batch's sums."""

