@@ -10,7 +10,6 @@ without it installed the section still shows versions and their feedback (a vers
 from __future__ import annotations
 
 import base64
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,16 +78,13 @@ class TenantProgress:
 
 
 def planned_steps(config: dict, samples: int) -> int | None:
-    """Optimizer steps a run will take (workers.trainer.backend.TrainConfig's batching): ``epochs`` passes,
-    each one step per ``micro_batch_size * grad_accum`` samples, or one step per pass without grad_accum."""
+    """Optimizer steps a run will take, as the trainer plans them (TrainConfig: ``epochs`` passes of
+    ``mini_batches`` steps, or of one step per ``micro_batch_size * grad_accum`` samples); None when the
+    stored config is not a valid one."""
+    from workers.trainer.backend import TrainConfig  # plain dataclasses: no torch is imported
+
     try:
-        epochs = int(config.get("epochs") or 1)
-        grad_accum = config.get("grad_accum")
-        per_pass = 1 if not grad_accum else math.ceil(samples / (int(config.get("micro_batch_size") or 4)
-                                                                   * int(grad_accum)))
-        steps = epochs * max(1, per_pass)
-        max_steps = config.get("max_steps")
-        return min(steps, int(max_steps)) if max_steps else steps
+        return max(1, TrainConfig.from_dict(config).planned_steps(samples))
     except (TypeError, ValueError):
         return None
 

@@ -112,6 +112,7 @@ def test_the_benchmark_plot_is_shown_when_the_bench_wrote_one(settings, tmp_path
 @pytest.mark.parametrize(("config", "samples", "steps"), [
     ({}, 16, 1),  # the whole batch in one optimizer step
     ({"epochs": 3}, 16, 3),
+    ({"mini_batches": 4, "epochs": 2}, 16, 8),  # PPO-style mini-batch steps
     ({"grad_accum": 1, "micro_batch_size": 4}, 16, 4),
     ({"grad_accum": 2, "micro_batch_size": 4, "epochs": 2, "max_steps": 3}, 16, 3),
     ({"epochs": "many"}, 16, None),

@@ -34,6 +34,10 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Attention and MLP projections of Qwen2/Qwen3/Llama-style models (OpenClaw-RL's LoRA: all attn + MLP).
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
+# Where an exported adapter keeps each backend's optimizer state (vLLM reads only the adapter files at the
+# top level, so the state travels with the version without being served).
+OPTIMIZER_STATE_DIR = "optimizer_state"
+
 # How a hint enters the teacher's context (DESIGN.md, "OPD hint"): appended to the last user message.
 HINT_TEMPLATE = "\n\n[user's hint / instruction]\n{hint}"
 
@@ -87,8 +91,16 @@ class TrainConfig:
       lr, betas, weight_decay, max_grad_norm: AdamW and gradient clipping.
     Batching
       micro_batch_size: samples per forward/backward. grad_accum: micro-batches per optimizer step; None = the
-          whole batch in one optimizer step (OpenClaw-RL: one update per batch of 16).
+          batch is split into `mini_batches` optimizer steps instead.
+      mini_batches: optimizer steps per pass over the batch when grad_accum is None (1 = OpenClaw-RL's one
+          update per batch of 16; PPO uses several, so that the clip bounds the later steps of a run).
       epochs: passes over the batch; max_steps: cap on optimizer steps per train() call (None = no cap).
+      old_policy: what pi_old (the ratio's denominator, and the OPD advantage's student term) is.
+          "start" = the policy as it is when the train() call starts, computed once and fixed across its
+          steps: step 1 has rho = 1 and every later mini-batch step is clipped against the same policy (PPO's
+          trust region).
+          "recorded" = the log-probs vLLM recorded when it served the turn (the behaviour policy; it may be an
+          older version than the parent, so rho can start outside the clip range and train nothing).
       max_seq_len: prompt + response tokens; longer samples are dropped with a reason, or their response cut
           to fit when truncate_response is True.
       padding_side: "right" or "left" (positions are derived from the attention mask, so both give the same
@@ -115,7 +127,9 @@ class TrainConfig:
     topk_overlap: int = 4
     micro_batch_size: int = 4
     grad_accum: int | None = None
+    mini_batches: int = 1
     epochs: int = 1
+    old_policy: Literal["start", "recorded"] = "start"
     max_steps: int | None = None
     max_seq_len: int = 4096
     truncate_response: bool = False
@@ -163,8 +177,12 @@ class TrainConfig:
             yield f"micro_batch_size={self.micro_batch_size}: must be >= 1"
         if self.grad_accum is not None and self.grad_accum < 1:
             yield f"grad_accum={self.grad_accum}: must be >= 1, or None for one optimizer step per batch"
+        if self.mini_batches < 1:
+            yield f"mini_batches={self.mini_batches}: must be >= 1 (optimizer steps per pass over the batch)"
         if self.epochs < 1:
             yield f"epochs={self.epochs}: must be >= 1"
+        if self.old_policy not in ("start", "recorded"):
+            yield f"old_policy={self.old_policy!r}: use 'start' or 'recorded'"
         if self.max_steps is not None and self.max_steps < 1:
             yield f"max_steps={self.max_steps}: must be >= 1, or None for no cap"
         if self.max_seq_len < 16:
@@ -180,6 +198,22 @@ class TrainConfig:
     def samples_per_step(self) -> int | None:
         """Samples per optimizer step, or None when one step takes the whole batch."""
         return None if self.grad_accum is None else self.micro_batch_size * self.grad_accum
+
+    def step_sizes(self, samples: int) -> list[int]:
+        """Samples in each optimizer step of one pass over `samples` samples (every backend plans with it)."""
+        if samples <= 0:
+            return []
+        if self.samples_per_step is not None:
+            per_step = self.samples_per_step
+            return [min(per_step, samples - i) for i in range(0, samples, per_step)]
+        # Near-equal mini-batches: 16 samples in 3 steps are 6, 5, 5 (never an empty step).
+        steps = min(self.mini_batches, samples)
+        return [samples // steps + (1 if i < samples % steps else 0) for i in range(steps)]
+
+    def planned_steps(self, samples: int) -> int:
+        """Optimizer steps of a train() call on `samples` trainable samples."""
+        steps = self.epochs * len(self.step_sizes(samples))
+        return min(steps, self.max_steps) if self.max_steps else steps
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -241,6 +275,10 @@ class TrainResult:
     dropped: list[DroppedSample] = field(default_factory=list)
     trained_sample_ids: list[int | str] = field(default_factory=list)
     resumed_from_step: int | None = None
+    # Optimizer continuity: the optimizer steps the parent version's state had taken when this run restored
+    # it (None = the run started a fresh optimizer), and why it could not be restored when it was not.
+    optimizer_resumed_at: int | None = None
+    optimizer_note: str = ""
 
 
 OnStep = Callable[[StepMetrics], None]
@@ -267,7 +305,10 @@ class TrainingBackend(ABC):
     @abstractmethod
     def export_adapter(self, out_dir: str) -> str:
         """Write the current adapter as a PEFT directory vLLM can load (adapter_config.json +
-        adapter_model.safetensors) and return its path."""
+        adapter_model.safetensors) and return its path. Backends that can continue an optimisation also
+        write their optimizer state there, under OPTIMIZER_STATE_DIR/<backend name>/ (local: the AdamW
+        moments and step; remote: the service's state path), which start() restores when that directory
+        is the parent of a later run."""
 
     def remote_ids(self) -> dict[str, str]:
         """Ids of remote state (training client, job, checkpoint) to store on the run; {} when local."""

@@ -101,3 +101,54 @@ def load_checkpoint(
     prepared = torch.load(path / "prepared.pt", weights_only=False)
     rng = torch.load(path / "rng.pt", weights_only=False)
     return state, optimizer_state, prepared, rng
+
+
+# --- optimizer state that outlives a run (optimizer continuity across adapter versions) ---------------------
+
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def _trainable(model: Any) -> list[tuple[str, torch.nn.Parameter]]:
+    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+
+
+def save_optimizer_state(state_dir: Path, *, model: Any, optimizer: torch.optim.Optimizer) -> Path:
+    """The AdamW moments and step of every trainable parameter, keyed by parameter name (not by the
+    optimizer's positional index), so that the next run, which builds its own optimizer over a freshly loaded
+    adapter, restores each moment onto the same LoRA matrix. Written atomically."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    index = {id(p): name for name, p in _trainable(model)}
+    by_name = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p in optimizer.state and id(p) in index:
+                by_name[index[id(p)]] = {k: v.detach().cpu().clone() for k, v in optimizer.state[p].items()}
+    steps = max((int(s["step"]) for s in by_name.values() if "step" in s), default=0)
+    shapes = {name: list(p.shape) for name, p in _trainable(model)}
+    tmp = state_dir / f".{OPTIMIZER_FILE}.{os.getpid()}"
+    torch.save({"format": 1, "steps": steps, "shapes": shapes, "state": by_name}, tmp)
+    os.replace(tmp, state_dir / OPTIMIZER_FILE)
+    return state_dir / OPTIMIZER_FILE
+
+
+def restore_optimizer_state(
+    state_dir: Path, *, model: Any, optimizer: torch.optim.Optimizer
+) -> tuple[int | None, str]:
+    """Loads what save_optimizer_state wrote onto `optimizer` (whose hyperparameters, e.g. lr, stay the new
+    run's). Returns (optimizer steps the state had taken, note); (None, why) when there is nothing usable,
+    and then the optimizer is left fresh: a partial restore would mix moments of two optimisations."""
+    path = state_dir / OPTIMIZER_FILE
+    if not path.exists():
+        return None, "the parent version has no optimizer state for this backend"
+    saved = torch.load(path, weights_only=True)
+    params = dict(_trainable(model))
+    shapes = {name: list(p.shape) for name, p in params.items()}
+    if saved.get("shapes") != shapes:
+        return None, "the parent's optimizer state is for differently shaped LoRA parameters"
+    for name, p in params.items():
+        entry = saved["state"].get(name)
+        if entry is not None:
+            optimizer.state[p] = {
+                k: (v.to(p.device) if k != "step" else v.clone()) for k, v in entry.items()
+            }
+    return int(saved.get("steps", 0)), ""

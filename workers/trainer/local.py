@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workers.trainer import checkpoint as ckpt
 from workers.trainer.backend import (
+    OPTIMIZER_STATE_DIR,
     DroppedSample,
     OnStep,
     StepMetrics,
@@ -228,6 +229,18 @@ class LocalBackend(TrainingBackend):
             weight_decay=config.weight_decay,
         )
         self.resumed_from_step: int | None = None
+        # Optimizer continuity: a run continuing a parent version continues the parent's AdamW as well (its
+        # moments and bias-correction step), so that a run of one step is not Adam's first, sign-like step.
+        self.optimizer_resumed_at: int | None = None
+        self.optimizer_note = ""
+        if latest is None and parent_adapter_dir:
+            self.optimizer_resumed_at, self.optimizer_note = ckpt.restore_optimizer_state(
+                Path(parent_adapter_dir) / OPTIMIZER_STATE_DIR / self.name,
+                model=self.model,
+                optimizer=self.optimizer,
+            )
+            if self.optimizer_note:
+                log.info("%s: fresh optimizer: %s", parent_adapter_dir, self.optimizer_note)
         if latest is not None:
             state, optimizer_state, prepared, rng = ckpt.load_checkpoint(latest)
             if state["base_model"] != self.base_model:
@@ -248,6 +261,8 @@ class LocalBackend(TrainingBackend):
             ckpt.restore_rng(rng)
             self.state, self.prepared = state, prepared
             self.resumed_from_step = state["step"]
+            self.optimizer_resumed_at = state.get("optimizer_resumed_at")
+            self.optimizer_note = state.get("optimizer_note", "")
             log.info("resumed %s from step %s", self.workdir, state["step"])
         else:
             self.state = {
@@ -258,6 +273,8 @@ class LocalBackend(TrainingBackend):
                 "current": None,  # the train() call in progress: its sample ids and steps done
                 "trained_sample_ids": [],
                 "metrics": [],
+                "optimizer_resumed_at": self.optimizer_resumed_at,
+                "optimizer_note": self.optimizer_note,
             }
             self.prepared = None
             # Step 0: the starting adapter, so that adapter_dir and resume exist before the first update.
@@ -324,20 +341,24 @@ class LocalBackend(TrainingBackend):
             metrics=[StepMetrics.from_dict(m) for m in self.state["metrics"][first:]],
             dropped=[DroppedSample(**d) for d in current["dropped"]],
             trained_sample_ids=list(current["trainable_ids"]),
+            optimizer_resumed_at=self.optimizer_resumed_at,
+            optimizer_note=self.optimizer_note,
         )
 
     def _plan(self, trainable_ids: list[Any]) -> list[list[Any]]:
         """Sample ids of each optimizer step. Deterministic from the ids and config, so a resumed call
         recomputes the same plan."""
         cfg = self.config
-        per_step = cfg.samples_per_step or max(len(trainable_ids), 1)
         plan = []
         for epoch in range(cfg.epochs):
             order = list(trainable_ids)
             if epoch > 0:
                 perm = torch.randperm(len(order), generator=torch.Generator().manual_seed(cfg.seed + epoch))
                 order = [order[i] for i in perm.tolist()]
-            plan += [order[i : i + per_step] for i in range(0, len(order), per_step)]
+            start = 0
+            for size in cfg.step_sizes(len(order)):
+                plan.append(order[start : start + size])
+                start += size
         return plan[: cfg.max_steps] if cfg.max_steps else plan
 
     # -------------------------------------------------------------------------------------- prepare
@@ -376,9 +397,16 @@ class LocalBackend(TrainingBackend):
                 "alignment": enc.alignment,
             }
 
-        # pi_old for re-tokenized samples, and the policy's top-K wherever a hint must be chosen.
+        # pi_old: the policy at the start of this call (old_policy="start"), else the recorded log-probs and
+        # the current policy only for re-tokenized samples; the policy's top-K wherever a hint must be chosen.
+        if cfg.old_policy == "start":
+            for entry in prepared.values():
+                entry["old_logprobs"] = None
         need_policy = [
-            e for e in kept if e.old_logprobs is None or len(prepared[_key(e.sample.sample_id)]["hints"]) > 1
+            e
+            for e in kept
+            if prepared[_key(e.sample.sample_id)]["old_logprobs"] is None
+            or len(prepared[_key(e.sample.sample_id)]["hints"]) > 1
         ]
         for chunk in self._chunks(need_policy):
             logp, top = self._forward([(e.prompt_ids, e.response_ids) for e in chunk], topk=cfg.topk_overlap)
@@ -549,6 +577,8 @@ class LocalBackend(TrainingBackend):
         config = json.loads(config_path.read_text())
         config["base_model_name_or_path"] = self.base_model
         config_path.write_text(json.dumps(config, indent=2))
+        state_dir = tmp / OPTIMIZER_STATE_DIR / self.name
+        ckpt.save_optimizer_state(state_dir, model=self.model, optimizer=self.optimizer)
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
         return str(out)

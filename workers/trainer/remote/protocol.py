@@ -452,10 +452,12 @@ class TinkerProtocolBackend(TrainingBackend):
         return datums
 
     def _steps(self, prepared: list[PreparedSample]) -> list[list[PreparedSample]]:
-        per_step = self.config.samples_per_step or max(len(prepared), 1)
         steps = []
         for _ in range(self.config.epochs):
-            steps += [prepared[i : i + per_step] for i in range(0, len(prepared), per_step)]
+            start = 0
+            for size in self.config.step_sizes(len(prepared)):
+                steps.append(prepared[start : start + size])
+                start += size
         return steps[: self.config.max_steps] if self.config.max_steps else steps
 
     def _restart_from_state(self) -> None:
