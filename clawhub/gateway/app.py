@@ -18,6 +18,7 @@ import orjson
 
 from clawhub.core.logging import clean_request_id, new_request_id, reset_request_id, set_request_id
 from clawhub.core.metrics import GATEWAY_REQUEST_DURATION, GATEWAY_REQUESTS, UPSTREAM_ERRORS, model_label
+from clawhub.gateway import limits
 from clawhub.gateway.auth import KeyCache, KeyInfo, presented_secret
 from clawhub.gateway.config import GatewayConfig
 from clawhub.gateway.dbreads import CachedLoader, DbRunner
@@ -379,13 +380,25 @@ class Gateway:
                       token_ids=bool(body.get("return_token_ids")), usage=False)
         upstream_body = self._upstream_body(body, identity, chat, wants)
         name = adapter.name if adapter else None
+        requested = limits.requested_output(upstream_body)
         candidates = self.pool.candidates(name)
         for up in candidates:
             upstream_body["model"] = name or up.base_model
             record.upstream, record.upstream_model = up.url, upstream_body["model"]
             try:
+            if requested is not None:
+                upstream_body[requested[0]] = requested[1]  # each upstream clamps to its own context
+            forwarded = limits.clamp_output(upstream_body, up.max_model_len)
                 response = await self._open(up, adapter, scope["path"], orjson.dumps(upstream_body))
             except CONNECT_ERRORS:
+                if response.status_code == 400 and requested is not None and forwarded is None:
+                    # The upstream did not list its context length: its refusal names it. Learn, retry once.
+                    learned = limits.too_many_output_tokens(await response.aread())
+                    if learned is not None:
+                        await response.aclose()
+                        up.max_model_len = learned
+                        forwarded = limits.clamp_output(upstream_body, learned)
+                        response = await self._open(up, adapter, scope["path"], orjson.dumps(upstream_body))
                 UPSTREAM_ERRORS.labels(kind="connect").inc()
                 self.pool.mark_unhealthy(up)
                 continue
@@ -399,6 +412,9 @@ class Gateway:
                 self.pool.end(up, name)
                 await response.aclose()
             return
+                record.clamped_max_tokens = limits.applied_cap(
+                    requested=requested[1] if requested else None, forwarded=forwarded,
+                    max_model_len=up.max_model_len, prompt_tokens=record.prompt_tokens)
         UPSTREAM_ERRORS.labels(kind="no_upstream").inc()
         raise no_upstream()
 
@@ -425,7 +441,8 @@ class Gateway:
                 raw = await response.aread()
             except httpx.HTTPError:
                 raw = b""
-            error = normalise_upstream_error(response.status_code, raw, client_model=wants.model)
+            error = (limits.context_length_error(raw) if response.status_code == 400 else None) \
+                or normalise_upstream_error(response.status_code, raw, client_model=wants.model)
             UPSTREAM_ERRORS.labels(kind="http_5xx" if response.status_code >= 500 else "http_4xx").inc()
             logger.warning("upstream %s answered %s: %s", record.upstream, response.status_code, raw[:300])
             raise error

@@ -45,3 +45,6 @@ class TurnRecord:
     # The X-Request-Id that follows this request through the logs (the client's, or one the gateway made).
     # Unlike request_id it may repeat: a client may send the same id twice, and capture dedups on request_id.
     trace_id: str = ""
+    # The output cap that really applied when it was below the client's max_tokens / max_completion_tokens
+    # (clamped to the model's context by the gateway, or by vLLM to what is left after the prompt).
+    clamped_max_tokens: int | None = None

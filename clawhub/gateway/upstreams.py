@@ -14,6 +14,7 @@ import httpx
 
 from clawhub.core.metrics import ADAPTER_EVICTIONS, ADAPTER_LOAD_DURATION, ADAPTER_LOADS
 from clawhub.gateway.errors import upstream_refused
+from clawhub.gateway.limits import max_model_len_of
 
 logger = logging.getLogger("clawhub.gateway")
 
@@ -64,6 +65,7 @@ class Upstream:
         self.adapters: dict[str, Loaded] = {}
         self.locks: dict[str, asyncio.Lock] = {}
         self.registry_written = 0.0
+        self.max_model_len: int | None = None  # from /v1/models at each sync; see limits.py
 
     def __repr__(self) -> str:
         return f"<Upstream {self.url} healthy={self.healthy} inflight={self.inflight}>"
@@ -132,6 +134,7 @@ class UpstreamPool:
         if models is None:
             return False
         names = {m["id"] for m in models if isinstance(m, dict) and m.get("parent")}
+        up.max_model_len = max_model_len_of(models, up.base_model) or up.max_model_len
         for name in list(up.adapters):
             if name not in names and up.adapters[name].inflight == 0:
                 del up.adapters[name]

@@ -58,8 +58,6 @@ def secret():
     (b'{"model": "clawhub-personal", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
      "stream"),
     (b'{"model": "clawhub-personal", "messages": [{"role": "user", "content": "x"}], "n": "2"}', "n"),
-    (b'{"model": "clawhub-personal", "messages": [{"role": "user", "content": "x"}], "session_id": 7}',
-     "session_id"),
 ])
 def test_malformed_bodies_are_400(gateway, secret, content, param):
     error = assert_error(post(gateway, secret, content=content, headers={"content-type": "application/json"}),
