@@ -1,5 +1,13 @@
 """What a user pastes into OpenClaw to use a key: the ``models.providers`` block of
-``~/.openclaw/openclaw.json`` and the equivalent ``openclaw onboard`` command line.
+``~/.openclaw/openclaw.json``, or the equivalent commands: ``openclaw onboard`` and two ``openclaw config
+set`` lines.
+
+Both carry the served model's real limits (``contextWindow`` from vLLM's ``max_model_len``, ``maxTokens``
+derived from it; see clawhub/gateway/limits.py). Onboarding cannot set them: OpenClaw 2026.9's onboard has no
+such flags and writes 128000 / 4096 whatever the model, so the config lines follow it. The onboard line also
+carries what a first non-interactive run needs: ``--accept-risk`` (it refuses to run without the
+acknowledgement) and ``--skip-health`` (otherwise it waits for an OpenClaw gateway daemon a new user does not
+run yet).
 
 The clear secret exists only in the response to a create or rotate; every later rendering passes
 ``secret=None`` and gets a placeholder instead.
@@ -10,6 +18,7 @@ import shlex
 
 from django.conf import settings
 
+from clawhub.gateway.limits import served_limits
 from clawhub.keys.models import ApiKey
 from clawhub.keys.selectors import BASE_MODEL_ID, key_tenant, models_for_key
 from clawhub.tenants.models import Tenant
@@ -42,6 +51,7 @@ def _primary_model_id(key: ApiKey, tenant: Tenant) -> str:
 def openclaw_provider_config(*, key: ApiKey, secret: str | None = None, base_url: str | None = None) -> dict:
     """The ``models.providers.clawhub`` block (and the default agent model) for ``openclaw.json``."""
     tenant = key_tenant(key)
+    limits = served_limits()
     models = [
         {
             "id": model_id,
@@ -49,8 +59,8 @@ def openclaw_provider_config(*, key: ApiKey, secret: str | None = None, base_url
             "reasoning": settings.MODEL_REASONING,
             "input": ["text"],
             "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-            "contextWindow": settings.MODEL_CONTEXT_WINDOW,
-            "maxTokens": settings.MODEL_MAX_TOKENS,
+            "contextWindow": limits.context_window,
+            "maxTokens": limits.max_tokens,
         }
         for model_id in models_for_key(key, tenant=tenant)
     ]
@@ -74,13 +84,22 @@ def openclaw_config_json(*, key: ApiKey, secret: str | None = None, base_url: st
 
 
 def openclaw_onboard_command(*, key: ApiKey, secret: str | None = None, base_url: str | None = None) -> str:
-    """``openclaw onboard`` for a non-interactive setup. Without the secret it reads ``$CLAWHUB_API_KEY``."""
+    """The setup commands, one per line: ``openclaw onboard`` for a non-interactive first run, then the
+    ``openclaw config set`` lines that give the model its real limits. Without the secret it reads
+    ``$CLAWHUB_API_KEY``."""
     tenant = key_tenant(key)
     api_key = shlex.quote(secret) if secret else SECRET_ENV_REFERENCE
-    return " ".join([
-        "openclaw onboard --non-interactive --auth-choice custom-api-key",
+    limits = served_limits()
+    onboard = " ".join([
+        "openclaw onboard --non-interactive --accept-risk --skip-health --auth-choice custom-api-key",
         f"--custom-base-url {shlex.quote(_v1_url(base_url))}",
         f"--custom-model-id {shlex.quote(_primary_model_id(key, tenant))}",
         f"--custom-api-key {api_key}",
         f"--custom-provider-id {PROVIDER_ID} --custom-compatibility openai",
+    ])
+    model = f"models.providers.{PROVIDER_ID}.models[0]"  # onboarding writes the one model it was given
+    return "\n".join([
+        onboard,
+        f"openclaw config set {shlex.quote(model + '.contextWindow')} {limits.context_window}",
+        f"openclaw config set {shlex.quote(model + '.maxTokens')} {limits.max_tokens}",
     ])

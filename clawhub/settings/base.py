@@ -130,9 +130,10 @@ if env.str("EMAIL_URL", default=""):
 KEY_ROTATION_GRACE = timedelta(seconds=env.int("CLAWHUB_KEY_ROTATION_GRACE_SECONDS", default=24 * 3600))
 INVITATION_TTL = timedelta(seconds=env.int("CLAWHUB_INVITATION_TTL_SECONDS", default=7 * 24 * 3600))
 
-# Models offered to clients. The OpenClaw config block lists them with these limits.
-MODEL_CONTEXT_WINDOW = env.int("CLAWHUB_MODEL_CONTEXT_WINDOW", default=32768)
-MODEL_MAX_TOKENS = env.int("CLAWHUB_MODEL_MAX_TOKENS", default=8192)
+# Models offered to clients. The OpenClaw config shows the served model's context (vLLM's max_model_len) and
+# an output limit derived from it (clawhub/gateway/limits.py); these override either when set.
+MODEL_CONTEXT_WINDOW = env.int("CLAWHUB_MODEL_CONTEXT_WINDOW", default=None)
+MODEL_MAX_TOKENS = env.int("CLAWHUB_MODEL_MAX_TOKENS", default=None)
 MODEL_REASONING = env.bool("CLAWHUB_MODEL_REASONING", default=False)
 
 # Celery: Redis when CELERY_BROKER_URL is set, otherwise a broker and result store on the local disk.
