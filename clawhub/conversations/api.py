@@ -7,7 +7,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clawhub.conversations.models import Turn
-from clawhub.conversations.selectors import session_get_for_user, sessions_for_user, turns_for_session
+from clawhub.conversations.selectors import (
+    session_get_for_user,
+    sessions_for_user,
+    turn_request,
+    turn_training_source,
+    turns_for_session,
+    turns_messages,
+)
 
 
 class SessionOutputSerializer(serializers.Serializer):
@@ -36,7 +43,7 @@ class TurnOutputSerializer(serializers.Serializer):
     status = serializers.CharField()
     http_status = serializers.IntegerField()
     error = serializers.CharField()
-    request = serializers.JSONField()
+    request = serializers.SerializerMethodField()  # with the messages, rebuilt from what each turn added
     response = serializers.JSONField()
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
@@ -47,6 +54,17 @@ class TurnOutputSerializer(serializers.Serializer):
     next_state = serializers.JSONField()
     next_state_at = serializers.DateTimeField()
     closed_without_next = serializers.BooleanField()
+    ended = serializers.CharField()
+    link = serializers.CharField()
+    parent_id = serializers.IntegerField(allow_null=True)
+    regenerate_of_id = serializers.IntegerField(allow_null=True)
+    training_source = serializers.SerializerMethodField()
+
+    def get_request(self, turn) -> dict:
+        return turn_request(turn=turn, messages=self.context.get("messages", {}).get(turn.pk))
+
+    def get_training_source(self, turn) -> str:
+        return turn_training_source(turn=turn)[0]
 
 
 class SessionListOutputSerializer(SessionOutputSerializer):
@@ -95,5 +113,8 @@ class SessionDetailApi(APIView):
         filters.is_valid(raise_exception=True)
         session = session_get_for_user(user=request.user, session_id=session_id)
         turns = turns_for_session(session=session, turn_type=filters.validated_data.get("type"))
-        turns_data = self.TurnSerializer(turns, many=True).data
+        turns = list(turns)
+        turns_data = self.TurnSerializer(
+            turns, many=True, context={"messages": turns_messages(turns=turns)}
+        ).data
         return Response({**self.OutputSerializer(session).data, "turns": turns_data})

@@ -17,7 +17,7 @@ import logging
 import re
 import threading
 import uuid
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,21 +25,25 @@ from functools import lru_cache
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from clawhub.conversations.identity import (
     MAIN,
     continuation_hash,
     next_state_messages,
-    prefix_hashes,
+    prefix_hashes_with_lengths,
+    prompt_hash,
     reply_message,
+    retry_hashes,
     turn_type_for,
 )
+from clawhub.conversations.links import FAILED, order_key, relink
 from clawhub.conversations.models import Session, Turn
 from clawhub.conversations.privacy import capture_allowed_many
-from clawhub.conversations.selectors import turns_awaiting_next
+from clawhub.conversations.selectors import stored_prompts, turns_awaiting_next
 from clawhub.conversations.services import turns_ready_notify
+from clawhub.conversations.storage import split_ids, split_messages
 from clawhub.gateway.records import TurnRecord
 from clawhub.usage.services import usage_record
 
@@ -65,10 +69,13 @@ class _Item:
     messages: list | None
     turn_type: str
     external_id: str  # the client's session id; "" = infer
-    candidates: list[str]  # prefix hashes to look up, newest first
+    candidates: list[tuple[str, int]]  # (prefix hash, messages in it), newest first
     continuation: str
+    prompt_hash: str = ""
+    retry_hashes: tuple[str, ...] = ()
     session_ref: int | Session | None = None  # an existing session's id, or a new Session
     session: Session | None = None
+    turn: Turn | None = None
 
 
 def capture_store(records: list[TurnRecord]) -> None:
@@ -125,11 +132,12 @@ def _store(records: Sequence[TurnRecord]) -> int:
     allowed = capture_allowed_many({(r.user_id, r.key_id) for r in records})
     kept = [r for r in records if allowed[(r.user_id, r.key_id)][0]]
     if kept:
-        items = [_item(r) for r in sorted(kept, key=lambda r: r.started_at)]
+        items = [_item(r) for r in sorted(kept, key=lambda r: (r.started_at, r.request_id))]
         _resolve_explicit_sessions(items)
-        _infer_sessions(items)
-        pending = _lock_sessions(items)
-        ready = _write_turns(items, pending, now)
+        graph = _Graph.load(items)
+        _infer_sessions(items, graph)
+        graph.lock_sessions(items)
+        ready = _write_turns(items, graph, now)
         turns_ready_notify(turn_ids=ready)
     usage_record(records=records)
     return len(kept)
@@ -168,8 +176,10 @@ def _item(record: TurnRecord) -> _Item:
         messages=messages,
         turn_type=turn_type,
         external_id=external_id,
-        candidates=prefix_hashes(messages) if messages and not external_id else [],
+        candidates=prefix_hashes_with_lengths(messages) if messages else [],
         continuation=continuation_hash(messages, reply_message(record.choices)) if messages else "",
+        prompt_hash=prompt_hash(messages) if messages else "",
+        retry_hashes=tuple(retry_hashes(messages)) if messages else (),
     )
 
 
@@ -247,111 +257,492 @@ def _by_key(entry: tuple[tuple[int, str], _Item]) -> tuple[int, str]:
     return entry[0]
 
 
-def _infer_sessions(items: list[_Item]) -> None:
-    """Sessions for records without an id: the newest prefix of the messages that some turn of the same user
-    in the same tenant produced (a turn earlier in this batch first), else a new session."""
-    hashes = {h for it in items if it.session_ref is None for h in it.candidates}
-    stored: dict[tuple[int, int, str], int] = {}
-    if hashes:
-        tenants = {it.record.tenant_id for it in items if it.session_ref is None}
-        # exclude() repeats the partial index's condition word for word, so that the planner can use it.
+# Turn fields capture reads and writes on stored turns it links: loaded with .only(), so that writing them
+# back never touches a deferred field (which would cost a query per turn).
+_LINK_FIELDS = (
+    "id",
+    "session_id",
+    "tenant_id",
+    "user_id",
+    "turn_type",
+    "status",
+    "created_at",
+    "request_id",
+    "continuation_hash",
+    "prompt_hash",
+    "parent_hash",
+    "parent_id",
+    "link",
+    "regenerate_of_id",
+    "follows",
+    "next_state",
+    "next_state_at",
+    "closed_without_next",
+    "prompt_base_id",
+    "messages_shared",
+    "prompt_token_ids_shared",
+    "prompt_token_count",
+)
+# What the post-insert UPDATE writes: links, next states, and bases that were new turns at insert time.
+_UPDATED = [
+    "parent",
+    "link",
+    "regenerate_of",
+    "next_state",
+    "next_state_at",
+    "closed_without_next",
+    "prompt_base",
+]
+
+
+def _owner(turn_or_record) -> tuple[int, int]:
+    return (turn_or_record.tenant_id, turn_or_record.user_id)
+
+
+class _Graph:
+    """The stored turns a batch links to, loaded up front in a fixed number of queries, one object per row
+    (so that a turn reached twice is changed once), plus the batch's own new turns as they are built."""
+
+    def __init__(self):
+        self.by_pk: dict[int, Turn] = {}
+        self.by_continuation: dict[tuple[int, int, str], list[Turn]] = defaultdict(list)
+        self.by_prompt: dict[tuple[int, int, str], list[Turn]] = defaultdict(list)
+        self.by_parent_hash: dict[tuple[int, int, str], list[Turn]] = defaultdict(list)
+        self.children: dict[int, list[Turn]] = defaultdict(list)  # by id(parent)
+        self.pending: dict[int, list[Turn]] = defaultdict(list)  # waiting main turns by session pk
+        self.inferred_sessions: dict[int, bool] = {}
+        self.dirty: dict[int, Turn] = {}  # stored turns whose links changed, by id()
+        self.merges: list[tuple[int, Session]] = []  # (inferred session to empty, the session it joins)
+        self.locked: dict[int, Session] = {}
+        self.closed_sessions: set[int] = set()
+
+    def _add(self, turn: Turn) -> Turn:
+        known = self.by_pk.get(turn.pk)
+        if known is not None:
+            return known
+        self.by_pk[turn.pk] = turn
+        owner = _owner(turn)
+        if turn.continuation_hash:
+            self.by_continuation[(*owner, turn.continuation_hash)].append(turn)
+        if turn.prompt_hash:
+            self.by_prompt[(*owner, turn.prompt_hash)].append(turn)
+        if turn.parent_hash:
+            self.by_parent_hash[(*owner, turn.parent_hash)].append(turn)
+        return turn
+
+    @classmethod
+    def load(cls, items: list[_Item]) -> "_Graph":
+        graph = cls()
+        continuations = {h for it in items for h, _ in it.candidates}
+        mains = [it for it in items if it.turn_type == MAIN]
+        prompts = {h for it in mains for h in (it.prompt_hash, *it.retry_hashes) if h}
+        parents = {it.continuation for it in mains if it.continuation}
+        if not (continuations or prompts or parents):
+            return graph
+        tenants = {it.record.tenant_id for it in items}
+        users = {it.record.user_id for it in items}
+        # One query for the three lookups; each OR arm repeats a partial index's condition so the planner
+        # can use it.
+        where = Q(pk__in=[])
+        if continuations:
+            where |= Q(continuation_hash__in=continuations) & ~Q(continuation_hash="")
+        if prompts:
+            where |= Q(prompt_hash__in=prompts) & ~Q(prompt_hash="")
+        if parents:
+            where |= Q(parent_hash__in=parents) & ~Q(parent_hash="")
         rows = (
-            Turn.objects.filter(tenant_id__in=tenants, continuation_hash__in=hashes)
-            .exclude(continuation_hash="")
-            .order_by("id")
-            .values_list("tenant_id", "user_id", "continuation_hash", "session_id")
+            Turn.objects.filter(where, tenant_id__in=tenants, user_id__in=users)
+            .select_related("session")
+            .only(*_LINK_FIELDS, "session__inferred", "session__closed_at")
         )
-        for tenant_id, user_id, digest, session_id in rows:
-            stored[(tenant_id, user_id, digest)] = session_id  # ascending ids: the newest turn wins
+        for turn in rows.order_by("id"):
+            graph._add(turn)
+            graph.inferred_sessions[turn.session_id] = turn.session.inferred
+            if turn.session.closed_at is not None:
+                graph.closed_sessions.add(turn.session_id)
+        # The families these turns belong to: the children of every stored main turn a new turn may
+        # continue, and the parents (and their children) of stored turns a new turn may adopt.
+        family = {t.pk for t in graph.by_pk.values() if t.turn_type == MAIN and t.continuation_hash}
+        family |= {t.parent_id for t in graph.by_pk.values() if t.parent_id}
+        if family:
+            for turn in Turn.objects.filter(Q(parent_id__in=family) | Q(id__in=family)).only(*_LINK_FIELDS):
+                graph._add(turn)
+        for turn in graph.by_pk.values():
+            if turn.parent_id and turn.parent_id in graph.by_pk:
+                parent = graph.by_pk[turn.parent_id]
+                turn.parent_ref = parent
+                graph.children[id(parent)].append(turn)
+            if turn.regenerate_of_id and turn.regenerate_of_id in graph.by_pk:
+                turn.regenerate = graph.by_pk[turn.regenerate_of_id]
+        return graph
+
+    def lock_sessions(self, items: list[_Item]) -> None:
+        """Locks the existing sessions in id order (the batch's, and inferred ones a new turn may absorb),
+        and loads each one's main turns still waiting for a next state."""
+        existing_ids = {it.session_ref for it in items if isinstance(it.session_ref, int)}
+        absorbable = {t.session_id for t in self.by_pk.values() if self.inferred_sessions.get(t.session_id)}
+        ids = existing_ids | absorbable
+        self.locked = {s.pk: s for s in Session.objects.select_for_update().filter(id__in=ids).order_by("id")}
+        for it in items:
+            ref = it.session_ref
+            if isinstance(ref, int):
+                if ref not in self.locked:
+                    # Deleted since it was looked up: start afresh rather than fail the batch.
+                    self.locked[ref] = _new_session(it.record)
+                it.session = self.locked[ref]
+            else:
+                it.session = ref
+        if existing_ids:
+            waiting = (
+                turns_awaiting_next(session_ids=existing_ids).only(*_LINK_FIELDS).order_by("created_at", "id")
+            )
+            for turn in waiting:
+                turn = self._add(turn)
+                self.pending[turn.session_id].append(turn)
+
+    def mark(self, turn: Turn) -> None:
+        if turn.pk is not None:
+            self.dirty[id(turn)] = turn
+
+
+def _session_key(turn_or_session) -> tuple:
+    if isinstance(turn_or_session, Session):
+        return ("db", turn_or_session.pk) if turn_or_session.pk is not None else ("new", id(turn_or_session))
+    session = getattr(turn_or_session, "session_obj", None)
+    if session is not None:
+        return _session_key(session)
+    return ("db", turn_or_session.session_id)
+
+
+def _infer_sessions(items: list[_Item], graph: _Graph) -> None:
+    """Sessions for records without an id: the session of the newest prefix of the messages that some turn of
+    the same user in the same tenant produced (a turn earlier in this batch first), else of the turn the
+    request repeats (a regenerate), else a new session."""
     in_batch: dict[tuple[int, int, str], _Item] = {}
+    prompts: dict[tuple[int, int, str], _Item] = {}
     for it in items:
-        owner = (it.record.tenant_id, it.record.user_id)
+        owner = _owner(it.record)
         if it.session_ref is None:
-            for digest in it.candidates:
+            for digest, _ in it.candidates:
                 earlier = in_batch.get((*owner, digest))
                 if earlier is not None:
                     it.session_ref = earlier.session_ref
                     break
-                if (*owner, digest) in stored:
-                    it.session_ref = stored[(*owner, digest)]
+                stored = graph.by_continuation.get((*owner, digest))
+                if stored:
+                    it.session_ref = stored[-1].session_id  # ascending ids: the newest turn wins
                     break
             else:
-                it.session_ref = _new_session(it.record, external_id=it.external_id)
+                same = prompts.get((*owner, it.prompt_hash)) if it.turn_type == MAIN else None
+                stored = _open_regenerate_targets(graph, it) if it.turn_type == MAIN else []
+                if same is not None:
+                    it.session_ref = same.session_ref
+                elif stored:
+                    it.session_ref = stored[0].session_id
+                else:
+                    it.session_ref = _new_session(it.record, external_id=it.external_id)
         if it.continuation:
             in_batch[(*owner, it.continuation)] = it
+        if it.prompt_hash:
+            prompts.setdefault((*owner, it.prompt_hash), it)
 
 
-def _lock_sessions(items: list[_Item]) -> dict[int, Turn]:
-    """Locks the existing sessions in id order, and returns each existing session's main turn still waiting
-    for its next state. New sessions are only built here: _write_turns inserts them with final counts."""
-    existing_ids = {it.session_ref for it in items if isinstance(it.session_ref, int)}
-    locked = {s.pk: s for s in Session.objects.select_for_update().filter(id__in=existing_ids).order_by("id")}
-    for it in items:
-        ref = it.session_ref
-        if isinstance(ref, int):
-            if ref not in locked:
-                # Deleted since it was looked up: start afresh rather than fail the batch.
-                locked[ref] = _new_session(it.record)
-            it.session = locked[ref]
-        else:
-            it.session = ref
-    pending: dict[int, Turn] = {}
-    if existing_ids:
-        for turn in (
-            turns_awaiting_next(session_ids=existing_ids).only("id", "session_id", "index").order_by("index")
-        ):
-            pending[turn.session_id] = turn
-    return pending
+def _open_regenerate_targets(graph: _Graph, it: _Item) -> list[Turn]:
+    owner = _owner(it.record)
+    found = [
+        t
+        for h in (it.prompt_hash, *it.retry_hashes)
+        for t in graph.by_prompt.get((*owner, h), ())
+        if t.turn_type == MAIN
+        and t.parent_id is None
+        and (h == it.prompt_hash or t.status == FAILED)
+        and t.session_id not in graph.closed_sessions
+    ]
+    return sorted(found, key=order_key)
 
 
-def _write_turns(items: list[_Item], pending: dict[int, Turn], now: datetime) -> list[int]:
-    """Creates the turns, links next states, closes finished sessions. Returns the ids of turns that got their
-    next state or were closed without one."""
+def _write_turns(items: list[_Item], graph: _Graph, now: datetime) -> list[int]:
+    """Creates the turns, links them to the turns they continue (and those to them), closes finished
+    sessions. Returns the ids of turns that got their next state or were closed without one."""
     turns: list[Turn] = []
-    ready: list[Turn] = []
-    # Both by id(session): new sessions have no pk until they are inserted below.
+    ready: dict[int, Turn] = {}
     sessions: dict[int, Session] = {}
-    waiting: dict[int, Turn] = {}
-    for it in items:
-        if it.session.pk is not None and it.session.pk in pending:
-            waiting[id(it.session)] = pending.pop(it.session.pk)
+    new_in_session: dict[tuple, list[Turn]] = defaultdict(list)
+    by_continuation: dict[tuple[int, int, str], Turn] = {}
     for it in items:
         record, session = it.record, it.session
         sessions[id(session)] = session
-        turn = _turn(it, index=session.turn_count)
+        turn = it.turn = _turn(it, index=session.turn_count)
+        turn.session_obj = session
         turns.append(turn)
         session.turn_count += 1
         session.last_activity_at = max(session.last_activity_at, _ended(record))
         if session.closed_at is not None:
             # A client may come back to a closed session (same id, or a continuation of its messages). The
-            # session opens again; its closed turn stays closed, having been handed to judging already.
+            # session opens again; its closed turns stay closed, having been handed to judging already.
             session.closed_at, session.close_reason = None, ""
         if it.turn_type == MAIN:
-            previous = waiting.pop(id(session), None)
-            if previous is not None:
-                following = next_state_messages(it.messages) if it.messages else []
-                if following:
-                    previous.next_state, previous.next_state_at = following, now
-                else:
-                    previous.closed_without_next = True
-                ready.append(previous)
-            if record.status != Turn.Status.FAILED:
-                waiting[id(session)] = turn
+            _link_new_turn(it, graph, by_continuation, new_in_session, ready, now)
+            _adopt_waiting_children(it, graph, ready, now)
+            new_in_session[_session_key(session)].append(turn)
+            if it.continuation:
+                by_continuation.setdefault((*_owner(record), it.continuation), turn)
+        # Stored against its parent, else the turn it regenerates.
+        turn.base_ref = getattr(turn, "parent_ref", None) or getattr(turn, "regenerate", None)
         if record.session_done:
-            previous = waiting.pop(id(session), None)
-            if previous is not None:
-                previous.closed_without_next = True
-                ready.append(previous)
+            for waiting in _waiting(session, graph, new_in_session):
+                waiting.closed_without_next = True
+                graph.mark(waiting)
+                ready[id(waiting)] = waiting
             session.closed_at, session.close_reason = now, Session.CloseReason.DONE
+    _compact(items, graph)
     # New sessions go in with their final counts, so that only the existing ones need an UPDATE.
     existing = [s for s in sessions.values() if s.pk is not None]
     Session.objects.bulk_create([s for s in sessions.values() if s.pk is None])
-    created = {id(t) for t in turns}
+    for turn in turns:
+        turn.session = turn.session_obj  # now with its primary key
+        _resolve_refs(turn)
     Turn.objects.bulk_create(turns)
-    stored_before = [t for t in ready if id(t) not in created]
-    _update_rows(Turn, stored_before, ["next_state", "next_state_at", "closed_without_next"])
-    _update_rows(Session, existing, ["turn_count", "last_activity_at", "closed_at", "close_reason"])
-    return [t.pk for t in ready]
+    # Links to turns that were new at insert time, and every stored turn whose links changed: one UPDATE.
+    after = [t for t in turns if t.refs_pending]
+    for turn in graph.dirty.values():
+        _resolve_refs(turn)
+    _update_rows(Turn, after + list(graph.dirty.values()), _UPDATED)
+    merged_into = {}
+    for source, target in graph.merges:
+        if _merge_session(source, target, graph):
+            merged_into[id(target)] = target
+    changed = {id(s): s for s in existing}
+    changed.update(merged_into)
+    _update_rows(
+        Session, list(changed.values()), ["turn_count", "last_activity_at", "closed_at", "close_reason"]
+    )
+    for it in items:
+        _remember(it)
+    return [t.pk for t in ready.values()]
+
+
+def _waiting(session: Session, graph: _Graph, new_in_session: dict[tuple, list[Turn]]) -> list[Turn]:
+    key = _session_key(session)
+    stored = graph.pending.get(session.pk, []) if session.pk is not None else []
+    return [
+        t
+        for t in [*stored, *new_in_session.get(key, [])]
+        if t.status != FAILED and t.next_state is None and not t.closed_without_next
+    ]
+
+
+def _link_new_turn(it: _Item, graph: _Graph, by_continuation, new_in_session, ready, now) -> None:
+    """Finds the main turn the new turn's request continues (the newest matching prefix, in the same
+    session), and recomputes that turn's family; a turn that continues nothing may regenerate a first
+    turn, or (a client that does not resend history, in a session it names) answer the session's newest
+    waiting turn."""
+    turn, owner, key = it.turn, _owner(it.record), _session_key(it.session)
+    parent = None
+    for digest, _ in it.candidates:
+        options = [by_continuation.get((*owner, digest))] + list(
+            graph.by_continuation.get((*owner, digest), ())
+        )
+        options = [t for t in options if t is not None and t.turn_type == MAIN and _session_key(t) == key]
+        if options:
+            parent = options[0] if options[0].pk is None else max(options, key=order_key)
+            break
+    if parent is not None:
+        _set_parent(turn, parent, graph, ready, now)
+        return
+    if not it.candidates:
+        originals = _open_regenerate_targets(graph, it)
+        originals += [
+            t
+            for t in new_in_session.get(key, ())
+            if t.parent_ref is None
+            and (t.prompt_hash == it.prompt_hash or (t.status == FAILED and t.prompt_hash in it.retry_hashes))
+        ]
+        originals = [t for t in originals if _session_key(t) == key and order_key(t) < order_key(turn)]
+        if originals:
+            first = min(originals, key=order_key)
+            turn.link, turn.regenerate = Turn.Link.REGENERATE, getattr(first, "regenerate", None) or first
+            return
+        # A stored first turn asking the same that started later (written by a slower writer): it is the
+        # regenerate of this one.
+        for later in graph.by_prompt.get((*owner, it.prompt_hash), ()):
+            if (
+                later.parent_id is None
+                and later.turn_type == MAIN
+                and _session_key(later) == key
+                and order_key(later) > order_key(turn)
+                and later.link != Turn.Link.REGENERATE
+            ):
+                later.link, later.regenerate = Turn.Link.REGENERATE, turn
+                graph.mark(later)
+        if it.external_id and not any(
+            m.get("role") == "assistant" for m in it.messages or () if isinstance(m, dict)
+        ):
+            waiting = [
+                t for t in _waiting(it.session, graph, new_in_session) if order_key(t) < order_key(turn)
+            ]
+            if waiting:
+                previous = max(waiting, key=order_key)
+                turn.parent_ref, turn.link = previous, Turn.Link.NEXT
+                previous.next_state, previous.next_state_at = turn.follows or None, now
+                if not turn.follows:
+                    previous.closed_without_next = True
+                graph.mark(previous)
+                ready[id(previous)] = previous
+
+
+def _set_parent(turn: Turn, parent: Turn, graph: _Graph, ready, now) -> None:
+    old = getattr(turn, "parent_ref", None)
+    if old is parent:
+        return
+    if old is not None:
+        graph.children[id(old)] = [t for t in graph.children[id(old)] if t is not turn]
+        _relink(old, graph, ready, now)
+    turn.parent_ref = parent
+    graph.children[id(parent)].append(turn)
+    graph.mark(turn)
+    _relink(parent, graph, ready, now)
+
+
+def _relink(parent: Turn, graph: _Graph, ready, now) -> None:
+    changed, became_ready = relink(parent, graph.children[id(parent)], now=now)
+    for child in changed:
+        graph.mark(child)
+    if getattr(parent, "links_changed", False):
+        graph.mark(parent)
+    if became_ready:
+        ready[id(parent)] = parent
+
+
+def _adopt_waiting_children(it: _Item, graph: _Graph, ready, now) -> None:
+    """Stored turns whose request continues this new turn, written before it by a faster writer: they become
+    its children. One in an inferred session of its own brings that session along."""
+    if not it.continuation:
+        return
+    turn, key = it.turn, _session_key(it.session)
+    for child in graph.by_parent_hash.get((*_owner(it.record), it.continuation), ()):
+        if (
+            child.turn_type != MAIN
+            or order_key(child) <= order_key(turn)
+            or getattr(child, "parent_ref", None) is turn
+        ):
+            continue
+        if _session_key(child) != key:
+            if not graph.inferred_sessions.get(child.session_id) or child.session_id not in graph.locked:
+                continue  # a session the client named keeps its turns
+            if all(source != child.session_id for source, _ in graph.merges):
+                graph.merges.append((child.session_id, it.session))
+        _set_parent(child, turn, graph, ready, now)
+
+
+def _compact(items: list[_Item], graph: _Graph) -> None:
+    """Writes each new turn's messages and prompt ids as what they add to its base's."""
+    stored_bases = {
+        it.turn.base_ref.pk
+        for it in items
+        if it.messages is not None
+        and getattr(it.turn, "base_ref", None) is not None
+        and it.turn.base_ref.pk is not None
+    }
+    known = _prompts_of(stored_bases, graph)
+    by_turn = {id(it.turn): it for it in items}
+    for it in items:
+        turn, record = it.turn, it.record
+        base = getattr(turn, "base_ref", None)
+        base_messages = base_ids = None
+        if base is not None:
+            if base.pk is None:
+                source = by_turn[id(base)]
+                base_messages = source.messages
+                if source.record.prompt_token_ids is not None:
+                    base_ids = list(source.record.prompt_token_ids) + list(source.record.token_ids or ())
+            else:
+                base_messages, base_ids = known.get(base.pk, (None, None))
+        if it.messages is not None:
+            turn.messages_shared, turn.messages_added = split_messages(it.messages, base_messages)
+        else:
+            turn.messages_shared, turn.messages_added = 0, ""
+        ids = record.prompt_token_ids
+        if ids is not None:
+            turn.prompt_token_count = len(ids)
+            turn.prompt_token_ids_shared, turn.prompt_token_ids_added = split_ids(ids, base_ids)
+        if not (turn.messages_shared or turn.prompt_token_ids_shared):
+            turn.base_ref = None
+
+
+# Prompts of turns this process wrote lately, so that the next turn of a conversation finds its base here
+# instead of rebuilding it from the database: turn id -> (messages, prompt ids + reply ids).
+_RECENT: "OrderedDict[int, tuple[list | None, list[int] | None]]" = OrderedDict()
+_RECENT_MAX = 128
+_recent_lock = threading.Lock()
+
+
+def _remember(it: _Item) -> None:
+    if it.turn is None or it.turn.pk is None or it.messages is None or it.turn_type != MAIN:
+        return
+    ids = it.record.prompt_token_ids
+    context = list(ids) + list(it.record.token_ids or ()) if ids is not None else None
+    with _recent_lock:
+        _RECENT[it.turn.pk] = (it.messages, context)
+        while len(_RECENT) > _RECENT_MAX:
+            _RECENT.popitem(last=False)
+
+
+def _prompts_of(turn_ids: set[int], graph: _Graph) -> dict[int, tuple[list | None, list[int] | None]]:
+    out: dict[int, tuple[list | None, list[int] | None]] = {}
+    missing = set()
+    with _recent_lock:
+        for pk in turn_ids:
+            if pk in _RECENT:
+                out[pk] = _RECENT[pk]
+            else:
+                missing.add(pk)
+    if missing:
+        sessions = {graph.by_pk[pk].session_id for pk in missing if pk in graph.by_pk}
+        rebuilt = stored_prompts(session_ids=sessions)
+        for pk in missing:
+            messages, ids, response = rebuilt.get(pk, (None, None, None))
+            out[pk] = (messages, ids + list(response or ()) if ids is not None else None)
+    return out
+
+
+def _resolve_refs(turn: Turn) -> None:
+    """Turns the in-memory links (objects that may have been new) into foreign key ids."""
+    pending = False
+    for attr, field in (
+        ("parent_ref", "parent_id"),
+        ("regenerate", "regenerate_of_id"),
+        ("base_ref", "prompt_base_id"),
+    ):
+        if not hasattr(turn, attr):  # a stored turn whose link this batch did not touch keeps it
+            if turn.pk is None:
+                setattr(turn, field, None)
+            continue
+        target = getattr(turn, attr)
+        if target is None:
+            setattr(turn, field, None)
+            continue
+        if target.pk is None:
+            pending = True
+            setattr(turn, field, None)
+        else:
+            setattr(turn, field, target.pk)
+    turn.refs_pending = pending
+
+
+def _merge_session(source_id: int, target: Session, graph: _Graph) -> bool:
+    """Moves the turns of an inferred session, opened by a turn whose parent had not been written yet, into
+    the session of that parent (after its turns), and deletes it."""
+    source = graph.locked.get(source_id)
+    if source is None or source.pk == target.pk:
+        return False
+    offset = target.turn_count
+    Turn.objects.filter(session_id=source_id).update(session_id=target.pk, index=F("index") + offset)
+    target.turn_count += source.turn_count
+    target.started_at = min(target.started_at, source.started_at)
+    target.last_activity_at = max(target.last_activity_at, source.last_activity_at)
+    Session.objects.filter(pk=source_id).delete()
+    return True
 
 
 def _update_rows(model, objs: list, fields: list[str]) -> None:
@@ -377,15 +768,41 @@ def _update_rows(model, objs: list, fields: list[str]) -> None:
     names = ", ".join(quote(column.column) for column in columns)
     assignments = ", ".join(f"{quote(c.column)} = v.{quote(c.column)}" for c in columns[1:])
     pk = quote(meta.pk.column)
-    sql = (f"UPDATE {quote(meta.db_table)} AS t SET {assignments} "
-           f"FROM (VALUES {', '.join([row] * len(objs))}) AS v ({names}) WHERE t.{pk} = v.{pk}")
+    sql = (
+        f"UPDATE {quote(meta.db_table)} AS t SET {assignments} "
+        f"FROM (VALUES {', '.join([row] * len(objs))}) AS v ({names}) WHERE t.{pk} = v.{pk}"
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
 
 
+def ended_reason(record: TurnRecord) -> str:
+    """How the reply ended, from what the gateway saw: a whole reply's finish reason, or why it was cut."""
+    if record.status == Turn.Status.FAILED:
+        return Turn.Ended.UPSTREAM_ERROR if record.http_status >= 500 else ""
+    if record.status == Turn.Status.CUT:
+        if record.http_status == 499 or (record.error or "").startswith("client disconnected"):
+            return Turn.Ended.CLIENT_DISCONNECT
+        return Turn.Ended.UPSTREAM_ERROR
+    choice = record.choices[0] if record.choices and isinstance(record.choices[0], dict) else {}
+    finish = choice.get("finish_reason")
+    if finish == "length":
+        return Turn.Ended.LENGTH
+    if finish == "tool_calls":
+        return Turn.Ended.TOOL_CALLS
+    if finish in ("stop", "eos", None, "function_call") or finish:
+        # vLLM says "stop" for an end-of-sequence token and a stop string alike; other servers differ.
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        return Turn.Ended.TOOL_CALLS if message.get("tool_calls") else Turn.Ended.STOP
+    return Turn.Ended.STOP
+
+
 def _turn(it: _Item, *, index: int) -> Turn:
     r = it.record
-    return Turn(
+    request = dict(r.request or {})
+    if it.messages is not None:
+        request.pop("messages", None)  # stored apart, as what it adds to its base (see _compact)
+    turn = Turn(
         session=it.session,
         tenant_id=r.tenant_id,
         key_id=r.key_id,
@@ -397,7 +814,7 @@ def _turn(it: _Item, *, index: int) -> Turn:
         model=r.model,
         upstream_model=r.upstream_model or "",
         adapter_version_id=r.adapter_version_id,
-        request=r.request or {},
+        request=request,
         response=r.choices or [],
         token_ids=r.token_ids,
         logprobs=r.logprobs,
@@ -411,4 +828,14 @@ def _turn(it: _Item, *, index: int) -> Turn:
         error=r.error or "",
         created_at=_ts(r.started_at),
         continuation_hash=it.continuation,
+        prompt_hash=it.prompt_hash if it.turn_type == MAIN else "",
+        parent_hash=it.candidates[0][0] if it.candidates and it.turn_type == MAIN else "",
+        follows=(next_state_messages(it.messages) or None) if it.messages and it.turn_type == MAIN else None,
+        ended=ended_reason(r),
     )
+    clamped = getattr(r, "clamped_max_tokens", None)
+    if clamped is not None and hasattr(turn, "clamped_max_tokens"):
+        turn.clamped_max_tokens = clamped
+    turn.retry_hashes = it.retry_hashes
+    turn.parent_ref = None
+    return turn

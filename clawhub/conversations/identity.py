@@ -5,7 +5,11 @@ Session inference: a chat request whose messages are an earlier request's messag
 its messages plus its reply; a new request hashes every prefix of its messages that ends right after an
 assistant message and looks those hashes up. Hashes are taken over a canonical form, so that what clients
 change when they resend history (content as a string or as text parts, null vs missing fields, whitespace at
-the ends, tool-call ids, reasoning fields they drop) does not break the match.
+the ends, tool-call ids, reasoning fields they drop, the time stamp OpenClaw puts in front of a user message)
+does not break the match.
+
+Linking (``clawhub.conversations.links``) builds on the same hashes: a turn's ``prompt_hash`` says which other
+turns it repeats (a regenerate), its ``parent_hash`` which turn's prompt + reply it continues.
 """
 
 import hashlib
@@ -32,6 +36,18 @@ SIDE_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# OpenClaw prefixes each user message with when it was sent, e.g. "[Tue 2026-12-01 08:27 UTC] ". It is not
+# part of what the user said, and a client may render it differently when it resends the history.
+TIMESTAMP_PREFIX = re.compile(
+    r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})?(?: [A-Za-z+\-0-9:]+)?\] "
+)
+# Context OpenClaw injects as a user message (workspace files, tool hints): not something the user said, so
+# never a next state.
+INTERNAL_CONTEXT = re.compile(
+    r"<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>.*?(?:<<<END_OPENCLAW_INTERNAL_CONTEXT>>>|\Z)", re.DOTALL
+)
+
+
 def content_text(content: Any) -> str:
     """The text of a message's content, whether a string or a list of parts."""
     if content is None:
@@ -49,16 +65,17 @@ def content_text(content: Any) -> str:
     return str(content)
 
 
-def _canonical_content(content: Any) -> Any:
+def _canonical_content(content: Any, *, user: bool = False) -> Any:
     if content is None:
         return None
     if isinstance(content, str):
-        return content.strip() or None
+        text = content.strip()
+        return (TIMESTAMP_PREFIX.sub("", text, count=1) if user else text) or None
     if isinstance(content, list):
         if all(
             isinstance(p, str) or (isinstance(p, dict) and p.get("type") in ("text", None)) for p in content
         ):
-            return content_text(content).strip() or None
+            return _canonical_content(content_text(content), user=user)
         # Images and other parts: keep them, with their text parts normalised the same way.
         return [
             {"type": "text", "text": content_text([p]).strip()}
@@ -87,7 +104,7 @@ def canonical_message(message: Any) -> dict:
     if not isinstance(message, dict):
         return {"role": "", "content": str(message)}
     out: dict[str, Any] = {"role": str(message.get("role") or "")}
-    content = _canonical_content(message.get("content"))
+    content = _canonical_content(message.get("content"), user=out["role"] == "user")
     if content is not None:
         out["content"] = content
     calls = []
@@ -112,13 +129,47 @@ def prefix_hashes(messages: Sequence[Any]) -> list[str]:
 
     One pass with an incremental hash: long agent conversations have hundreds of messages.
     """
+    return [digest for digest, _ in prefix_hashes_with_lengths(messages)]
+
+
+def prefix_hashes_with_lengths(messages: Sequence[Any]) -> list[tuple[str, int]]:
+    """``prefix_hashes`` with the number of messages in each prefix."""
     hasher = hashlib.sha256()
     found = []
-    for message in messages:
+    for n, message in enumerate(messages, 1):
         hasher.update(_encoded(message))
         if isinstance(message, dict) and message.get("role") == "assistant":
-            found.append(hasher.hexdigest())
+            found.append((hasher.hexdigest(), n))
     return found[::-1][:MAX_PREFIX_CANDIDATES]
+
+
+def prompt_hash(messages: Sequence[Any]) -> str:
+    """The hash of a request's messages as they are: two requests with the same one ask the same thing (a
+    regenerate or a retry of the other)."""
+    hasher = hashlib.sha256()
+    for message in messages:
+        hasher.update(_encoded(message))
+    return hasher.hexdigest()
+
+
+def retry_hashes(messages: Sequence[Any]) -> list[str]:
+    """Prompt hashes of ``messages`` without one, two, … of its trailing user messages (all but the first of
+    them). OpenClaw retries a failed turn with the failed user message kept in the history, so a retry's
+    prompt is the failed turn's prompt plus more user messages."""
+    end = len(messages)
+    while end > 0 and isinstance(messages[end - 1], dict) and messages[end - 1].get("role") == "user":
+        end -= 1
+    trailing = len(messages) - end
+    if trailing < 2:
+        return []
+    hasher = hashlib.sha256()
+    for message in messages[: end + 1]:
+        hasher.update(_encoded(message))
+    out = [hasher.hexdigest()]
+    for message in messages[end + 1 : len(messages) - 1]:
+        hasher.update(_encoded(message))
+        out.append(hasher.hexdigest())
+    return out
 
 
 def continuation_hash(messages: Sequence[Any], reply: dict | None) -> str:
@@ -150,26 +201,49 @@ def reply_message(choices: Sequence[Any]) -> dict | None:
     return {"role": "assistant", "content": content, "tool_calls": tool_calls or None}
 
 
+def is_internal_context(message: Any) -> bool:
+    """A user message that holds nothing but OpenClaw's internal context (as a string or content parts)."""
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return False
+    text = content_text(message.get("content"))
+    return "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>" in text and not INTERNAL_CONTEXT.sub("", text).strip()
+
+
 def next_state_messages(messages: Sequence[Any]) -> list[dict]:
     """What a request adds after the conversation's last assistant message: its user and tool messages.
 
     That is the previous turn's next state: the tool results answering its tool calls, or the user's reply.
     Without any assistant message (a client that does not resend history) it is the newest user message.
+    User messages that only carry OpenClaw's internal context are left out (the user did not say them), and a
+    user message repeated right after itself counts once (OpenClaw keeps a failed turn's message in the
+    history and sends it again when it retries).
     """
     last_assistant = None
     for i, message in enumerate(messages):
         if isinstance(message, dict) and message.get("role") == "assistant":
             last_assistant = i
-    if last_assistant is not None:
-        return [
-            m
-            for m in messages[last_assistant + 1 :]
-            if isinstance(m, dict) and m.get("role") in ("user", "tool")
-        ]
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            return [message]
-    return []
+    if last_assistant is None:
+        for message in reversed(messages):
+            if (
+                isinstance(message, dict)
+                and message.get("role") == "user"
+                and not is_internal_context(message)
+            ):
+                return [message]
+        return []
+    out: list[dict] = []
+    for m in messages[last_assistant + 1 :]:
+        if not isinstance(m, dict) or m.get("role") not in ("user", "tool") or is_internal_context(m):
+            continue
+        if (
+            out
+            and m.get("role") == "user"
+            and out[-1].get("role") == "user"
+            and canonical_message(m) == canonical_message(out[-1])
+        ):
+            continue
+        out.append(m)
+    return out
 
 
 def newest_user_text(messages: Sequence[Any]) -> str:

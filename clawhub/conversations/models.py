@@ -54,6 +54,24 @@ class Turn(models.Model):
         CUT = "cut"  # the stream ended early
         FAILED = "failed"
 
+    class Ended(models.TextChoices):
+        """How the reply ended. Only stop and tool_calls are whole replies; the others are cut turns, which
+        are kept out of judging (and so out of training) unless the tenant includes ``length`` ones."""
+
+        STOP = "stop"
+        TOOL_CALLS = "tool_calls"
+        LENGTH = "length"  # max_tokens (or the context) ran out
+        CLIENT_DISCONNECT = "client_disconnect"
+        UPSTREAM_ERROR = "upstream_error"  # the model server failed, before or during the reply
+
+    class Link(models.TextChoices):
+        """What a main turn is to the turn whose prompt + reply its request extends (``parent``)."""
+
+        START = "", "start"  # extends no stored turn
+        NEXT = "next"  # its request is the parent's next state
+        REGENERATE = "regenerate"  # repeats the prompt of ``regenerate_of`` (a retry): a sibling
+        FORK = "fork"  # extends the parent after another turn already did: a branch
+
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="turns")
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="turns")
     key = models.ForeignKey("keys.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
@@ -68,8 +86,24 @@ class Turn(models.Model):
         "adapters.AdapterVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="turns"
     )
     request = models.JSONField(
-        default=dict, help_text="messages (or prompt), tools and sampling params as sent."
+        default=dict,
+        help_text="tools and sampling params (or the prompt) as sent; the messages are stored apart, see "
+        "messages_added. Rows written before that keep their messages here.",
     )
+    # The messages, O(n) per session: the first ``messages_shared`` messages of ``prompt_base``'s prompt, then
+    # ``messages_added`` (a JSON array, kept as text so that it reads back exactly as sent). Rebuilt by
+    # ``selectors.turn_messages``.
+    prompt_base = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    messages_shared = models.PositiveIntegerField(default=0)
+    messages_added = models.TextField(blank=True)
+    # vLLM's prompt token ids, the same way: ``prompt_token_ids_shared`` ids of prompt_base's prompt + reply
+    # ids, then ``prompt_token_ids_added`` (little-endian uint32). ``prompt_token_count`` is None when the
+    # upstream returned no ids (the trainer then re-renders the prompt).
+    prompt_token_count = models.PositiveIntegerField(null=True, blank=True)
+    prompt_token_ids_shared = models.PositiveIntegerField(default=0)
+    prompt_token_ids_added = models.BinaryField(null=True, blank=True)
     response = models.JSONField(default=list, help_text="choices as the client saw them.")
     token_ids = models.JSONField(null=True, blank=True)
     logprobs = models.JSONField(null=True, blank=True)
@@ -90,6 +124,21 @@ class Turn(models.Model):
     # sha256 over the canonical request messages plus this turn's reply as the client resends it: a later
     # request whose messages start with exactly that continues this turn's session (conversations.identity).
     continuation_hash = models.CharField(max_length=64, blank=True)
+    # The canonical request messages alone (a regenerate repeats them), and the continuation hash of the
+    # newest prefix ending with an assistant message (the turn this one continues, stored or still to come).
+    prompt_hash = models.CharField(max_length=64, blank=True)
+    parent_hash = models.CharField(max_length=64, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    link = models.CharField(max_length=10, choices=Link.choices, blank=True, default="")
+    regenerate_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="regenerates"
+    )
+    # What this turn's request adds after the conversation's last reply: the parent's next state when this
+    # turn is its first continuation.
+    follows = models.JSONField(null=True, blank=True)
+    ended = models.CharField(max_length=17, choices=Ended.choices, blank=True)
 
     class Meta:
         ordering = ["session_id", "index"]
@@ -103,6 +152,11 @@ class Turn(models.Model):
                 fields=["tenant", "continuation_hash"],
                 condition=~Q(continuation_hash=""),
                 name="turn_continuation",
+            ),
+            models.Index(fields=["tenant", "prompt_hash"], condition=~Q(prompt_hash=""), name="turn_prompt"),
+            # Turns whose parent was not stored yet (or not the newest candidate): found when it is.
+            models.Index(
+                fields=["tenant", "parent_hash"], condition=~Q(parent_hash=""), name="turn_parent_hash"
             ),
             # Main turns still waiting for their next state, read whenever a session gets a new main turn.
             models.Index(
@@ -118,3 +172,25 @@ class Turn(models.Model):
     @property
     def ready_for_judging(self) -> bool:
         return self.next_state is not None or self.closed_without_next
+
+    @property
+    def cut(self) -> bool:
+        return self.ended in CUT_ENDINGS
+
+
+CUT_ENDINGS = (Turn.Ended.LENGTH, Turn.Ended.CLIENT_DISCONNECT, Turn.Ended.UPSTREAM_ERROR)
+
+
+class ConversationSettings(models.Model):
+    """A tenant's choices about which captured turns count. Absent = the defaults."""
+
+    tenant = models.OneToOneField(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="conversation_settings"
+    )
+    # Judge (and so train on) replies that stopped at max_tokens. Off by default: a cut reply is graded as if
+    # the model meant to stop there.
+    include_length_turns = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"conversation settings of tenant {self.tenant_id}"

@@ -4,7 +4,8 @@ from collections.abc import Iterable
 
 from django.db.models import Count, Q, QuerySet
 
-from clawhub.conversations.models import Session, Turn
+from clawhub.conversations.models import CUT_ENDINGS, ConversationSettings, Session, Turn
+from clawhub.conversations.storage import Rebuilder, Stored
 from clawhub.core.exceptions import NotFound
 
 
@@ -38,7 +39,9 @@ def session_get_for_user(*, user, session_id: int) -> Session:
 def turns_for_session(*, session: Session, turn_type: str | None = None) -> QuerySet[Turn]:
     """The session's turns in order. The sampled token ids and log-probs are left out: they are for training,
     large, and no page shows them."""
-    turns = Turn.objects.filter(session=session, tenant_id=session.tenant_id).defer("token_ids", "logprobs")
+    turns = Turn.objects.filter(session=session, tenant_id=session.tenant_id).defer(
+        "token_ids", "logprobs", "prompt_token_ids_added"
+    )
     if turn_type:
         turns = turns.filter(turn_type=turn_type)
     return turns.order_by("index")
@@ -53,3 +56,132 @@ def turns_awaiting_next(*, session_ids: Iterable[int]) -> QuerySet[Turn]:
         next_state__isnull=True,
         closed_without_next=False,
     ).exclude(status=Turn.Status.FAILED)
+
+
+# --- prompts, stored as what each turn adds to its base (conversations.storage) ----------------------------
+
+_STORED_FIELDS = (
+    "id",
+    "prompt_base_id",
+    "messages_shared",
+    "messages_added",
+    "request__messages",
+    "prompt_token_ids_shared",
+    "prompt_token_ids_added",
+    "prompt_token_count",
+    "token_ids",
+)
+
+
+def _stored_rows(where: Q) -> dict[int, Stored]:
+    rows = {}
+    for row in Turn.objects.filter(where).values_list(*_STORED_FIELDS):
+        pk, base, shared, added, legacy, ids_shared, ids_added, id_count, response = row
+        rows[pk] = Stored(
+            base_id=base,
+            messages_shared=shared,
+            messages_added=added,
+            legacy_messages=legacy if isinstance(legacy, list) else None,
+            ids_shared=ids_shared,
+            ids_added=bytes(ids_added) if ids_added is not None else None,
+            id_count=id_count,
+            response_ids=response if isinstance(response, list) else None,
+        )
+    return rows
+
+
+def stored_prompts(
+    *, session_ids: Iterable[int]
+) -> dict[int, tuple[list | None, list[int] | None, list | None]]:
+    """Every turn of these sessions as (messages, prompt token ids, reply token ids), in one query: a turn's
+    base is always in its own session. None where it cannot be rebuilt (or was never served with ids)."""
+    ids = list(session_ids)
+    if not ids:
+        return {}
+    rows = _stored_rows(Q(session_id__in=ids))
+    rebuild = Rebuilder(rows)
+    return {pk: (rebuild.messages(pk), rebuild.prompt_ids(pk), row.response_ids) for pk, row in rows.items()}
+
+
+def _rebuilder_for(turns: Iterable[Turn]) -> Rebuilder:
+    return Rebuilder(_stored_rows(Q(session_id__in={t.session_id for t in turns})))
+
+
+def turns_messages(*, turns: Iterable[Turn]) -> dict[int, list | None]:
+    """The prompt messages of each turn, exactly as the gateway forwarded them (None for a /v1/completions
+    turn, or when a base it is stored against was deleted)."""
+    turns = list(turns)
+    if not turns:
+        return {}
+    rebuild = _rebuilder_for(turns)
+    return {t.pk: rebuild.messages(t.pk) for t in turns}
+
+
+def turn_messages(*, turn: Turn) -> list | None:
+    return turns_messages(turns=[turn]).get(turn.pk)
+
+
+def turn_request(*, turn: Turn, messages: list | None = None) -> dict:
+    """The request as it was sent upstream (messages included), for judging, review, export and evaluation.
+    ``messages`` may be passed when already rebuilt (a page of turns rebuilds them in one query)."""
+    request = dict(turn.request or {})
+    if turn.route == "chat" and "messages" not in request:
+        rebuilt = messages if messages is not None else turn_messages(turn=turn)
+        if rebuilt is not None:
+            request["messages"] = rebuilt
+    return request
+
+
+def turn_prompt_token_ids(*, turn: Turn) -> list[int] | None:
+    """The prompt token ids vLLM served this turn with, or None (served without them: the trainer then
+    renders the prompt with the chat template)."""
+    if turn.prompt_token_count is None:
+        return None
+    return _rebuilder_for([turn]).prompt_ids(turn.pk)
+
+
+def turns_prompt_token_ids(*, turns: Iterable[Turn]) -> dict[int, list[int] | None]:
+    turns = list(turns)
+    served = [t for t in turns if t.prompt_token_count is not None]
+    out: dict[int, list[int] | None] = {t.pk: None for t in turns}
+    if served:
+        rebuild = _rebuilder_for(served)
+        out.update({t.pk: rebuild.prompt_ids(t.pk) for t in served})
+    return out
+
+
+def turns_judgeable(*, turn_ids: Iterable[int]) -> list[int]:
+    """Of these turns, the ones judging should see, in one query: cut turns are left out, except replies that
+    stopped at max_tokens for a tenant that includes them (ConversationSettings.include_length_turns)."""
+    ids = sorted(set(turn_ids))
+    if not ids:
+        return []
+    length_included = Q(ended=Turn.Ended.LENGTH, tenant__conversation_settings__include_length_turns=True)
+    return list(
+        Turn.objects.filter(pk__in=ids)
+        .exclude(Q(ended__in=CUT_ENDINGS) & ~length_included)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
+def conversation_settings_for(*, tenant_id: int) -> ConversationSettings:
+    """The tenant's settings, or unsaved defaults."""
+    found = ConversationSettings.objects.filter(tenant_id=tenant_id).first()
+    return found or ConversationSettings(tenant_id=tenant_id)
+
+
+SERVED_IDS = "served ids"
+RERENDERED = "re-rendered"
+
+
+def turn_training_source(*, turn: Turn) -> tuple[str, str]:
+    """Which sequence a training sample of this turn is built from, and why: the token ids vLLM served
+    (prompt ids + sampled ids) when it returned both, else the prompt re-rendered with the chat template."""
+    if turn.route != "chat":
+        return RERENDERED, "completions route"
+    if turn.prompt_token_count is None:
+        return RERENDERED, "served without prompt token ids"
+    if not turn.token_ids:
+        return RERENDERED, "served without reply token ids"
+    return SERVED_IDS, ""

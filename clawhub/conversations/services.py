@@ -11,15 +11,18 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from clawhub.accounts.services import audit_record_for_tenant
 from clawhub.conversations import hooks
-from clawhub.conversations.models import Session, Turn
-from clawhub.conversations.selectors import turns_awaiting_next
+from clawhub.conversations.models import ConversationSettings, Session, Turn
+from clawhub.conversations.selectors import turns_awaiting_next, turns_judgeable
 
 
 def turns_ready_notify(*, turn_ids: Iterable[int]) -> None:
     """Hands the turns to the judging hook once the current transaction commits (never before: the task it
-    enqueues must find the rows). A failing hook is logged by Django and does not undo the commit."""
-    ids = sorted(set(turn_ids))
+    enqueues must find the rows). A failing hook is logged by Django and does not undo the commit. Cut turns
+    (max_tokens, a client that went away, an upstream error) are not handed over unless the tenant includes
+    ``length`` ones: a cut reply judged as complete teaches the model from something it did not finish."""
+    ids = turns_judgeable(turn_ids=turn_ids)
     if ids:
         transaction.on_commit(lambda: hooks.on_turn_ready_for_judging(ids), robust=True)
 
@@ -55,3 +58,14 @@ def session_close_idle(*, idle_for: timedelta | None = None, batch_size: int = 5
         if len(session_ids) < batch_size:
             break
     return closed
+
+
+def conversation_settings_update(*, tenant, actor, include_length_turns: bool) -> ConversationSettings:
+    """Sets whether the tenant's replies cut at max_tokens are judged and trained on, with an audit row."""
+    settings_row, _ = ConversationSettings.objects.get_or_create(tenant=tenant)
+    if settings_row.include_length_turns != include_length_turns:
+        settings_row.include_length_turns = include_length_turns
+        settings_row.save(update_fields=["include_length_turns", "updated_at"])
+        audit_record_for_tenant(actor=actor, action="conversations.settings_update", target=settings_row,
+                                tenant=tenant, include_length_turns=include_length_turns)
+    return settings_row

@@ -38,6 +38,9 @@ class TurnRecord:
     # Sampled completion token ids and their logprobs for choice 0, as vLLM returned them.
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    # The prompt's token ids as vLLM rendered them (chat: the template applied to messages, tools and
+    # chat_template_kwargs), so a training sample is exactly the sequence that was served.
+    prompt_token_ids: list[int] | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     usage_estimated: bool = False  # True when a cut stream had no usage chunk and tokens were estimated
