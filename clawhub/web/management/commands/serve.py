@@ -8,8 +8,11 @@ Child processes, each in its own process group (clawhub/web/supervisor.py):
 The database, broker, cache and adapters are whatever the settings say (SQLite, a folder broker and files
 under CLAWHUB_DATA_DIR by default), so a second run finds everything the first one left.
 
-Ctrl-C or SIGTERM stops every child. A child that dies on its own stops the rest, and the command exits 1:
-half a stack that looks alive is worse than none.
+Ctrl-C or SIGTERM stops every child. Once the stack is ready, a child that exits on its own is restarted
+with a back-off (1 s doubling to 30 s) and the command says so; while vLLM is down the gateway answers 503
+with Retry-After. A child that fails 5 times within 5 minutes (clawhub/web/supervisor.py) stops everything,
+and so does one that dies while the stack is still starting (a broken configuration shows at once): the
+command then exits 1, since half a stack that looks alive is worse than none.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from clawhub.web import vllm_cpu
-from clawhub.web.supervisor import Child, start_all, stop_all, wait_any
+from clawhub.web.supervisor import Child, Supervisor, start_all, stop_all, wait_any
 
 TINY_MODEL_NAME = "tiny"
 WAITING_NOTE_EVERY_SECONDS = 60
@@ -78,14 +81,15 @@ class Command(BaseCommand):
             start_all(children)
             died = self._wait_until_ready(children, stop, web_url=f"http://{_reachable(host)}:{port}",
                                           vllm=vllm)
-            if died is None and not stop.is_set():
-                self._announce(public_url, vllm)
-                died = wait_any(children, stop=stop)
-        finally:
             if died is not None:
-                self.stderr.write(f"{died.name} exited with code {died.returncode}; stopping everything.")
-                if died.log_path is not None:
-                    self.stderr.write(f"Its log: {died.log_path}\n{_tail(died.log_path)}")
+                self.stderr.write(f"{died.name} exited with code {died.returncode} while starting; stopping "
+                                  "everything.")
+            elif not stop.is_set():
+                self._announce(public_url, vllm)
+                died = Supervisor(children, say=self.stderr.write).run(stop)
+        finally:
+            if died is not None and died.log_path is not None:
+                self.stderr.write(f"Its log: {died.log_path}\n{_tail(died.log_path)}")
             self.stdout.write("Stopping ClawHub ...")
             stop_all(children, grace_seconds=STOP_GRACE_SECONDS)
         if died is not None:
@@ -171,7 +175,8 @@ def _vllm_child(env: dict[str, str]) -> Child:
                                port=settings.CLAWHUB_VLLM_PORT, extra=shlex.split(settings.CLAWHUB_VLLM_ARGS))
     vllm_env = {**vllm_cpu.ENV_DEFAULTS, **(vllm_cpu.OFFLINE_ENV if local else {}), **env}
     log_path = settings.DATA_DIR / "logs" / "vllm.log"
-    return Child("vllm", argv, vllm_env, cwd=settings.BASE_DIR, log_path=log_path)
+    return Child("vllm", argv, vllm_env, cwd=settings.BASE_DIR, log_path=log_path,
+                 health_url=f"{_vllm_url()}/health")
 
 
 def _served_name() -> str:
