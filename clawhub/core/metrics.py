@@ -82,8 +82,38 @@ UPSTREAM_ERRORS = Counter(
 )
 CAPTURE_FAILURES = Counter(
     "clawhub_capture_failures",
-    "Turns that could not be recorded (queue full, write error). The request itself was served.",
+    "Turns that could not be handed off or stored. reason: spool_full | not_started (dropped by the gateway)"
+    " | dead_letter (moved aside by the consumer). The request itself was served.",
     ["reason"],
+)
+
+CAPTURE_HANDOFFS = Counter(
+    "clawhub_capture_handoffs",
+    "Finished turns handed to the durable log. path: stream (Redis) | spool (local file: no Redis, or Redis"
+    " unreachable or over its byte bound).",
+    ["path"],
+)
+CAPTURE_LOST_IN_FLIGHT = Counter(
+    "clawhub_capture_lost_in_flight",
+    "Requests a crashed gateway process had admitted and not finished, counted from its in-flight journal by"
+    " whoever recovered its spool.",
+)
+REDIS_FAILURES = Counter(
+    "clawhub_redis_failures",
+    "Redis calls of the gateway that failed or timed out. part: quota (served without limits: fail-open) |"
+    " quota_release | capture (the record went to the local spool).",
+    ["part"],
+)
+GATEWAY_STALE_SERVED = Counter(
+    "clawhub_gateway_stale_served",
+    "Lookups answered from the last good value past its TTL because the database did not answer."
+    " what: key | adapter.",
+    ["what"],
+)
+GATEWAY_UNAVAILABLE = Counter(
+    "clawhub_gateway_unavailable",
+    "Requests answered 503 because a lookup could not be made and nothing was known. what: key | adapter.",
+    ["what"],
 )
 
 # --- adapters on the upstreams ------------------------------------------------------------------------------
@@ -130,6 +160,23 @@ def model_label(model: str | None) -> str:
     return "other"
 
 
+# What the capture log reports at scrape time (clawhub.gateway.handoff.handoff_state): clawhub_capture_<name>.
+CAPTURE_GAUGES = (
+    ("backlog", "Finished turns waiting in the Redis stream to be stored (read or not)."),
+    ("backlog_bytes", "Bytes of finished turns waiting to be stored (stream, or spool without Redis)."),
+    ("max_bytes", "The log's byte bound: above it the gateway spools locally (stream) or drops (spool)."),
+    ("pending", "Turns a consumer has read and not yet acknowledged."),
+    ("lag_seconds", "Age of the oldest turn not yet stored."),
+    ("spool_bytes", "Bytes in this host's local spool folder."),
+    ("spool_max_bytes", "The local spool's byte bound: beyond it turns are dropped."),
+    ("stored", "Turns the consumers stored (acknowledged after commit), since the log was created."),
+    ("retries", "Store attempts the consumers repeated (database outage or a failing record)."),
+    ("dead_letters", "Records moved to the dead letters (undecodable, or failing after every attempt)."),
+    ("lost_in_flight", "Requests in flight when a gateway process crashed (from its journal)."),
+    ("forwarded", "Spooled turns the gateway moved into the stream once Redis answered again."),
+    ("heartbeat_age", "Seconds since a capture consumer last reported."),
+)
+
 # --- scrape-time gauges -------------------------------------------------------------------------------------
 
 
@@ -139,6 +186,25 @@ class ScrapeTimeCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._queue_depth()
         yield from self._training_runs()
+        yield from self._capture()
+
+    def _capture(self) -> Iterable[Metric]:
+        from clawhub.gateway.handoff import handoff_state
+
+        try:
+            state = handoff_state()
+        except Exception as exc:
+            log.warning("capture log state unavailable: %s", type(exc).__name__)
+            return []
+        families = []
+        for name, help_text in CAPTURE_GAUGES:
+            value = state.get(name)
+            if value is None:
+                continue
+            family = GaugeMetricFamily(f"clawhub_capture_{name}", help_text, labels=["backend"])
+            family.add_metric([state["backend"]], float(value))
+            families.append(family)
+        return families
 
     def _queue_depth(self) -> Iterable[Metric]:
         from django.conf import settings

@@ -169,7 +169,7 @@ class Gateway:
             self.writer = CaptureWriter(store=self._store, maxsize=cfg.capture_queue_size)
             self.writer.start()
             self.keys = KeyCache(self.db, ttl=cfg.key_cache_seconds)
-            self.adapters = CachedLoader(self._load_adapter, ttl=cfg.adapter_cache_seconds)
+            self.adapters = CachedLoader(self._load_adapter, ttl=cfg.adapter_cache_seconds, what="adapter")
             if cfg.redis_url:
                 self.limiter = RedisLimiter(cfg.redis_url, cfg.group_limits, slot_ttl=cfg.read_timeout)
             else:
@@ -338,6 +338,7 @@ class Gateway:
             session_id=identity.session_id, turn_type=identity.turn_type, session_done=identity.session_done,
             request=body, trace_id=trace_id,
         )
+        self.writer.begin(request_id)  # in flight until the record is handed off (counted after a crash)
         served.recorded = True
         try:
             await self._forward(scope, receive, send, body, record, identity, adapter, chat)

@@ -3,6 +3,10 @@
 The cache is keyed by the secret's SHA-256 digest (never the secret). A revoke or rotate bumps the key's
 generation in Redis (clawhub.keys.cache); the quota script reads it in the same round trip as admission, and
 a changed generation sends the request back here for a fresh lookup.
+
+While the database is unreachable, keys seen recently are served from their last good lookup (and a key whose
+generation moved on is forgotten first, so a revocation is never served stale); a key never seen gets 503 with
+Retry-After (clawhub.gateway.dbreads).
 """
 
 import hashlib
@@ -77,7 +81,7 @@ class CachedKey:
 class KeyCache:
     def __init__(self, db: DbRunner, *, ttl: float):
         self._db = db
-        self._cache = CachedLoader(self._load, ttl=ttl)
+        self._cache = CachedLoader(self._load, ttl=ttl, what="key")
 
     async def _load(self, secret: str) -> CachedKey:
         return CachedKey(await self._db.run(resolve_key_blocking, secret))

@@ -2,9 +2,15 @@
 
 The hot path must never block on the ORM; the rare reads (a key not seen for a few seconds, a tenant's active
 adapter) run on a small dedicated thread pool, and concurrent misses for the same thing share one query.
+
+Serving through a database outage: a read that fails or takes longer than GATEWAY_DB_TIMEOUT is answered from
+the last good value, for up to GATEWAY_STALE_SECONDS past its TTL (counted in
+``clawhub_gateway_stale_served``), and tried again after STALE_RETRY seconds, so the first read that succeeds
+(a revocation included) replaces it. With nothing known, the request gets 503 with Retry-After, never 500.
 """
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -13,7 +19,25 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
+from clawhub.core.metrics import GATEWAY_STALE_SERVED, GATEWAY_UNAVAILABLE
+from clawhub.gateway.errors import GatewayError
+
+logger = logging.getLogger("clawhub.gateway")
+
 DB_THREADS = 4
+STALE_RETRY = 1.0  # while the database is down, a stale value is served this long before the next try
+
+
+def unavailable(what: str, retry_after: int) -> GatewayError:
+    return GatewayError(503, f"The gateway cannot check this {what} right now (its database is unreachable). "
+                        "Try again shortly.", type="api_error", code="service_unavailable",
+                        retry_after=retry_after)
+
+
+def _setting(name: str, default: float) -> float:
+    from django.conf import settings
+
+    return getattr(settings, name, default)
 
 
 def _with_fresh_connection(fn: Callable[..., Any], *args: Any) -> Any:
@@ -51,12 +75,23 @@ class DbRunner:
 
 
 class CachedLoader:
-    """key -> value, loaded by an async loader at most once per ``ttl`` seconds per key, misses coalesced."""
+    """key -> value, loaded by an async loader at most once per ``ttl`` seconds per key, misses coalesced.
 
-    def __init__(self, loader: Callable[[Any], Awaitable[Any]], *, ttl: float, max_size: int = 50_000):
+    A failed or timed-out load serves the last good value (see the module docstring) or raises a 503
+    GatewayError naming ``what``.
+    """
+
+    def __init__(self, loader: Callable[[Any], Awaitable[Any]], *, ttl: float, max_size: int = 50_000,
+                 what: str = "adapter", stale_for: float | None = None, timeout: float | None = None):
         self._loader, self._ttl, self._max = loader, ttl, max_size
-        self._values: dict[Hashable, tuple[float, Any]] = {}
+        self._what = what
+        self._stale_for = _setting("GATEWAY_STALE_SECONDS", 3600.0) if stale_for is None else stale_for
+        self._timeout = _setting("GATEWAY_DB_TIMEOUT", 2.0) if timeout is None else timeout
+        self._retry_after = int(_setting("GATEWAY_UNAVAILABLE_RETRY_AFTER", 5))
+        # key -> (fresh until, value, when it was last loaded)
+        self._values: dict[Hashable, tuple[float, Any, float]] = {}
         self._pending: dict[Hashable, asyncio.Future] = {}
+        self._failing_since: float | None = None
 
     def peek(self, key: Hashable) -> tuple[bool, Any]:
         hit = self._values.get(key)
@@ -74,21 +109,54 @@ class CachedLoader:
         future = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         try:
-            value = await self._loader(key if loader_arg is None else loader_arg)
+            try:
+                value = await asyncio.wait_for(self._loader(key if loader_arg is None else loader_arg),
+                                               self._timeout)
+            except (asyncio.CancelledError, GatewayError):
+                raise
+            except Exception as exc:
+                value = self._stale(key, exc)
+            else:
+                if self._failing_since is not None:
+                    logger.info("%s lookups answer again", self._what)
+                    self._failing_since = None
+                self.put(key, value)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # mark retrieved: nobody may be waiting
             raise
         finally:
             self._pending.pop(key, None)
-        self.put(key, value)
         future.set_result(value)
         return value
 
+    def _stale(self, key: Hashable, exc: Exception) -> Any:
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+            logger.warning("%s lookup failed (%s: %s); serving what is known", self._what, type(exc).__name__,
+                           exc)
+        hit = self._values.get(key)
+        if hit is not None and now - hit[2] <= self._ttl + self._stale_for:
+            GATEWAY_STALE_SERVED.labels(what=self._what).inc()
+            self._values[key] = (now + STALE_RETRY, hit[1], hit[2])
+            return hit[1]
+        GATEWAY_UNAVAILABLE.labels(what=self._what).inc()
+        raise unavailable(self._what, self._retry_after) from None
+
     def put(self, key: Hashable, value: Any, ttl: float | None = None) -> None:
         if len(self._values) >= self._max:
-            self._values.clear()  # a flood of unknown keys must not grow memory without bound
-        self._values[key] = (time.monotonic() + (self._ttl if ttl is None else ttl), value)
+            self._evict()
+        now = time.monotonic()
+        self._values[key] = (now + (self._ttl if ttl is None else ttl), value, now)
+
+    def _evict(self) -> None:
+        # A flood of unknown keys must not grow memory without bound, nor wipe what serves known keys through
+        # an outage: drop the expired entries, and only if that is not enough, everything.
+        now = time.monotonic()
+        self._values = {k: v for k, v in self._values.items() if v[0] > now}
+        if len(self._values) >= self._max:
+            self._values.clear()
 
     def forget(self, key: Hashable) -> None:
         self._values.pop(key, None)

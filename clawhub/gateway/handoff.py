@@ -1,0 +1,489 @@
+"""The durable hand-off between serving a reply and storing it: where a finished TurnRecord waits for the
+capture consumer (clawhub/gateway/consumer.py), and how both sides read and write it.
+
+Two logs, one record format (a TurnRecord as orjson, field by field, so fields added to TurnRecord flow
+through without this module changing; unknown fields are ignored on the way back, missing ones take their
+defaults):
+
+- **Redis Stream** (production, whenever ``REDIS_URL`` is set). The gateway XADDs each finished record (one
+  pipelined round trip for whatever finished in the same moment), capped by ``MAXLEN ~`` as a last resort. The
+  consumer reads it in a consumer group, writes to the database idempotently by request id, and only then
+  XACKs and XDELs, so the stream's length *is* the backlog and a crashed consumer's entries are claimed again.
+  Chosen over a spool on every host because it is shared: any consumer replica drains any gateway pod, a pod
+  that is deleted takes nothing with it, and Redis is already on every request's path (quotas). It needs AOF
+  persistence (deploy/ runs Redis with ``--appendonly yes``). The stream is bounded by *bytes* too: a counter
+  next to it (``<stream>:bytes``) is raised by every XADD and lowered by every acknowledgement, and while it
+  is above ``CAPTURE_MAX_BYTES`` the gateway spools locally instead (4 MiB bodies make a count bound
+  meaningless).
+- **Spool** (the embedded default, no Redis; and every gateway's fallback while Redis is unreachable or over
+  its byte bound). Append-only segment files in ``CAPTURE_SPOOL_DIR``, one writer process per file, frames of
+  ``length, crc32, time, payload``. Chosen over a SQLite spool because an append is one ``write()`` on the
+  event loop (tens of microseconds even for a 90 KB body, no lock shared with the consumer or the main SQLite
+  database) and a torn last frame after a crash is recognised by its length and checksum. A ``write()`` is in
+  the kernel once it returns, so a killed process loses nothing it appended; ``fdatasync`` runs off the event
+  loop at most every ``SYNC_INTERVAL`` seconds, which bounds what a power loss can take. The gateway forwards
+  spooled records to the stream once Redis is back; without Redis the consumer reads the spool itself.
+
+Each gateway process also keeps an **in-flight journal** in the spool folder (``+id`` when a request is
+admitted, ``-id`` once its record is handed off; the same cheap ``write()``), and holds an ``flock`` on its
+lock file while it lives. Whoever next opens the folder and finds a lock nobody holds (the process crashed or
+was killed) forwards or consumes that process's segments and counts the ids the journal left open: those are
+the requests that were in flight at the crash, reported in the log and as ``clawhub_capture_lost_in_flight``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import struct
+import time
+import zlib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from clawhub.gateway.records import TurnRecord
+
+logger = logging.getLogger("clawhub.gateway.handoff")
+
+FRAME = struct.Struct("<IId")  # payload length, crc32 of the payload, unix time of the append
+SEGMENT_BYTES = 64 * 1024 * 1024
+SYNC_INTERVAL = 0.1
+JOURNAL_COMPACT_BYTES = 4 * 1024 * 1024
+_SEGMENT = re.compile(r"^(?P<instance>[0-9a-zA-Z_-]+)\.(?P<seq>\d{8})\.seg$")
+_FIELDS = tuple(f.name for f in fields(TurnRecord))
+
+
+# --- the record format --------------------------------------------------------------------------------------
+
+
+def encode(record: TurnRecord) -> bytes:
+    # orjson serialises dataclasses natively, every field, in a few microseconds per KB.
+    return orjson.dumps(record)
+
+
+def decode(payload: bytes) -> TurnRecord:
+    data = orjson.loads(payload)
+    return TurnRecord(**{name: data[name] for name in _FIELDS if name in data})
+
+
+# --- settings -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HandoffSettings:
+    redis_url: str  # empty: the spool is the log
+    stream: str
+    spool_dir: Path
+    max_bytes: int  # the stream's byte bound; above it the gateway spools
+    maxlen: int  # the stream's count bound (MAXLEN ~), far above what max_bytes allows for typical records
+    spool_max_bytes: int  # above this a record is dropped and counted: the only way capture loses a turn
+    alarm_ratio: float  # backlog above this share of a bound is logged and shown as an alarm in /metrics
+    redis_timeout: float  # every Redis call of the hand-off
+    batch_records: int
+    batch_bytes: int
+    max_attempts: int  # deliveries of one record while the database answers, before it goes to dead letters
+    claim_idle: float  # seconds before another consumer takes over a record a dead consumer had read
+    in_process: bool  # the consumer runs as a thread of the gateway (tests), on a stream of its own
+
+    @property
+    def dead_stream(self) -> str:
+        return f"{self.stream}:dead"
+
+    @property
+    def bytes_key(self) -> str:
+        return f"{self.stream}:bytes"
+
+    @property
+    def stats_key(self) -> str:
+        return f"{self.stream}:stats"
+
+    @property
+    def group(self) -> str:
+        return "capture"
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> HandoffSettings:
+        from django.conf import settings
+
+        values = dict(
+            redis_url=settings.REDIS_URL,
+            stream=settings.CAPTURE_STREAM,
+            spool_dir=Path(settings.CAPTURE_SPOOL_DIR),
+            max_bytes=settings.CAPTURE_MAX_BYTES,
+            maxlen=settings.CAPTURE_STREAM_MAXLEN,
+            spool_max_bytes=settings.CAPTURE_SPOOL_MAX_BYTES,
+            alarm_ratio=settings.CAPTURE_ALARM_RATIO,
+            redis_timeout=settings.CAPTURE_REDIS_TIMEOUT,
+            batch_records=settings.CAPTURE_BATCH_RECORDS,
+            batch_bytes=settings.CAPTURE_BATCH_BYTES,
+            max_attempts=settings.CAPTURE_MAX_ATTEMPTS,
+            claim_idle=settings.CAPTURE_CLAIM_IDLE_SECONDS,
+            in_process=settings.CAPTURE_CONSUMER_IN_PROCESS,
+        )
+        values.update(overrides)
+        return cls(**values)
+
+
+# --- the spool ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SpoolFrame:
+    end: int  # offset just past this frame: what to acknowledge
+    appended_at: float
+    payload: bytes | None  # None: the checksum failed (a damaged frame; goes to dead letters as raw bytes)
+    raw: bytes = b""
+
+
+@dataclass
+class SpoolInstance:
+    name: str
+    segments: list[Path]
+    alive: bool
+
+
+class Spool:
+    """A folder of append-only segment files: one writer per file, any number of readers one after another.
+
+    Writer side (a gateway process): ``open_writer``, ``append``, ``begin``/``end`` (the in-flight journal),
+    ``sync``, ``close_writer``. Reader side (the consumer, or a gateway forwarding to Redis): ``instances``,
+    ``read``, ``ack``, ``acked``, ``retire``, ``finish_instance``. Acknowledged offsets live next to each
+    segment (``<segment>.ack``); they are written without fsync, because a lost acknowledgement only replays
+    records the consumer stores idempotently.
+    """
+
+    def __init__(self, folder: Path, *, max_bytes: int, segment_bytes: int = SEGMENT_BYTES):
+        self.folder, self.max_bytes, self.segment_bytes = Path(folder), max_bytes, segment_bytes
+        self.instance: str | None = None
+        self._lock_fd: int | None = None
+        self._fd: int | None = None
+        self._seq = 0
+        self._segment_size = 0
+        self._dirty = False
+        self._journal_fd: int | None = None
+        self._journal_size = 0
+        self._in_flight: set[str] = set()
+        self._used = 0  # bytes of every segment in the folder, as of the last scan plus own appends since
+        self.alarmed = False
+
+    # writer ---------------------------------------------------------------------------------------------
+    def open_writer(self, instance: str) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.instance = instance
+        self._lock_fd = os.open(self.folder / f"{instance}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._journal_fd = os.open(self._journal_path(instance), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                                   0o644)
+        self.rescan()
+
+    def rescan(self) -> int:
+        self._used = sum(p.stat().st_size for p in self.folder.glob("*.seg") if p.exists())
+        return self._used
+
+    @property
+    def used_bytes(self) -> int:
+        return self._used
+
+    def append(self, payload: bytes) -> bool:
+        """Appends one record; False (nothing written) when the folder is at its byte bound."""
+        size = FRAME.size + len(payload)
+        if self._used + size > self.max_bytes:
+            return False
+        if self._fd is None:
+            path = self.folder / f"{self.instance}.{self._seq:08d}.seg"
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._segment_size = os.fstat(self._fd).st_size
+        os.write(self._fd, FRAME.pack(len(payload), zlib.crc32(payload), time.time()) + payload)
+        self._segment_size += size
+        self._used += size
+        self._dirty = True
+        if self._used > self.max_bytes * 0.8 and not self.alarmed:
+            self.alarmed = True
+            logger.warning("capture spool %s holds %d bytes, over 80%% of its %d-byte bound", self.folder,
+                           self._used, self.max_bytes)
+        if self._segment_size >= self.segment_bytes:
+            self.seal()
+        return True
+
+    def seal(self) -> None:
+        """Closes the current segment (the next append starts another), so a reader may finish it."""
+        if self._fd is not None:
+            os.fdatasync(self._fd)
+            os.close(self._fd)
+            self._fd, self._dirty = None, False
+            self._seq += 1
+
+    def has_open_segment(self) -> bool:
+        return self._fd is not None
+
+    def sync(self) -> None:
+        fd = self._fd
+        if fd is not None and self._dirty:
+            self._dirty = False
+            try:
+                os.fdatasync(fd)
+            except OSError:  # closed by seal() meanwhile: seal synced it
+                pass
+
+    def begin(self, request_id: str) -> None:
+        self._in_flight.add(request_id)
+        self._journal_write(f"+{request_id}\n")
+
+    def end(self, request_id: str) -> None:
+        if request_id in self._in_flight:
+            self._in_flight.discard(request_id)
+            self._journal_write(f"-{request_id}\n")
+
+    def _journal_write(self, line: str) -> None:
+        if self._journal_fd is None:
+            return
+        data = line.encode()
+        os.write(self._journal_fd, data)
+        self._journal_size += len(data)
+        if self._journal_size > JOURNAL_COMPACT_BYTES:
+            # Rewritten with only what is still open, then swapped in: the journal stays small.
+            path = self._journal_path(self.instance)
+            tmp = path.with_suffix(".tmp")
+            text = "".join(f"+{rid}\n" for rid in self._in_flight).encode()
+            tmp.write_bytes(text)
+            os.replace(tmp, path)
+            os.close(self._journal_fd)
+            self._journal_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            self._journal_size = len(text)
+
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def close_writer(self) -> None:
+        """A clean stop: seals the segment, drops an empty journal, releases the lock."""
+        self.seal()
+        if self._journal_fd is not None:
+            os.close(self._journal_fd)
+            self._journal_fd = None
+            if not self._in_flight:
+                self._journal_path(self.instance).unlink(missing_ok=True)
+        if self._lock_fd is not None:
+            # Unlinked while still locked: a reader never mistakes a live writer for a dead one.
+            (self.folder / f"{self.instance}.lock").unlink(missing_ok=True)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _journal_path(self, instance: str | None) -> Path:
+        return self.folder / f"{instance}.inflight"
+
+    # reader ---------------------------------------------------------------------------------------------
+    def instances(self) -> list[SpoolInstance]:
+        """Writers with something in the folder, oldest first. ``alive``: a process holds the lock."""
+        if not self.folder.is_dir():
+            return []
+        found: dict[str, list[tuple[int, Path]]] = {}
+        for path in self.folder.iterdir():
+            match = _SEGMENT.match(path.name)
+            if match:
+                found.setdefault(match["instance"], []).append((int(match["seq"]), path))
+        for path in self.folder.glob("*.inflight"):
+            found.setdefault(path.stem, [])
+        for path in self.folder.glob("*.lock"):
+            found.setdefault(path.stem, [])
+        result = []
+        for name, segments in sorted(found.items(), key=lambda kv: min((p.stat().st_mtime for _, p in kv[1]
+                                                                         if p.exists()), default=0)):
+            result.append(SpoolInstance(name, [p for _, p in sorted(segments)], self._alive(name)))
+        return result
+
+    def _alive(self, name: str) -> bool:
+        if name == self.instance and self._lock_fd is not None:
+            return True
+        path = self.folder / f"{name}.lock"
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(fd)
+
+    def is_sealed(self, instance: SpoolInstance, segment: Path) -> bool:
+        """No writer will append to it again: a later segment exists, or its writer is gone."""
+        if not instance.alive:
+            return True
+        if instance.name == self.instance and self._fd is None:
+            return True  # our own, sealed (this process is the forwarder)
+        return segment != instance.segments[-1]
+
+    def acked(self, segment: Path) -> int:
+        try:
+            return int(Path(f"{segment}.ack").read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def ack(self, segment: Path, offset: int) -> None:
+        tmp = Path(f"{segment}.ack.tmp")
+        tmp.write_text(str(offset))
+        os.replace(tmp, f"{segment}.ack")
+
+    def read(self, segment: Path, offset: int, *, max_records: int, max_bytes: int) -> list[SpoolFrame]:
+        """Whole frames from ``offset`` on; a torn frame at the end (a write in progress, or cut by a crash)
+        is left for later. At least one frame is returned when one is complete, however large."""
+        frames: list[SpoolFrame] = []
+        taken = 0
+        try:
+            with open(segment, "rb") as f:
+                f.seek(offset)
+                while len(frames) < max_records and (not frames or taken < max_bytes):
+                    header = f.read(FRAME.size)
+                    if len(header) < FRAME.size:
+                        break
+                    length, crc, appended_at = FRAME.unpack(header)
+                    payload = f.read(length)
+                    if len(payload) < length:
+                        break
+                    offset += FRAME.size + length
+                    taken += length
+                    ok = zlib.crc32(payload) == crc
+                    frames.append(SpoolFrame(offset, appended_at, payload if ok else None,
+                                             b"" if ok else payload))
+        except FileNotFoundError:
+            pass
+        return frames
+
+    def size(self, segment: Path) -> int:
+        try:
+            return segment.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def retire(self, segment: Path) -> None:
+        segment.unlink(missing_ok=True)
+        Path(f"{segment}.ack").unlink(missing_ok=True)
+
+    def finish_instance(self, instance: SpoolInstance) -> list[str]:
+        """For a dead writer whose segments are all consumed: the request ids its journal left open (in flight
+        at the crash). Removes the journal and the lock file; returns those ids."""
+        path = self._journal_path(instance.name)
+        open_ids: dict[str, None] = {}
+        try:
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith("+"):
+                    open_ids[line[1:]] = None
+                elif line.startswith("-"):
+                    open_ids.pop(line[1:], None)
+        except FileNotFoundError:
+            pass
+        path.unlink(missing_ok=True)
+        (self.folder / f"{instance.name}.lock").unlink(missing_ok=True)
+        return list(open_ids)
+
+    def oldest_unacked(self) -> float | None:
+        """Append time of the oldest record not yet acknowledged, across every writer (for the lag)."""
+        oldest = None
+        for instance in self.instances():
+            for segment in instance.segments:
+                frames = self.read(segment, self.acked(segment), max_records=1, max_bytes=1)
+                if frames:
+                    t = frames[0].appended_at
+                    oldest = t if oldest is None else min(oldest, t)
+                    break
+        return oldest
+
+
+# --- dead letters and stats without Redis -------------------------------------------------------------------
+
+
+def spool_dead_letter(folder: Path, payload: bytes, reason: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    entry = orjson.dumps({"at": time.time(), "reason": reason, "payload": payload.decode("utf-8", "replace")})
+    with open(folder / "dead-letters.jsonl", "ab") as f:
+        f.write(entry + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def spool_stats_add(folder: Path, **counts: int) -> None:
+    """Adds to the counters kept in ``stats.json`` (only the one spool consumer writes them)."""
+    stats = spool_stats(folder)
+    for name, n in counts.items():
+        stats[name] = stats.get(name, 0) + n
+    stats["heartbeat"] = time.time()
+    tmp = folder / "stats.json.tmp"
+    tmp.write_bytes(orjson.dumps(stats))
+    os.replace(tmp, folder / "stats.json")
+
+
+def spool_stats(folder: Path) -> dict[str, float]:
+    try:
+        return orjson.loads((folder / "stats.json").read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return {}
+
+
+# --- what /metrics and /readyz report -----------------------------------------------------------------------
+
+STAT_NAMES = ("stored", "retries", "dead_letters", "lost_in_flight", "forwarded")
+
+
+def handoff_state(cfg: HandoffSettings | None = None) -> dict[str, Any]:
+    """The log's state as the consumer sees it, read at scrape time (any process can answer it).
+
+    backlog: records waiting (not yet stored); pending: read by a consumer but not yet acknowledged; lag:
+    age in seconds of the oldest waiting record; spool_bytes: this host's local spool; heartbeat_age: seconds
+    since a consumer last reported (None: never).
+    """
+    cfg = cfg or HandoffSettings.from_settings()
+    state: dict[str, Any] = {"backend": "redis" if cfg.redis_url else "spool"}
+    spool = Spool(cfg.spool_dir, max_bytes=cfg.spool_max_bytes)
+    state["spool_bytes"] = spool.rescan() if cfg.spool_dir.is_dir() else 0
+    state["spool_max_bytes"] = cfg.spool_max_bytes
+    if cfg.redis_url:
+        import redis
+
+        client = redis.Redis.from_url(cfg.redis_url, socket_timeout=cfg.redis_timeout,
+                                      socket_connect_timeout=cfg.redis_timeout)
+        try:
+            pipe = client.pipeline(transaction=False)
+            pipe.xlen(cfg.stream)
+            pipe.get(cfg.bytes_key)
+            pipe.hgetall(cfg.stats_key)
+            pipe.xlen(cfg.dead_stream)
+            pipe.xrange(cfg.stream, count=1)
+            length, size, stats, dead, first = pipe.execute()
+            try:
+                pending = client.xpending(cfg.stream, cfg.group)["pending"]
+            except redis.ResponseError:  # no group yet: no consumer has started
+                pending = 0
+        finally:
+            client.close()
+        stats = {k.decode(): float(v) for k, v in (stats or {}).items()}
+        state.update(backlog=int(length), backlog_bytes=max(0, int(size or 0)), pending=int(pending),
+                     dead_letters=int(dead), max_bytes=cfg.max_bytes, maxlen=cfg.maxlen)
+        oldest = int(first[0][0].split(b"-")[0]) / 1000 if first else None
+    else:
+        stats = spool_stats(cfg.spool_dir)
+        backlog = 0
+        for instance in spool.instances():
+            for segment in instance.segments:
+                backlog += max(0, spool.size(segment) - spool.acked(segment))
+        state.update(backlog_bytes=backlog, max_bytes=cfg.spool_max_bytes,
+                     dead_letters=int(stats.get("dead_letters", 0)))
+        oldest = spool.oldest_unacked()
+    spooled_oldest = None if not cfg.redis_url else spool.oldest_unacked()
+    if spooled_oldest is not None:
+        oldest = spooled_oldest if oldest is None else min(oldest, spooled_oldest)
+    state["lag_seconds"] = max(0.0, time.time() - oldest) if oldest else 0.0
+    for name in STAT_NAMES:
+        if name != "dead_letters" or "dead_letters" not in state:
+            state[name] = stats.get(name, 0)
+    beat = stats.get("heartbeat")
+    state["heartbeat_age"] = None if not beat else max(0.0, time.time() - beat)
+    return state
