@@ -107,14 +107,24 @@ def _offsets(words: list[str]) -> list[int]:
     return offsets
 
 
-def _prompt_tokens(body: dict) -> int:
+def _prompt_words(body: dict) -> list[str]:
     if "messages" in body:
         text = " ".join(m.get("content") or "" if isinstance(m.get("content"), str | None) else "x"
                         for m in body["messages"])
     else:
         prompt = body.get("prompt")
         text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt or []))
-    return max(1, len(text.split()))
+    return text.split() or [""]
+
+
+def _prompt_tokens(body: dict) -> int:
+    return len(_prompt_words(body))
+
+
+def _prompt_ids(body: dict) -> list[int]:
+    # One id per word of the messages, by word and position like vLLM's would be by token: a request that
+    # resends a conversation starts with the ids of the earlier request's prompt.
+    return [_token_id(w, p) for p, w in enumerate(_prompt_words(body))]
 
 
 def _fault(model: str, headers: dict, body: dict) -> str:
@@ -212,7 +222,7 @@ async def _completion(scope, receive, send, chat: bool) -> None:
                                       "top_logprobs": [{w: lp} for w, lp in zip(words, lps, strict=True)]}
             if want_ids:
                 # /v1/completions keeps the prompt's ids in the choice, not at the top level.
-                choice["prompt_token_ids"] = list(range(1, prompt_tokens + 1))
+                choice["prompt_token_ids"] = _prompt_ids(body)
         # vLLM always has the field; null unless return_token_ids was asked.
         choice["token_ids"] = [_token_id(w, p) for p, w in enumerate(words)] if want_ids else None
         choices.append(choice)
@@ -220,7 +230,7 @@ async def _completion(scope, receive, send, chat: bool) -> None:
                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                          "total_tokens": prompt_tokens + completion_tokens}}
     if chat:
-        payload["prompt_token_ids"] = list(range(1, prompt_tokens + 1)) if want_ids else None
+        payload["prompt_token_ids"] = _prompt_ids(body) if want_ids else None
     await _send_json(send, 200, payload)
 
 
@@ -254,7 +264,7 @@ async def _stream(send, body, chat, rid, created, model, n, max_tokens, want_lp,
             # vLLM: a role chunk first; with return_token_ids it carries the prompt's ids at the top level.
             first = chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                             "finish_reason": None}])
-            first["prompt_token_ids"] = list(range(1, prompt_tokens + 1)) if want_ids and i == 0 else None
+            first["prompt_token_ids"] = _prompt_ids(body) if want_ids and i == 0 else None
             await emit(first)
         if tool:
             # The first tool delta names the function and has no "arguments" key; the rest carry arguments.
@@ -277,7 +287,7 @@ async def _stream(send, body, chat, rid, created, model, n, max_tokens, want_lp,
                     c["text"] = text
                     c["stop_reason"] = None
                     # /v1/completions: the prompt's ids ride in the first chunk's choice.
-                    c["prompt_token_ids"] = list(range(1, prompt_tokens + 1)) if want_ids and p == 0 else None
+                    c["prompt_token_ids"] = _prompt_ids(body) if want_ids and p == 0 else None
                 c["token_ids"] = [_token_id(w, p)] if want_ids else None
                 await emit(chunk([c]))
         last: dict = {"index": i, "logprobs": None, "finish_reason": _tool_finish(body) if tool else "stop",

@@ -2,6 +2,12 @@
 
 Every chunk is parsed once, joined into the turn being recorded, given back the client-facing model id,
 stripped of what the client did not ask for (token ids, logprobs, the usage-only chunk), and sent on at once.
+
+What vLLM (0.32) returns with ``return_token_ids``: on a chat response, ``prompt_token_ids`` at the top level
+(the chat template applied to messages, tools and ``chat_template_kwargs``) and ``token_ids`` in each choice
+(every sampled token, reasoning and tool-call tokens included, the stop token too); streamed, the prompt's
+ids come once, on the first chunk, and each chunk's choice carries the ids of its delta. The record keeps
+both, so that training sees exactly the served sequence.
 """
 
 import asyncio
@@ -57,6 +63,10 @@ def _choice0_logprobs(choice: dict) -> list[float] | None:
     return None
 
 
+def _ids(value) -> list[int] | None:
+    return value if isinstance(value, list) and all(isinstance(i, int) for i in value) else None
+
+
 def rewrite_response(data: dict, wants: Wants, record: TurnRecord) -> None:
     """Non-streaming: records choice 0's sampled tokens, then makes the body what the client expects."""
     data["model"] = wants.model
@@ -65,6 +75,7 @@ def rewrite_response(data: dict, wants: Wants, record: TurnRecord) -> None:
         first = choices[0]
         record.token_ids = first.get("token_ids")
         record.logprobs = _choice0_logprobs(first)
+    record.prompt_token_ids = _ids(data.get("prompt_token_ids"))
     if not wants.token_ids:
         data.pop("prompt_token_ids", None)
     for choice in choices:
@@ -97,6 +108,7 @@ class StreamJoiner:
         self.choices: dict[int, _Choice] = {}
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
+        self.prompt_token_ids: list[int] | None = None
         self.usage: dict | None = None
         self.content_chunks = 0
 
@@ -240,6 +252,8 @@ def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants) -> bytes | G
     usage = chunk.get("usage")
     if usage:
         joiner.usage = usage
+    if joiner.prompt_token_ids is None and chunk.get("prompt_token_ids") is not None:
+        joiner.prompt_token_ids = _ids(chunk["prompt_token_ids"])  # the first chunk only
     if not wants.token_ids:
         chunk.pop("prompt_token_ids", None)
     if not choices:
@@ -263,6 +277,7 @@ def _finish(record: TurnRecord, joiner: StreamJoiner) -> None:
     record.choices = joiner.result()
     record.token_ids = joiner.token_ids or None
     record.logprobs = joiner.logprobs or None
+    record.prompt_token_ids = joiner.prompt_token_ids
     if joiner.usage:
         record.prompt_tokens = int(joiner.usage.get("prompt_tokens") or 0)
         record.completion_tokens = int(joiner.usage.get("completion_tokens") or 0)
