@@ -33,6 +33,16 @@ class AdapterVersion(models.Model):
     # was compared with. Details (per-prompt scores, margin, baseline name) are in metrics["eval"].
     eval_score = models.FloatField(null=True, blank=True)
     baseline_score = models.FloatField(null=True, blank=True)
+    # The gate's decision ("promote", "reject", "not_enough_evidence", ...) and why, in words, for the
+    # version page; the numbers behind it are in metrics["eval"].
+    decision = models.CharField(max_length=24, blank=True)
+    decision_reason = models.TextField(blank=True)
+    # Re-driving what can be forgotten (the sweeper): when the gate started, how often the promotion was sent
+    # again, why the last promotion attempt failed, and when a pinned tenant's passing candidate was held.
+    evaluating_since = models.DateTimeField(null=True, blank=True)
+    redrives = models.PositiveIntegerField(default=0)
+    promotion_error = models.TextField(blank=True)
+    held_at = models.DateTimeField(null=True, blank=True)
     retired_at = models.DateTimeField(null=True, blank=True)
     drain_until = models.DateTimeField(null=True, blank=True)
     unloaded_at = models.DateTimeField(null=True, blank=True)

@@ -126,7 +126,7 @@ def adapter_evaluate(
     rejected (and unloaded: nobody is served by it). Returns whether it passed. Safe to repeat."""
     updated = AdapterVersion.objects.filter(
         pk=version.pk, state__in=[AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING]
-    ).update(state=AdapterVersion.State.EVALUATING)
+    ).update(state=AdapterVersion.State.EVALUATING, evaluating_since=timezone.now())
     if not updated:
         raise Conflict(
             f"Version {version.version} is {version.state}; only candidates are evaluated.",
@@ -193,7 +193,7 @@ def adapter_hold(*, version: AdapterVersion) -> AdapterVersion:
     """A candidate that passed the gate while its tenant is pinned waits as a candidate; an owner or admin
     may roll forward to it later."""
     AdapterVersion.objects.filter(pk=version.pk, state=AdapterVersion.State.EVALUATING).update(
-        state=AdapterVersion.State.CANDIDATE
+        state=AdapterVersion.State.CANDIDATE, held_at=timezone.now()
     )
     version.refresh_from_db()
     audit_record_for_tenant(
@@ -389,3 +389,117 @@ def adapter_unpin(*, access: TenantAccess, ip: str | None = None) -> None:
         ip=ip,
         version=pin.version.version,
     )
+
+
+# --- lineage and the sweeper: nothing forgotten, nothing dropped without a reason ---------------------------
+
+
+def adapter_parent_is_current(*, version: AdapterVersion) -> bool:
+    """Whether the version still continues what the tenant is served: its parent is the active version (or,
+    for a first version, nothing is active). Otherwise promoting it would drop the active version's
+    feedback from the lineage."""
+    active = AdapterVersion.objects.filter(
+        tenant_id=version.tenant_id, state=AdapterVersion.State.ACTIVE
+    ).first()
+    return (active.pk if active else None) == version.parent_id
+
+
+def _unload_everywhere(version: AdapterVersion) -> None:
+    """Unloads a version that must not be served from every upstream that has (or may have) it: pre-loads of a
+    promotion that did not complete. An upstream that is down forgets it on restart; the row goes anyway."""
+    from clawhub.gateway.models import LoadedAdapter
+
+    for up in serving.configured_upstreams():
+        serving.unload_adapter(up, name=version.upstream_name)
+    LoadedAdapter.objects.filter(adapter_name=version.upstream_name).delete()
+
+
+def adapter_reject_out_of_lineage(*, version: AdapterVersion, decision: str, reason: str) -> AdapterVersion:
+    """The version will never be promoted (its parent was retired while it trained, or its promotion failed
+    too often): rejected with the reason on its page, its pre-loads removed, and the samples it trained
+    returned to the pool, so their feedback trains into the next version instead of being lost."""
+    from clawhub.training.models import TrainingRun
+    from clawhub.training.services import run_samples_requeue
+
+    with transaction.atomic():
+        updated = AdapterVersion.objects.filter(
+            pk=version.pk, state__in=[AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING]
+        ).update(state=AdapterVersion.State.REJECTED, decision=decision, decision_reason=reason)
+        version.refresh_from_db()
+        if not updated:
+            return version
+        run = TrainingRun.objects.select_related("tenant").filter(adapter_version=version).first()
+        requeued = run_samples_requeue(run=run, reason=reason) if run else 0
+        audit_record_for_tenant(
+            actor=None, action="adapter.rejected", target=version, tenant=version.tenant, decision=decision,
+            reason=reason, requeued=requeued,
+        )
+    _unload_everywhere(version)
+    return version
+
+
+def adapter_promotion_failed(*, version: AdapterVersion, error: str) -> AdapterVersion:
+    """The promote task gave up for now (an upstream kept refusing): the pre-loads it left on the upstreams
+    that did load the version are removed, and the version goes back to candidate with the error on its
+    page; the sweeper sends it again after CLAWHUB_PROMOTION_STUCK_SECONDS."""
+    AdapterVersion.objects.filter(
+        pk=version.pk, state__in=[AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING]
+    ).update(state=AdapterVersion.State.CANDIDATE, promotion_error=error[:2000])
+    version.refresh_from_db()
+    if version.state == AdapterVersion.State.CANDIDATE:
+        _unload_everywhere(version)
+        audit_record_for_tenant(
+            actor=None,
+            action="adapter.promotion_failed",
+            target=version,
+            tenant=version.tenant,
+            error=error[:500],
+        )
+    return version
+
+
+def promotions_sweep(*, now=None) -> dict[str, list[str]]:
+    """Periodic ("clawhub.train.sweep"): candidates whose promotion was never sent or never finished (a worker
+    died between "succeeded" and "promote sent", a promotion gave up, an evaluation hung) are sent to the
+    promote task again once they are stuck longer than CLAWHUB_PROMOTION_STUCK_SECONDS; after
+    CLAWHUB_PROMOTION_MAX_REDRIVES they are rejected with their samples returned to the pool. Pre-loads of
+    versions that will never be served are unloaded."""
+    from clawhub.gateway.models import LoadedAdapter
+    from clawhub.training.models import TrainingRun
+
+    now = now or timezone.now()
+    bound = now - timedelta(seconds=settings.CLAWHUB_PROMOTION_STUCK_SECONDS)
+    done: dict[str, list[str]] = {"redriven": [], "given_up": [], "unloaded": []}
+    stuck = AdapterVersion.objects.filter(
+        state__in=[AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING], held_at__isnull=True
+    ).select_related("tenant")
+    for version in stuck:
+        run = TrainingRun.objects.filter(adapter_version=version).first()
+        if run is not None and run.state != TrainingRun.State.SUCCEEDED:
+            continue  # still training (or the run failed: the version was never finished)
+        since = version.evaluating_since or (run.finished_at if run else version.created_at)
+        if since is None or since > bound:
+            continue
+        if version.redrives >= settings.CLAWHUB_PROMOTION_MAX_REDRIVES:
+            reason = (
+                f"promotion did not complete after {version.redrives + 1} attempts"
+                + (f" (last error: {version.promotion_error[:300]})" if version.promotion_error else "")
+                + "; its samples went back to the pool"
+            )
+            adapter_reject_out_of_lineage(version=version, decision="promotion_failed", reason=reason)
+            done["given_up"].append(version.upstream_name)
+            continue
+        marked = AdapterVersion.objects.filter(pk=version.pk, redrives=version.redrives).update(
+            redrives=version.redrives + 1, evaluating_since=now
+        )
+        if marked:
+            version_id = version.pk
+            transaction.on_commit(lambda v=version_id: _send_task(PROMOTE_TASK, args=[v]), robust=True)
+            done["redriven"].append(version.upstream_name)
+    leftovers = LoadedAdapter.objects.filter(
+        adapter_version__state=AdapterVersion.State.REJECTED
+    ).select_related("adapter_version")
+    for row in leftovers:
+        _unload_everywhere(row.adapter_version)
+        done["unloaded"].append(row.adapter_name)
+    return done

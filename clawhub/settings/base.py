@@ -372,6 +372,24 @@ CLAWHUB_EVAL_PROMPTS = env.int("CLAWHUB_EVAL_PROMPTS", default=16)
 CLAWHUB_EVAL_MAX_TOKENS = env.int("CLAWHUB_EVAL_MAX_TOKENS", default=64)
 CLAWHUB_EVAL_REWARD = env.str("CLAWHUB_EVAL_REWARD", default="clawhub.adapters.evaluation:style_reward")
 CLAWHUB_EVAL_MARGIN = env.float("CLAWHUB_EVAL_MARGIN", default=0.0)
+# The promotion gate (clawhub.adapters.evaluation): every Nth sample of a batch is held out (never trained on;
+# 0 = none); candidate and parent are compared on the tenant's held-out judged turns, deciding with a
+# one-sided bootstrap interval at this confidence; fewer held-out pairs than the minimum promote with the
+# recorded reason "not enough evidence yet".
+CLAWHUB_GATE_HOLDOUT_EVERY = env.int("CLAWHUB_GATE_HOLDOUT_EVERY", default=4)
+CLAWHUB_GATE_MIN_SAMPLES = env.int("CLAWHUB_GATE_MIN_SAMPLES", default=6)
+CLAWHUB_GATE_MAX_SAMPLES = env.int("CLAWHUB_GATE_MAX_SAMPLES", default=64)
+CLAWHUB_GATE_CONFIDENCE = env.float("CLAWHUB_GATE_CONFIDENCE", default=0.9)
+CLAWHUB_GATE_BOOTSTRAP = env.int("CLAWHUB_GATE_BOOTSTRAP", default=2000)
+# Sweeper ("clawhub.train.sweep"): candidates and evaluations stuck longer than this are sent to the gate
+# again, at most CLAWHUB_PROMOTION_MAX_REDRIVES times (then rejected, their samples returned to the pool);
+# a sample whose runs timed out CLAWHUB_TRAIN_MAX_TIMEOUTS times is no longer claimed automatically.
+CLAWHUB_SWEEP_SECONDS = env.float("CLAWHUB_SWEEP_SECONDS", default=60.0)
+CLAWHUB_PROMOTION_STUCK_SECONDS = env.float("CLAWHUB_PROMOTION_STUCK_SECONDS", default=900.0)
+CLAWHUB_PROMOTION_MAX_REDRIVES = env.int("CLAWHUB_PROMOTION_MAX_REDRIVES", default=3)
+CLAWHUB_PROMOTE_RETRIES = env.int("CLAWHUB_PROMOTE_RETRIES", default=5)
+CLAWHUB_PROMOTE_RETRY_BACKOFF = env.float("CLAWHUB_PROMOTE_RETRY_BACKOFF", default=15.0)
+CLAWHUB_TRAIN_MAX_TIMEOUTS = env.int("CLAWHUB_TRAIN_MAX_TIMEOUTS", default=2)
 # Hot swap: how long a retired version stays loaded after the switch. Must exceed the gateway's adapter cache
 # plus the longest request, so no request is still on the old name when it is unloaded.
 CLAWHUB_ADAPTER_DRAIN_SECONDS = env.float(

@@ -74,9 +74,12 @@ class TrainingRun(models.Model):
     )
     task_id = models.CharField(max_length=64, blank=True)
     workdir = models.CharField(max_length=500, blank=True)
+    # The version this run continues, fixed when the run starts training (parent_resolved_at), not when it
+    # claims: a batch claimed while the previous candidate was still on its way must train from that one.
     parent_version = models.ForeignKey(
         "adapters.AdapterVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    parent_resolved_at = models.DateTimeField(null=True, blank=True)
     adapter_version = models.OneToOneField(
         "adapters.AdapterVersion",
         null=True,
@@ -85,6 +88,9 @@ class TrainingRun(models.Model):
         related_name="training_run",
     )
     sample_ids = models.JSONField(default=list, blank=True)
+    # Claimed with the batch but never trained on: the eval gate's held-out slice
+    # (CLAWHUB_GATE_HOLDOUT_EVERY).
+    heldout_ids = models.JSONField(default=list, blank=True)
     # Progress, as of the last optimizer step.
     step = models.PositiveIntegerField(default=0)
     loss = models.FloatField(null=True, blank=True)
@@ -97,6 +103,13 @@ class TrainingRun(models.Model):
     attempts = models.PositiveIntegerField(default=0, help_text="Deliveries of the task (2+ = resumed).")
     resumed_from_step = models.PositiveIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
+
+    class Failure(models.TextChoices):
+        NONE = ""
+        ERROR = "error"
+        TIMEOUT = "timeout"  # past CLAWHUB_TRAIN_SOFT_TIME_LIMIT: counted against the samples it claimed
+
+    failure = models.CharField(max_length=8, choices=Failure.choices, blank=True, default="")
     remote_ids = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -1,5 +1,6 @@
 """Reads for training: a tenant's settings and effective config, runs, and a run's claimed samples."""
 
+from collections import Counter
 from typing import Any
 
 from django.conf import settings
@@ -71,3 +72,107 @@ def samples_of_run(*, run: TrainingRun) -> list[Sample]:
         .select_related("turn", "judgment")
     }
     return [by_id[i] for i in run.sample_ids if i in by_id]
+
+
+# --- lineage: what blocks a tenant's next run, and where every approved sample stands ---------------------
+
+
+def version_in_flight(*, tenant: Tenant):
+    """The tenant's candidate that is still on its way through the gate and the switch (not one a pin holds
+    back): the next run waits behind it, so that it trains from whatever that candidate becomes."""
+    from clawhub.adapters.models import AdapterVersion
+
+    return (
+        AdapterVersion.objects.filter(
+            tenant=tenant,
+            state__in=[AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING],
+            held_at__isnull=True,
+        )
+        .order_by("version")
+        .first()
+    )
+
+
+def samples_held_back(*, tenant: Tenant) -> dict[int, str]:
+    """Approved, unclaimed samples that automatic runs no longer claim because the runs that claimed them
+    timed out CLAWHUB_TRAIN_MAX_TIMEOUTS times, with the reason shown to the tenant's admins. A run started
+    by hand still takes them (e.g. after the time limit was raised)."""
+    limit = settings.CLAWHUB_TRAIN_MAX_TIMEOUTS
+    if limit <= 0:
+        return {}
+    timeouts: Counter[int] = Counter()
+    for ids in TrainingRun.objects.filter(
+        tenant=tenant, state=TrainingRun.State.FAILED, failure=TrainingRun.Failure.TIMEOUT
+    ).values_list("sample_ids", flat=True):
+        timeouts.update(ids or [])
+    over = [i for i, n in timeouts.items() if n >= limit]
+    if not over:
+        return {}
+    waiting = Sample.objects.filter(
+        pk__in=over,
+        tenant=tenant,
+        state=Sample.State.APPROVED,
+        training_run_id__isnull=True,
+        trained_at__isnull=True,
+    ).values_list("pk", flat=True)
+    return {
+        pk: f"its training runs timed out {timeouts[pk]} times: automatic runs skip it; start a run by hand "
+        "to try again"
+        for pk in waiting
+    }
+
+
+def lineage_of(*, tenant: Tenant) -> list:
+    """The active version and its ancestors, newest first: what the tenant is served was trained on the
+    samples of exactly these versions' runs."""
+    from clawhub.adapters.models import AdapterVersion
+
+    chain = []
+    version = AdapterVersion.objects.filter(tenant=tenant, state=AdapterVersion.State.ACTIVE).first()
+    seen = set()
+    while version is not None and version.pk not in seen:
+        seen.add(version.pk)
+        chain.append(version)
+        version = version.parent
+    return chain
+
+
+def sample_standing(*, tenant: Tenant) -> dict[int, str]:
+    """Where each approved sample of the tenant stands: "in vN" (trained into a version the active one
+    descends from), "waiting: …", "held out: …", "dropped: …", "rejected: …", or "lost" — which must never
+    happen (feedback is never dropped without a recorded reason)."""
+    from clawhub.adapters.models import AdapterVersion
+
+    lineage = {v.pk: v for v in lineage_of(tenant=tenant)}
+    runs = {r.pk: r for r in TrainingRun.objects.filter(tenant=tenant).select_related("adapter_version")}
+    held = samples_held_back(tenant=tenant)
+    standing: dict[int, str] = {}
+    for sample in Sample.objects.filter(tenant=tenant, state=Sample.State.APPROVED):
+        run = runs.get(sample.training_run_id)
+        if run is None:
+            why = held.get(sample.pk, "the next batch")
+            standing[sample.pk] = f"waiting: {why}"
+            continue
+        if sample.pk in (run.heldout_ids or []):
+            standing[sample.pk] = "held out: the eval gate's held-out slice"
+            continue
+        if run.is_open:
+            standing[sample.pk] = f"waiting: claimed by run {run.pk} ({run.state})"
+            continue
+        dropped = {str(d.get("sample_id")): d.get("reason") for d in run.dropped or []}
+        if str(sample.pk) in dropped:
+            standing[sample.pk] = f"dropped: {dropped[str(sample.pk)]}"
+            continue
+        version = run.adapter_version
+        if version is None:
+            standing[sample.pk] = "lost"
+        elif version.pk in lineage:
+            standing[sample.pk] = f"in v{version.version}"
+        elif version.state in (AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING):
+            why = "held: the adapter is pinned" if version.held_at else "being evaluated and promoted"
+            standing[sample.pk] = f"waiting: v{version.version} {why}"
+        elif version.state == AdapterVersion.State.REJECTED:
+            standing[sample.pk] = f"rejected: v{version.version}: {version.decision_reason or 'rejected'}"
+        else:
+            standing[sample.pk] = "lost"  # trained into a version that was retired outside the lineage
+    return standing

@@ -30,7 +30,9 @@ from clawhub.training.selectors import (
     backend_for,
     batch_size_for,
     effective_config,
+    samples_held_back,
     training_settings_for,
+    version_in_flight,
 )
 
 logger = logging.getLogger("clawhub.training")
@@ -129,7 +131,21 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
                 )
             if actor is None and not ts.auto_start:
                 raise Conflict("Automatic training is off for this tenant.", code="auto_start_off")
-            wanted = [s.pk for s in samples_for_training(tenant=tenant, limit=batch_size)]
+            waiting_on = version_in_flight(tenant=tenant)
+            if waiting_on is not None:
+                # Queued behind it: this batch must train from whatever that candidate becomes (the parent is
+                # resolved when training starts, and the promote task kicks the tenant when it is done).
+                raise Conflict(
+                    f"Version {waiting_on.version} is still being evaluated and promoted; the next run "
+                    "starts after it.",
+                    code="candidate_in_flight",
+                    version=waiting_on.version,
+                )
+            # Samples whose runs keep timing out wait (with their reason) instead of failing batch after batch.
+            skip = set(samples_held_back(tenant=tenant)) if actor is None else set()
+            wanted = [
+                s.pk for s in samples_for_training(tenant=tenant, limit=batch_size + len(skip)) if s.pk not in skip
+            ][:batch_size]
             claimed = list(
                 Sample.objects.select_for_update(skip_locked=True)
                 .filter(
@@ -150,7 +166,8 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
                     available=len(claimed),
                     batch_size=batch_size,
                 )
-            parent = AdapterVersion.objects.filter(tenant=tenant, state=AdapterVersion.State.ACTIVE).first()
+            every = settings.CLAWHUB_GATE_HOLDOUT_EVERY
+            heldout = [pk for i, pk in enumerate(claimed, start=1) if every and i % every == 0]
             run = TrainingRun.objects.create(
                 tenant=tenant,
                 backend=backend_for(ts),
@@ -158,8 +175,8 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
                 config=config,
                 base_model=settings.CLAWHUB_TRAIN_BASE_MODEL,
                 started_by=actor,
-                parent_version=parent,
-                sample_ids=claimed,
+                sample_ids=[pk for pk in claimed if pk not in heldout],
+                heldout_ids=heldout,
             )
             # The id alone is not enough: a fresh database hands out the same ids again, and a checkpoint left
             # in the workdir of an old "run-1" would be resumed as if it were this run's.
@@ -194,9 +211,10 @@ def _enqueue_run(run_id: int) -> None:
     TrainingRun.objects.filter(pk=run_id, task_id="").update(task_id=result.id)
 
 
-def runs_kick() -> list[int]:
+def runs_kick(*, tenant_ids: list[int] | None = None) -> list[int]:
     """Periodic ("clawhub.train.kick"): a run for every tenant with a full batch of approved samples, auto
-    start on and no run open. Returns the new runs' ids."""
+    start on, no run open and no candidate in flight; ``tenant_ids`` limits it (the promote task kicks its
+    tenant as soon as the candidate it waited behind is done). Returns the new runs' ids."""
     candidates = (
         Sample.objects.filter(
             state=Sample.State.APPROVED, trained_at__isnull=True, training_run_id__isnull=True
@@ -204,6 +222,8 @@ def runs_kick() -> list[int]:
         .values("tenant_id")
         .annotate(n=Count("id"))
     )
+    if tenant_ids is not None:
+        candidates = candidates.filter(tenant_id__in=tenant_ids)
     started = []
     for row in candidates:
         tenant = Tenant.objects.select_related("group", "user").get(pk=row["tenant_id"])
@@ -236,6 +256,36 @@ def run_mark_running(*, run_id: int, task_id: str) -> TrainingRun | None:
         run.started_at = run.started_at or timezone.now()
         run.save(update_fields=["state", "task_id", "attempts", "started_at"])
     return run
+
+
+def run_resolve_parent(*, run_id: int) -> TrainingRun:
+    """Fixes the version the run continues, once, when it starts training: the tenant's active version now
+    (not at claim time, when the previous candidate may still have been on its way). A redelivered run keeps
+    the parent it resolved first, since its checkpoint continues that one."""
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        if run.parent_resolved_at is None:
+            Tenant.objects.select_for_update().filter(pk=run.tenant_id).first()  # against a concurrent switch
+            run.parent_version = AdapterVersion.objects.filter(
+                tenant_id=run.tenant_id, state=AdapterVersion.State.ACTIVE
+            ).first()
+            run.parent_resolved_at = timezone.now()
+            run.save(update_fields=["parent_version", "parent_resolved_at"])
+    return TrainingRun.objects.select_related("tenant", "parent_version", "adapter_version").get(pk=run_id)
+
+
+def run_samples_requeue(*, run: TrainingRun, reason: str) -> int:
+    """A run's version cannot join the lineage (its parent was retired while it trained, or its promotion
+    never completed): the samples it trained go back to the pool, to train into the next version from
+    whatever is active then. Held-out samples stay out (they were never trained on)."""
+    requeued = Sample.objects.filter(pk__in=run.sample_ids, training_run_id=run.pk).update(
+        training_run_id=None, trained_at=None
+    )
+    _audit(
+        actor=None, action="training.samples_requeued", target=run, tenant=run.tenant, reason=reason,
+        samples=requeued,
+    )
+    return requeued
 
 
 def run_record_step(*, run_id: int, metrics: dict[str, Any]) -> str:
@@ -337,15 +387,17 @@ def _release_samples(run: TrainingRun) -> int:
     return Sample.objects.filter(training_run_id=run.pk, trained_at__isnull=True).update(training_run_id=None)
 
 
-def run_fail(*, run_id: int, error: str) -> None:
-    """The run cannot finish: its samples go back to the pool, the error stays on the run."""
+def run_fail(*, run_id: int, error: str, failure: str = TrainingRun.Failure.ERROR) -> None:
+    """The run cannot finish: its samples go back to the pool, the error stays on the run. A ``timeout`` is
+    counted against the samples: after CLAWHUB_TRAIN_MAX_TIMEOUTS automatic runs skip them."""
     with transaction.atomic():
         run = TrainingRun.objects.select_for_update().select_related("tenant").get(pk=run_id)
         if not run.is_open:
             return
         released = _release_samples(run)
         run.state, run.error, run.finished_at = TrainingRun.State.FAILED, error[:10000], timezone.now()
-        run.save(update_fields=["state", "error", "finished_at"])
+        run.failure = failure
+        run.save(update_fields=["state", "error", "finished_at", "failure"])
         _audit(
             actor=None,
             action="training.run_failed",

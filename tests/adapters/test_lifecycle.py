@@ -161,7 +161,7 @@ def test_pin_holds_a_passing_candidate_back(db, fake, reward, sent):
     v1 = make_version(user.tenant, 1, State.ACTIVE)
     access = tenant_access(actor=user, tenant_id=user.tenant.pk)
     services.adapter_pin(access=access, reason="demo")
-    v2 = make_version(user.tenant, 2)
+    v2 = make_version(user.tenant, 2, parent=v1)
     reward(prefers(v2.upstream_name))
     assert promote.apply(args=[v2.pk]).get()["outcome"] == "held"
     v2.refresh_from_db()

@@ -75,9 +75,13 @@ def test_train_task_produces_a_candidate_that_loads_in_peft(db, sent, train_dirs
         after = model(ids).logits
     assert not torch.allclose(before, after)
 
-    # Idempotent: a finished run is not run again, and no second version appears.
-    assert train_run.apply(args=[run.pk]).get()["outcome"] == "not_open"
+    # Idempotent: a finished run is not run again, and no second version appears; since the promotion never
+    # started (the worker may have died before sending it), the redelivery sends it again.
+    assert train_run.apply(args=[run.pk]).get()["outcome"] == "promote_resent"
+    assert len(sent.named("clawhub.train.promote")) == 2
     assert AdapterVersion.objects.count() == 1
+    AdapterVersion.objects.filter(pk=version.pk).update(state=AdapterVersion.State.ACTIVE)
+    assert train_run.apply(args=[run.pk]).get()["outcome"] == "not_open"
 
 
 def test_next_run_continues_the_active_version(db, sent, train_dirs):
@@ -93,9 +97,12 @@ def test_next_run_continues_the_active_version(db, sent, train_dirs):
     AdapterVersion.objects.filter(pk=first.adapter_version_id).update(state=AdapterVersion.State.ACTIVE)
     approved_samples(user, 2, reward=-1)
     second = services.run_start(tenant=user.tenant, access=access)
-    assert second.parent_version_id == first.adapter_version_id
+    assert second.parent_version_id is None  # resolved when it starts training, not at claim time
     assert train_run.apply(args=[second.pk]).get()["outcome"] == "succeeded"
     second.refresh_from_db()
+    assert second.parent_version_id == first.adapter_version_id and second.parent_resolved_at is not None
+    # The run restored the parent's AdamW state (the first run took one optimizer step).
+    assert second.adapter_version.metrics["optimizer_resumed_at"] == 1
     assert (
         second.adapter_version.version == 2 and second.adapter_version.parent_id == first.adapter_version_id
     )

@@ -26,6 +26,13 @@ from clawhub.adapters import services as adapter_services
 from clawhub.adapters.models import AdapterPin, AdapterVersion
 from clawhub.adapters.selectors import adapter_version_by_id
 from clawhub.adapters.serving import UpstreamUnavailable
+from clawhub.conversations.selectors import (
+    RERENDERED,
+    SERVED_IDS,
+    turn_prompt_token_ids,
+    turn_request,
+    turn_training_source,
+)
 from clawhub.review.models import Sample
 from clawhub.training import services
 from clawhub.training.models import TrainingRun
@@ -45,6 +52,12 @@ app.conf.beat_schedule.update(
             "schedule": settings.CLAWHUB_TRAIN_KICK_SECONDS,
             "options": {"queue": HOUSEKEEPING_QUEUE, "expires": settings.CLAWHUB_TRAIN_KICK_SECONDS},
         },
+        # Candidates and evaluations a lost worker forgot, promotions that gave up, their pre-loads.
+        "promotion-sweep": {
+            "task": "clawhub.train.sweep",
+            "schedule": settings.CLAWHUB_SWEEP_SECONDS,
+            "options": {"queue": HOUSEKEEPING_QUEUE, "expires": settings.CLAWHUB_SWEEP_SECONDS},
+        },
         # The switch schedules each unload with a countdown; this sweep catches any a lost worker dropped.
         "unload-drained-adapters": {
             "task": "clawhub.train.unload_drained",
@@ -63,9 +76,14 @@ class RunCancelled(Exception):
 
 
 def response_text(message: dict[str, Any]) -> str:
-    """The assistant output as the model wrote it. Tool calls were parsed by vLLM's hermes parser; they are
-    written back in that format (Qwen's chat template) so the trainer sees the text the model produced."""
+    """The assistant output as the model wrote it, for turns served without token ids (the re-render
+    fallback): the reasoning in a ``<think>`` block first (the format of Qwen3-style thinking templates),
+    then the content, then the tool calls in the hermes format vLLM parsed them from (Qwen's chat template).
+    Turns served with ids never need this: their sampled ids are the output."""
     text = message.get("content") or ""
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasoning:
+        text = f"<think>\n{reasoning}\n</think>\n\n{text}"
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
         arguments = function.get("arguments")
@@ -79,12 +97,19 @@ def response_text(message: dict[str, Any]) -> str:
 
 
 def train_sample(sample: Sample) -> TrainSample:
+    """The sample as the trainer sees it: the served prompt ids + sampled ids + sampling-time log-probs when
+    the turn has them, else the messages for the chat-template fallback (``source`` says which, and why)."""
     turn = sample.turn
-    request = turn.request or {}
+    request = turn_request(turn=turn)
     choice = (turn.response or [{}])[0]
     message = (
         choice.get("message") if isinstance(choice.get("message"), dict) else {"content": choice.get("text")}
     )
+    path, why = turn_training_source(turn=turn)
+    prompt_ids = turn_prompt_token_ids(turn=turn) if path == SERVED_IDS else None
+    if path == SERVED_IDS and prompt_ids is None:
+        path, why = RERENDERED, "stored prompt ids could not be rebuilt"
+    kwargs = request.get("chat_template_kwargs")
     return TrainSample(
         sample_id=sample.pk,
         messages=request.get("messages") or [{"role": "user", "content": str(request.get("prompt") or "")}],
@@ -95,6 +120,9 @@ def train_sample(sample: Sample) -> TrainSample:
         reward=sample.reward,
         hints=[h for h in (sample.judgment.hints or []) if isinstance(h, str) and h.strip()],
         member_id=sample.user_id,
+        prompt_token_ids=prompt_ids,
+        chat_template_kwargs=kwargs if isinstance(kwargs, dict) else None,
+        source=path if path == SERVED_IDS else f"{path}: {why}",
     )
 
 
@@ -150,14 +178,31 @@ def make_backend(name: str) -> TrainingBackend:
 def train_run(self, run_id: int) -> dict[str, Any]:
     run = services.run_mark_running(run_id=run_id, task_id=self.request.id or "")
     if run is None:
-        return {"run": run_id, "outcome": "not_open"}  # finished, failed or cancelled: nothing to do
-    run = run_for_task(run_id=run_id)
+        # Finished, failed or cancelled. A worker that died between "succeeded" and sending the promotion
+        # left a candidate nobody will evaluate: this redelivery sends it (the sweeper is the backstop).
+        done = run_for_task(run_id=run_id)
+        version = done.adapter_version if done is not None else None
+        if (
+            done is not None
+            and done.state == TrainingRun.State.SUCCEEDED
+            and version is not None
+            and version.state == AdapterVersion.State.CANDIDATE
+            and version.held_at is None
+            and version.evaluating_since is None
+        ):
+            app.send_task("clawhub.train.promote", args=[version.pk])
+            return {"run": run_id, "outcome": "promote_resent", "version": version.version}
+        return {"run": run_id, "outcome": "not_open"}
     try:
-        version = _train(run)
+        version = _train(services.run_resolve_parent(run_id=run_id))
     except RunCancelled:
         return {"run": run_id, "outcome": "cancelled"}
     except SoftTimeLimitExceeded:
-        services.run_fail(run_id=run_id, error="The run went past CLAWHUB_TRAIN_SOFT_TIME_LIMIT.")
+        services.run_fail(
+            run_id=run_id,
+            error="The run went past CLAWHUB_TRAIN_SOFT_TIME_LIMIT.",
+            failure=TrainingRun.Failure.TIMEOUT,
+        )
         return {"run": run_id, "outcome": "failed"}
     except Exception as exc:
         from workers.trainer.remote import RemoteTrainingError
@@ -209,7 +254,11 @@ def _train(run: TrainingRun) -> AdapterVersion | None:
                     "method": run.method,
                     "backend": run.backend,
                     "samples": len(result.trained_sample_ids),
+                    "heldout": len(run.heldout_ids or []),
                     "mean_reward": result.metrics[-1].mean_reward if result.metrics else None,
+                    # Optimizer continuity: the AdamW steps the parent's state had taken (None = fresh).
+                    "optimizer_resumed_at": result.optimizer_resumed_at,
+                    "optimizer_note": result.optimizer_note,
                 },
             )
             services.run_attach_version(run=run, version=version)
@@ -243,13 +292,12 @@ def _resumed_from(run: TrainingRun) -> int | None:
     bind=True,
     acks_late=True,
     reject_on_worker_lost=True,
-    max_retries=5,
     ignore_result=True,
 )
 def promote(self, version_id: int, rollback: bool = False, actor_id: int | None = None) -> dict[str, Any]:
-    """A new candidate: eval gate, then promotion unless the tenant is pinned. ``rollback``: activate an
-    earlier version (an owner, admin or staff member asked; no gate). Idempotent: an active version is
-    done."""
+    """A new candidate: lineage check, eval gate, then promotion unless the tenant is pinned. ``rollback``:
+    activate an earlier version (an owner, admin or staff member asked; no gate). Idempotent: an active
+    version is done. When it is done with a candidate, the tenant's next batch (queued behind it) starts."""
     version = adapter_version_by_id(version_id=version_id)
     if version is None:
         return {"version": version_id, "outcome": "missing"}
@@ -260,30 +308,64 @@ def promote(self, version_id: int, rollback: bool = False, actor_id: int | None 
             return {"version": version_id, "outcome": "active"}
         if version.state not in (AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING):
             return {"version": version_id, "outcome": version.state}
-        run = TrainingRun.objects.filter(adapter_version=version).first()
-        batch_turns = (
-            list(
-                Sample.objects.filter(tenant_id=version.tenant_id, pk__in=run.sample_ids).values_list(
-                    "turn_id", flat=True
-                )
-            )
-            if run
-            else []
-        )
-        if not adapter_services.adapter_evaluate(version=version, exclude_turn_ids=batch_turns):
-            return {"version": version_id, "outcome": "rejected"}
-        if AdapterPin.objects.filter(tenant_id=version.tenant_id).exists():
-            adapter_services.adapter_hold(version=version)
-            return {"version": version_id, "outcome": "held"}
-        adapter_services.adapter_activate(version=version)
-        return {"version": version_id, "outcome": "active"}
+        outcome = _promote_candidate(version)
     except UpstreamUnavailable as exc:
-        raise self.retry(exc=exc, countdown=15 * 2**self.request.retries) from None
+        retries = settings.CLAWHUB_PROMOTE_RETRIES
+        if self.request.retries < retries:
+            countdown = settings.CLAWHUB_PROMOTE_RETRY_BACKOFF * 2**self.request.retries
+            raise self.retry(exc=exc, countdown=countdown, max_retries=retries) from None
+        # Out of retries: no pre-load is left behind, the version waits for the sweeper.
+        adapter_services.adapter_promotion_failed(version=version, error=str(exc))
+        outcome = "promotion_failed"
+    if outcome != "promotion_failed":
+        services.runs_kick(tenant_ids=[version.tenant_id])
+    return {"version": version_id, "outcome": outcome}
+
+
+def _promote_candidate(version: AdapterVersion) -> str:
+    if not adapter_services.adapter_parent_is_current(version=version):
+        # The parent was retired while this version trained (a rollback, a held candidate promoted by
+        # hand): promoting it would drop the active version's feedback; its samples train again instead.
+        active = AdapterVersion.objects.filter(
+            tenant_id=version.tenant_id, state=AdapterVersion.State.ACTIVE
+        ).first()
+        parent = f"v{version.parent.version}" if version.parent else "the base model"
+        adapter_services.adapter_reject_out_of_lineage(
+            version=version,
+            decision="stale_parent",
+            reason=f"its parent ({parent}) was retired while it trained"
+            f"{f' (v{active.version} is active)' if active else ''}; its samples went back to the pool",
+        )
+        return "requeued"
+    run = TrainingRun.objects.filter(adapter_version=version).first()
+    batch_turns = (
+        list(
+            Sample.objects.filter(tenant_id=version.tenant_id, pk__in=run.sample_ids).values_list(
+                "turn_id", flat=True
+            )
+        )
+        if run
+        else []
+    )
+    if not adapter_services.adapter_evaluate(version=version, exclude_turn_ids=batch_turns):
+        return "rejected"
+    if AdapterPin.objects.filter(tenant_id=version.tenant_id).exists():
+        adapter_services.adapter_hold(version=version)
+        return "held"
+    adapter_services.adapter_activate(version=version)
+    return "active"
 
 
 @app.task(name="clawhub.train.unload_drained", queue=HOUSEKEEPING_QUEUE, ignore_result=True)
 def unload_drained() -> list[str]:
     return adapter_services.adapter_unload_drained()
+
+
+@app.task(name="clawhub.train.sweep", queue=HOUSEKEEPING_QUEUE, ignore_result=True)
+def sweep() -> dict[str, list[str]]:
+    """Periodic: re-drive stuck candidates and evaluations, give up on hopeless ones (samples back to the
+    pool), unload pre-loads of versions that will never be served."""
+    return adapter_services.promotions_sweep()
 
 
 @app.task(name="clawhub.train.kick", queue=HOUSEKEEPING_QUEUE, ignore_result=True)

@@ -1,0 +1,159 @@
+"""Lineage without races, in this process: a tenant's next run waits behind its candidate, the parent is
+resolved when training starts, a version whose parent was retired gives its samples back, the sweeper
+re-drives forgotten candidates and gives up on hopeless ones, and a batch that keeps timing out stops being
+claimed. After each, every approved sample is in the lineage or waiting with a reason (never "lost")."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from clawhub.adapters import services as adapter_services
+from clawhub.adapters.models import AdapterVersion
+from clawhub.core.exceptions import Conflict
+from clawhub.review.models import Sample
+from clawhub.training import services
+from clawhub.training.models import TrainingRun
+from clawhub.training.selectors import sample_standing, samples_held_back
+from tests.adapters.conftest import make_version
+from tests.factories import make_user
+from tests.training.conftest import approved_samples
+
+State = AdapterVersion.State
+
+
+@pytest.fixture(autouse=True)
+def _batch_of_four(settings):
+    settings.CLAWHUB_TRAINING_BATCH_SIZE = 4
+    settings.CLAWHUB_GATE_HOLDOUT_EVERY = 4
+
+
+def finish(run: TrainingRun, *, state=State.CANDIDATE) -> AdapterVersion:
+    """What the train task does, without the trainer: resolve the parent, make the version, succeed."""
+    run = services.run_resolve_parent(run_id=run.pk)
+    version = adapter_services.adapter_version_create(tenant=run.tenant, parent=run.parent_version)
+    services.run_attach_version(run=run, version=version)
+    services.run_mark_running(run_id=run.pk, task_id="t")
+    assert services.run_succeed(
+        run_id=run.pk, metrics=[], trained_sample_ids=run.sample_ids, dropped=[], resumed_from_step=None
+    )
+    AdapterVersion.objects.filter(pk=version.pk).update(state=state)
+    version.refresh_from_db()
+    return version
+
+
+def activate(version: AdapterVersion) -> None:
+    AdapterVersion.objects.filter(tenant=version.tenant, state=State.ACTIVE).update(state=State.RETIRED)
+    AdapterVersion.objects.filter(pk=version.pk).update(state=State.ACTIVE)
+
+
+def assert_nothing_lost(tenant) -> dict[int, str]:
+    standing = sample_standing(tenant=tenant)
+    assert "lost" not in standing.values(), standing
+    return standing
+
+
+def test_a_kick_while_a_candidate_is_in_flight_waits_and_the_parent_is_resolved_at_training(db, sent):
+    user = make_user()
+    approved_samples(user, 4)
+    first = TrainingRun.objects.get(pk=services.runs_kick()[0])
+    assert first.sample_ids and len(first.heldout_ids) == 1  # every 4th sample is held out
+    v1 = finish(first)
+
+    approved_samples(user, 4)
+    assert services.runs_kick() == []  # v1 is still on its way: the next batch queues behind it
+    with pytest.raises(Conflict) as err:
+        services.run_start(tenant=user.tenant)
+    assert err.value.code == "candidate_in_flight"
+    standing = assert_nothing_lost(user.tenant)
+    assert sorted(set(standing.values())) == [
+        "held out: the eval gate's held-out slice",
+        "waiting: the next batch",
+        "waiting: v1 being evaluated and promoted",
+    ]
+
+    # Claimed now, but the parent is only fixed when the run starts training: after v1 was promoted.
+    activate(v1)
+    second = TrainingRun.objects.get(pk=services.runs_kick(tenant_ids=[user.tenant.pk])[0])
+    assert second.parent_version is None and second.parent_resolved_at is None
+    v2 = finish(second)
+    assert v2.parent_id == v1.pk
+    activate(v2)
+    standing = assert_nothing_lost(user.tenant)
+    trained = [s for s in standing.values() if s.startswith("in ")]
+    assert sorted(trained) == ["in v1"] * 3 + ["in v2"] * 3
+
+
+def test_a_version_whose_parent_was_retired_while_training_gives_its_samples_back(db, sent):
+    from workers.tasks.training import promote
+
+    user = make_user()
+    v1 = make_version(user.tenant, 1, State.ACTIVE)
+    approved_samples(user, 4)
+    run = TrainingRun.objects.get(pk=services.runs_kick()[0])
+    run = services.run_resolve_parent(run_id=run.pk)
+    assert run.parent_version == v1
+    v0 = make_version(user.tenant, 2, State.RETIRED)
+    activate(v0)  # a rollback while the run trains: v1 is retired
+    v3 = finish(run)
+    assert v3.parent_id == v1.pk
+    assert promote.apply(args=[v3.pk]).get()["outcome"] == "requeued"
+    v3.refresh_from_db()
+    assert v3.state == State.REJECTED and v3.decision == "stale_parent"
+    assert "retired while it trained" in v3.decision_reason
+    back = Sample.objects.filter(pk__in=run.sample_ids, training_run_id__isnull=True, trained_at__isnull=True)
+    assert back.count() == len(run.sample_ids) == 3
+    standing = assert_nothing_lost(user.tenant)
+    assert list(standing.values()).count("waiting: the next batch") == 3
+
+
+def test_the_sweeper_redrives_a_forgotten_candidate_and_gives_up_after_the_bound(
+    db, sent, settings, django_capture_on_commit_callbacks
+):
+    settings.CLAWHUB_PROMOTION_STUCK_SECONDS = 60
+    settings.CLAWHUB_PROMOTION_MAX_REDRIVES = 2
+    user = make_user()
+    approved_samples(user, 4)
+    run = TrainingRun.objects.get(pk=services.runs_kick()[0])
+    version = finish(run)
+    now = timezone.now()
+    assert adapter_services.promotions_sweep(now=now)["redriven"] == []  # not stuck yet
+    later = now + timedelta(seconds=61)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert adapter_services.promotions_sweep(now=later)["redriven"] == [version.upstream_name]
+    assert sent.named("clawhub.train.promote") == [("clawhub.train.promote", [version.pk], {}, {})]
+    assert adapter_services.promotions_sweep(now=later)["redriven"] == []  # re-sent once per bound
+    AdapterVersion.objects.filter(pk=version.pk).update(state=State.EVALUATING, promotion_error="boom")
+    assert adapter_services.promotions_sweep(now=later + timedelta(seconds=61))["redriven"] == [
+        version.upstream_name
+    ]
+    swept = adapter_services.promotions_sweep(now=later + timedelta(seconds=200))
+    assert swept["given_up"] == [version.upstream_name]
+    version.refresh_from_db()
+    assert version.state == State.REJECTED and version.decision == "promotion_failed"
+    assert "after 3 attempts" in version.decision_reason and "boom" in version.decision_reason
+    standing = assert_nothing_lost(user.tenant)
+    assert list(standing.values()).count("waiting: the next batch") == 3  # trained samples are back
+
+
+def test_a_batch_that_keeps_timing_out_is_no_longer_claimed_and_says_why(db, sent, settings):
+    settings.CLAWHUB_TRAIN_MAX_TIMEOUTS = 2
+    user = make_user()
+    approved_samples(user, 4)
+    for _ in range(2):
+        run = TrainingRun.objects.get(pk=services.runs_kick()[0])
+        services.run_fail(run_id=run.pk, error="soft time limit", failure=TrainingRun.Failure.TIMEOUT)
+    held = samples_held_back(tenant=user.tenant)
+    assert len(held) == 3 and all("timed out 2 times" in why for why in held.values())
+    assert services.runs_kick() == []  # only the held-out sample and nothing else is claimable
+    standing = assert_nothing_lost(user.tenant)
+    assert sum("timed out 2 times" in s for s in standing.values()) == 3
+    approved_samples(user, 4)
+    fresh = TrainingRun.objects.get(pk=services.runs_kick()[0])
+    assert not set(fresh.sample_ids + fresh.heldout_ids) & set(held)
+    # A run started by hand takes them again (e.g. after the time limit was raised).
+    services.run_fail(run_id=fresh.pk, error="x")
+    from clawhub.adapters.selectors import tenant_access
+
+    manual = services.run_start(tenant=user.tenant, access=tenant_access(actor=user, tenant_id=user.tenant.pk))
+    assert set(held) <= set(manual.sample_ids + manual.heldout_ids)
