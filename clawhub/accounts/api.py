@@ -155,6 +155,22 @@ class LogoutApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class LogoutEverywhereApi(APIView):
+    """Ends every session of the account on every device, this one included. API keys stay (revoke them on the
+    key pages)."""
+
+    authentication_classes = [SessionAuthentication]
+
+    @extend_schema(tags=TAGS, request=None, responses={
+        204: OpenApiResponse(description="Every session of the account is gone, this one too."),
+        403: NO_SESSION,
+    })
+    def post(self, request):
+        services.user_sessions_end_all(user=request.user, actor=request.user, ip=client_ip(request),
+                                       request=request)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 class PasswordChangeApi(APIView):
     # Session only: a leaked API key must not be enough to take over the account.
     authentication_classes = [SessionAuthentication]
@@ -206,6 +222,9 @@ class PasswordResetConfirmApi(CsrfProtectedAnonymousApi):
         uid = serializers.CharField(max_length=64)
         token = serializers.CharField(max_length=128)
         new_password = serializers.CharField(max_length=4096, trim_whitespace=False)
+        revoke_keys = serializers.BooleanField(
+            required=False, default=False,
+            help_text="Also revoke every API key of the account (advised if you suspect a compromise).")
 
         class Meta:
             ref_name = "PasswordResetConfirmInput"
@@ -220,7 +239,7 @@ class PasswordResetConfirmApi(CsrfProtectedAnonymousApi):
         data.is_valid(raise_exception=True)
         v = data.validated_data
         services.password_reset_confirm(uidb64=v["uid"], token=v["token"], new_password=v["new_password"],
-                                        ip=client_ip(request))
+                                        revoke_keys=v["revoke_keys"], ip=client_ip(request))
         return Response({"detail": "Your password has been set. You can log in now."})
 
 
@@ -241,7 +260,11 @@ class VerifyEmailApi(CsrfProtectedAnonymousApi):
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        user = services.user_email_verify(token=data.validated_data["token"], ip=client_ip(request))
+        # This view authenticates nobody (login CSRF); the session user comes from Django's middleware.
+        signed_in = getattr(request._request, "user", None)
+        user = services.user_email_verify(token=data.validated_data["token"], ip=client_ip(request),
+                                          signed_in=signed_in if signed_in and signed_in.is_authenticated
+                                          else None)
         return Response({"user": UserOutputSerializer(user).data})
 
 

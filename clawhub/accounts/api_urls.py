@@ -7,6 +7,7 @@ urlpatterns = [
     path("auth/signup/", api.SignupApi.as_view(), name="api-auth-signup"),
     path("auth/login/", api.LoginApi.as_view(), name="api-auth-login"),
     path("auth/logout/", api.LogoutApi.as_view(), name="api-auth-logout"),
+    path("auth/logout-everywhere/", api.LogoutEverywhereApi.as_view(), name="api-auth-logout-everywhere"),
     path("auth/password/change/", api.PasswordChangeApi.as_view(), name="api-auth-password-change"),
     path("auth/password/reset/", api.PasswordResetApi.as_view(), name="api-auth-password-reset"),
     path("auth/password/reset/confirm/", api.PasswordResetConfirmApi.as_view(),

@@ -44,6 +44,10 @@ class PasswordChangeForm(_NewPasswordMixin, forms.Form):
 
 class SetPasswordForm(_NewPasswordMixin, forms.Form):
     new_password1, new_password2 = _new_password_fields()
+    # Ticked by default: a reset often follows a suspected compromise, and a stolen key outlives a password.
+    revoke_keys = forms.BooleanField(
+        label="Also revoke all my API keys", required=False, initial=True,
+        help_text="Every client using one of your keys stops working until you give it a new key.")
 
 
 class EmailForm(forms.Form):

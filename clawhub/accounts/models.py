@@ -2,6 +2,7 @@ from django.contrib.auth.base_user import AbstractBaseUser, BaseUserManager
 from django.contrib.auth.models import PermissionsMixin
 from django.db import models
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 
 class UserManager(BaseUserManager):
@@ -32,6 +33,8 @@ class User(AbstractBaseUser, PermissionsMixin):
     # at all (off: requests are served and metered, nothing of them is kept).
     training_enabled = models.BooleanField(default=True)
     store_turns = models.BooleanField(default=True)
+    # "Sign out everywhere" bumps it: it is part of the session auth hash, so every session made before ends.
+    session_epoch = models.PositiveIntegerField(default=0)
 
     objects = UserManager()
 
@@ -45,6 +48,14 @@ class User(AbstractBaseUser, PermissionsMixin):
     @property
     def name(self) -> str:
         return self.display_name or self.email.split("@")[0]
+
+    def _get_session_auth_hash(self, secret=None):
+        # Django keys sessions to the password hash; the epoch lets "sign out everywhere" end them without a
+        # password change. Epoch 0 keeps Django's own hash, so sessions made before this field stay valid.
+        if not self.session_epoch:
+            return super()._get_session_auth_hash(secret=secret)
+        return salted_hmac("clawhub.accounts.User.session", f"{self.password}:{self.session_epoch}",
+                           secret=secret, algorithm="sha256").hexdigest()
 
 
 class AuditLog(models.Model):

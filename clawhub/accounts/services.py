@@ -195,6 +195,34 @@ def user_logout(*, request: HttpRequest) -> None:
     logout(request)
 
 
+@transaction.atomic
+def user_sessions_end_all(*, user: User, actor: User | None, ip: str | None = None,
+                          request: HttpRequest | None = None) -> User:
+    """Ends every session of the user, on every device, the caller's own (``request``) included. API keys are
+    not sessions and stay; the key page revokes them."""
+    user = User.objects.select_for_update().get(pk=user.pk)
+    user.session_epoch += 1
+    user.save(update_fields=["session_epoch"])
+    audit_record(actor=actor, action="user.sessions_end_all", target=user, subject_user=user, ip=ip)
+    if request is not None:
+        logout(request)
+    return user
+
+
+def _first_verification(*, user: User, ip: str | None, how: str) -> int:
+    """The address has just been proven for the first time, by someone who may not be who signed up (a
+    squatter can register a victim's address before the victim does, mint keys, and wait for the victim to
+    reset the password). Keys minted before this moment are revoked and every session ends, so only the
+    mailbox's owner keeps the account. Returns how many keys were revoked."""
+    from clawhub.keys.services import keys_revoke_all
+
+    revoked = keys_revoke_all(owner=user, actor=None, reason=f"email first verified ({how})",
+                              created_before=timezone.now(), ip=ip)
+    User.objects.filter(pk=user.pk).update(session_epoch=user.session_epoch + 1)
+    user.session_epoch += 1
+    return revoked
+
+
 # Passwords --------------------------------------------------------------------------------------------------
 
 @transaction.atomic
@@ -227,9 +255,11 @@ def password_reset_request(*, email: str, ip: str | None = None) -> None:
 
 
 @transaction.atomic
-def password_reset_confirm(*, uidb64: str, token: str, new_password: str, ip: str | None = None) -> User:
+def password_reset_confirm(*, uidb64: str, token: str, new_password: str, revoke_keys: bool = False,
+                           ip: str | None = None) -> User:
     """Sets the password a reset link was sent for. The token is bound to the old password hash and the last
-    login, so it works once."""
+    login, so it works once. Every session ends (the password hash changed); ``revoke_keys`` also revokes
+    every API key, which the reset pages offer, since a reset often follows a suspected compromise."""
     user = user_for_password_reset(uidb64=uidb64, token=token)
     if user is None:
         raise ValidationFailed("This password reset link is invalid or has expired. Ask for a new one.",
@@ -237,13 +267,22 @@ def password_reset_confirm(*, uidb64: str, token: str, new_password: str, ip: st
     _check_password_rules(new_password, user=user, field="new_password")
     user.set_password(new_password)
     fields = ["password"]
-    if user.email_verified_at is None:
+    first_verification = user.email_verified_at is None
+    if first_verification:
         # Only the owner of the mailbox could follow the link.
         user.email_verified_at = timezone.now()
         fields.append("email_verified_at")
     user.save(update_fields=fields)
     login_failures_clear(email=user.email)
-    audit_record(actor=user, action="user.password_reset", target=user, subject_user=user, ip=ip)
+    revoked = 0
+    if first_verification:
+        revoked = _first_verification(user=user, ip=ip, how="password reset")
+    if revoke_keys:
+        from clawhub.keys.services import keys_revoke_all
+
+        revoked += keys_revoke_all(owner=user, actor=user, reason="password reset", ip=ip)
+    audit_record(actor=user, action="user.password_reset", target=user, subject_user=user, ip=ip,
+                 keys_revoked=revoked)
     return user
 
 
@@ -264,7 +303,15 @@ def email_verification_resend(*, email: str) -> None:
         email_verification_send(user=user)
 
 
-def user_email_verify(*, token: str, ip: str | None = None) -> User:
+@transaction.atomic
+def user_email_verify(*, token: str, signed_in: User | None = None, ip: str | None = None) -> User:
+    """Confirms the address a verification link was sent to.
+
+    ``signed_in`` is the user the request is signed in as, if any. When that is the account itself, the one
+    who signed up is the one at the mailbox and nothing else changes; otherwise the person who follows the
+    link may not be the one who registered the address, and the first verification ends what was made before
+    it (``_first_verification``).
+    """
     user = user_for_email_verification(token=token)
     if user is None:
         raise ValidationFailed("This verification link is invalid or has expired. Ask for a new one.",
@@ -272,7 +319,11 @@ def user_email_verify(*, token: str, ip: str | None = None) -> User:
     if user.email_verified_at is None:
         user.email_verified_at = timezone.now()
         user.save(update_fields=["email_verified_at"])
-        audit_record(actor=user, action="user.email_verify", target=user, subject_user=user, ip=ip)
+        revoked = 0
+        if signed_in is None or signed_in.pk != user.pk:
+            revoked = _first_verification(user=user, ip=ip, how="verification link")
+        audit_record(actor=user, action="user.email_verify", target=user, subject_user=user, ip=ip,
+                     keys_revoked=revoked)
     return user
 
 

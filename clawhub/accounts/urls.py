@@ -6,6 +6,7 @@ urlpatterns = [
     path("signup/", views.signup, name="signup"),
     path("login/", views.login_view, name="login"),
     path("logout/", views.logout_view, name="logout"),
+    path("logout/everywhere/", views.logout_everywhere, name="logout_everywhere"),
     path("account/password/", views.password_change, name="password_change"),
     path("password-reset/", views.password_reset, name="password_reset"),
     path("password-reset/<uidb64>/<token>/", views.password_reset_confirm, name="password_reset_confirm"),

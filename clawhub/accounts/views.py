@@ -89,6 +89,16 @@ def logout_view(request):
 
 
 @login_required
+@require_POST
+def logout_everywhere(request):
+    services.user_sessions_end_all(user=request.user, actor=request.user, ip=client_ip(request),
+                                   request=request)
+    messages.success(request, "You are signed out on every device. API keys keep working; revoke them on "
+                              "the keys page.")
+    return redirect(settings.LOGOUT_REDIRECT_URL)
+
+
+@login_required
 @require_http_methods(["GET", "POST"])
 def password_change(request):
     form = PasswordChangeForm(request.POST or None)
@@ -126,6 +136,7 @@ def password_reset_confirm(request, uidb64: str, token: str):
         try:
             services.password_reset_confirm(uidb64=uidb64, token=token,
                                             new_password=form.cleaned_data["new_password1"],
+                                            revoke_keys=form.cleaned_data["revoke_keys"],
                                             ip=client_ip(request))
         except ValidationFailed as exc:
             form_add_service_error(form, exc)
@@ -138,7 +149,8 @@ def password_reset_confirm(request, uidb64: str, token: str):
 @require_http_methods(["GET"])
 def verify_email(request, token: str):
     try:
-        services.user_email_verify(token=token, ip=client_ip(request))
+        services.user_email_verify(token=token, ip=client_ip(request),
+                                   signed_in=request.user if request.user.is_authenticated else None)
     except ValidationFailed as exc:
         return render(request, "accounts/verify_email.html", {"error": exc.message, "form": EmailForm()},
                       status=400)

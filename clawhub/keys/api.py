@@ -9,6 +9,7 @@ from clawhub.core.api import client_ip
 from clawhub.groups.selectors import group_get_for_member
 from clawhub.keys.models import ApiKey
 from clawhub.keys.openclaw import openclaw_onboard_command, openclaw_provider_config
+from clawhub.keys.scopes import ALL_SCOPES, SCOPE_DESCRIPTIONS
 from clawhub.keys.selectors import (
     group_for_key_binding,
     key_get_for_owner,
@@ -20,6 +21,19 @@ from clawhub.keys.services import key_create, key_revoke, key_rotate, key_update
 
 # Responses that carry a secret must not be kept by any cache between the server and the client.
 NO_STORE = {"Cache-Control": "no-store"}
+SCOPES_HELP = "What the key may do. " + " ".join(f"{scope}: {text}"
+                                                 for scope, text in SCOPE_DESCRIPTIONS.items())
+
+
+def via_key(request):
+    """The API key that made the request (its ResolvedKey), or None for a signed-in session."""
+    return request.auth if hasattr(request.auth, "scopes") else None
+
+
+def via_scopes(request) -> list[str] | None:
+    """The scopes of the request's API key, or None for a session (which may grant any scope)."""
+    resolved = via_key(request)
+    return resolved.scopes if resolved is not None else None
 
 
 class KeyOutputSerializer(serializers.Serializer):
@@ -36,6 +50,7 @@ class KeyOutputSerializer(serializers.Serializer):
     rpm_limit = serializers.IntegerField()
     tpm_limit = serializers.IntegerField()
     concurrency_limit = serializers.IntegerField()
+    scopes = serializers.ListField(child=serializers.CharField(), help_text=SCOPES_HELP)
     is_active = serializers.BooleanField()
 
 
@@ -68,6 +83,8 @@ class _LimitsInput(serializers.Serializer):
     tpm_limit = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     concurrency_limit = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    scopes = serializers.ListField(child=serializers.ChoiceField(choices=ALL_SCOPES), required=False,
+                                   allow_empty=True, help_text=SCOPES_HELP + " Default: inference only.")
 
 
 class KeyListCreateApi(APIView):
@@ -94,7 +111,8 @@ class KeyListCreateApi(APIView):
         data = dict(serializer.validated_data)
         slug = data.pop("group", None)
         group = group_for_key_binding(slug=slug, user=request.user) if slug else None
-        key, secret = key_create(owner=request.user, group=group, ip=client_ip(request), **data)
+        key, secret = key_create(owner=request.user, group=group, via_scopes=via_scopes(request),
+                                 ip=client_ip(request), **data)
         return Response(_with_secret(key, secret), status=status.HTTP_201_CREATED, headers=NO_STORE)
 
 
@@ -119,7 +137,8 @@ class KeyDetailApi(APIView):
         key = key_get_for_owner(key_id=key_id, user=request.user)
         serializer = self.InputSerializer(data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        key = key_update(key=key, actor=request.user, ip=client_ip(request), **serializer.validated_data)
+        key = key_update(key=key, actor=request.user, via_scopes=via_scopes(request), ip=client_ip(request),
+                         **serializer.validated_data)
         return Response(self.OutputSerializer(key).data)
 
 
@@ -147,7 +166,9 @@ class KeyRotateApi(APIView):
     @extend_schema(request=None, responses=KeyWithSecretOutputSerializer)
     def post(self, request, key_id: int):
         key = key_get_for_owner(key_id=key_id, user=request.user)
-        secret = key_rotate(key=key, actor=request.user, ip=client_ip(request))
+        resolved = via_key(request)
+        secret = key_rotate(key=key, actor=request.user, via_key=resolved.key if resolved else None,
+                            ip=client_ip(request))
         return Response(_with_secret(key, secret), headers=NO_STORE)
 
 

@@ -3,6 +3,7 @@
 from django import forms
 
 from clawhub.keys.models import ApiKey
+from clawhub.keys.scopes import MANAGEMENT_SCOPES, SCOPE_DESCRIPTIONS, Scope
 from clawhub.keys.selectors import BASE_MODEL_ID, key_tenant, model_ids_for_tenant
 
 
@@ -19,13 +20,20 @@ class _KeySettingsForm(forms.Form):
         label="Expires at (UTC)", required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
     )
+    # inference is not a choice: every key has it. The rest is opt-in, so a leaked key does only /v1.
+    scopes = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple,
+        choices=[(s.value, f"{s.value}: {SCOPE_DESCRIPTIONS[s]}") for s in MANAGEMENT_SCOPES],
+        help_text=f"Every key may use /v1 ({Scope.INFERENCE.value}). Tick more only for a script that "
+                  "manages your account through the REST API: keys sit in plain files that agents read.",
+    )
 
 
 class KeyCreateForm(_KeySettingsForm):
     group = forms.ChoiceField(required=False, help_text="A group key trains the group's shared adapter.")
 
     field_order = ["name", "group", "allowed_models", "rpm_limit", "tpm_limit", "concurrency_limit",
-                   "expires_at"]
+                   "expires_at", "scopes"]
 
     def __init__(self, *args, groups, **kwargs):
         super().__init__(*args, **kwargs)
@@ -44,7 +52,7 @@ class KeyEditForm(_KeySettingsForm):
         kwargs.setdefault("initial", {
             "name": key.name, "allowed_models": key.allowed_models, "rpm_limit": key.rpm_limit,
             "tpm_limit": key.tpm_limit, "concurrency_limit": key.concurrency_limit,
-            "expires_at": key.expires_at,
+            "expires_at": key.expires_at, "scopes": key.scopes,
         })
         super().__init__(*args, **kwargs)
         self.fields["allowed_models"].choices = [(m, m) for m in model_ids_for_tenant(key_tenant(key))]

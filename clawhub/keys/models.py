@@ -3,6 +3,12 @@ from django.db import models
 from django.utils import timezone
 
 
+def default_scopes() -> list[str]:
+    from clawhub.keys.scopes import DEFAULT_SCOPES
+
+    return list(DEFAULT_SCOPES)
+
+
 class ApiKey(models.Model):
     """A client credential. Its id is stable across rotations; the secrets live in ApiKeySecret as digests."""
 
@@ -21,6 +27,8 @@ class ApiKey(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # What the key may do besides /v1 (clawhub/keys/scopes.py); "inference" alone unless the owner opted in.
+    scopes = models.JSONField(default=default_scopes, blank=True)
     # Off: what this key sends is served (and stored, if its owner allows) but never trains (review issue).
     training_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)

@@ -3,14 +3,15 @@
 import hashlib
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from clawhub.accounts.models import User
 from clawhub.core.exceptions import NotFound, PermissionDenied, ValidationFailed
-from clawhub.groups.models import Group, Role
+from clawhub.groups.models import ROLE_RANK, Group, Membership, Role
 from clawhub.groups.selectors import groups_for_user, has_role
 from clawhub.keys.models import ApiKey, ApiKeySecret
+from clawhub.keys.scopes import DEFAULT_SCOPES
 from clawhub.tenants.models import Tenant
 
 SECRET_PREFIX = "chk_"
@@ -28,17 +29,32 @@ class ResolvedKey:
     key: ApiKey
     user: User
     tenant: Tenant
+    # False for a rotated-out secret still inside its grace window.
+    current: bool = True
+
+    @property
+    def scopes(self) -> list[str]:
+        """What this secret may do: the key's scopes, or inference only for a rotated-out secret."""
+        return list(self.key.scopes or DEFAULT_SCOPES) if self.current else list(DEFAULT_SCOPES)
+
+
+_KEY_ROLES = [role.value for role in Role if ROLE_RANK[role] >= ROLE_RANK[Role.MEMBER]]
 
 
 def key_resolve(*, secret: str) -> ResolvedKey | None:
     """The key, user and tenant a presented secret stands for, or None if it is unknown or no longer valid.
 
-    One indexed query on the digest joins everything the caller needs.
+    One indexed query on the digest joins everything the caller needs. A group key whose owner is no longer
+    a member (or only a viewer) of the group is dead even if nothing revoked it: a user deleted in Django
+    admin, or a membership row removed by hand, must not leave a live key to the group's adapter.
     """
     if not secret or not secret.startswith(SECRET_PREFIX):
         return None
+    still_member = Membership.objects.filter(group=OuterRef("key__group_id"), user=OuterRef("key__owner_id"),
+                                             role__in=_KEY_ROLES)
     row = (
         ApiKeySecret.objects.select_related("key__owner__tenant", "key__group__tenant")
+        .annotate(owner_in_group=Exists(still_member))
         .filter(digest=secret_digest(secret))
         .first()
     )
@@ -51,8 +67,10 @@ def key_resolve(*, secret: str) -> ResolvedKey | None:
         return None
     if not key.owner.is_active:
         return None
+    if key.group_id and not row.owner_in_group:
+        return None
     tenant = key.group.tenant if key.group_id else key.owner.tenant
-    return ResolvedKey(key=key, user=key.owner, tenant=tenant)
+    return ResolvedKey(key=key, user=key.owner, tenant=tenant, current=row.valid_until is None)
 
 
 def key_tenant(key: ApiKey) -> Tenant:

@@ -15,6 +15,7 @@ from clawhub.core.exceptions import PermissionDenied, ValidationFailed
 from clawhub.groups.models import Group, Role
 from clawhub.groups.selectors import has_role
 from clawhub.keys.models import ApiKey, ApiKeySecret
+from clawhub.keys.scopes import DEFAULT_SCOPES, scopes_clean
 from clawhub.keys.selectors import (
     SECRET_PREFIX,
     can_manage_group_keys,
@@ -70,12 +71,30 @@ def _clean_allowed_models(allowed_models: Iterable[str] | None, *, tenant: Tenan
     return cleaned
 
 
+def _clean_scopes(scopes: Iterable[str] | None, *, via_scopes: list[str] | None) -> list[str]:
+    """The scopes to store. ``via_scopes`` are those of the key that made the request (None for a signed-in
+    session): a key never hands out a scope it does not hold, or a `keys` key could mint an `export` one."""
+    try:
+        cleaned = scopes_clean(DEFAULT_SCOPES if scopes is None else scopes)
+    except ValueError as exc:
+        raise ValidationFailed(str(exc), field="scopes") from None
+    if via_scopes is not None:
+        beyond = [s for s in cleaned if s not in via_scopes]
+        if beyond:
+            raise PermissionDenied(
+                f"An API key cannot grant scopes it does not hold ({', '.join(beyond)}); "
+                "sign in to the web site to grant them.", code="insufficient_scope", scopes=beyond)
+    return cleaned
+
+
 @transaction.atomic
 def key_create(
     *,
     owner: User,
     name: str,
     group: Group | None = None,
+    scopes: list[str] | None = None,
+    via_scopes: list[str] | None = None,
     allowed_models: list[str] | None = None,
     rpm_limit: int | None = None,
     tpm_limit: int | None = None,
@@ -83,7 +102,10 @@ def key_create(
     expires_at: datetime | None = None,
     ip: str | None = None,
 ) -> tuple[ApiKey, str]:
-    """Creates a key and returns it with its clear secret, which is never stored and never shown again."""
+    """Creates a key and returns it with its clear secret, which is never stored and never shown again.
+
+    ``scopes`` defaults to inference only; ``via_scopes`` are the scopes of the API key that asked, if any.
+    """
     name = (name or "").strip()
     if not name:
         raise ValidationFailed("A key needs a name.", field="name")
@@ -93,6 +115,7 @@ def key_create(
     _validate_limits(rpm_limit=rpm_limit, tpm_limit=tpm_limit, concurrency_limit=concurrency_limit)
     tenant = group.tenant if group is not None else owner.tenant
     allowed = _clean_allowed_models(allowed_models, tenant=tenant)
+    scopes = _clean_scopes(scopes, via_scopes=via_scopes)
     secret = _new_secret()
     key = ApiKey.objects.create(
         owner=owner,
@@ -105,9 +128,11 @@ def key_create(
         tpm_limit=tpm_limit,
         concurrency_limit=concurrency_limit,
         expires_at=expires_at,
+        scopes=scopes,
     )
     ApiKeySecret.objects.create(key=key, digest=secret_digest(secret))
-    audit_record(actor=owner, action="key.create", target=key, subject_user=owner, group=group, ip=ip)
+    audit_record(actor=owner, action="key.create", target=key, subject_user=owner, group=group, ip=ip,
+                 scopes=scopes, via_key=via_scopes is not None)
     return key, secret
 
 
@@ -122,10 +147,12 @@ def key_update(
     tpm_limit: int | None = UNSET,
     concurrency_limit: int | None = UNSET,
     expires_at: datetime | None = UNSET,
+    scopes: list[str] = UNSET,
+    via_scopes: list[str] | None = None,
     ip: str | None = None,
 ) -> ApiKey:
     """Changes what the owner may change on a key. Arguments left out stay as they are; None clears a limit,
-    the expiry or the model list (empty = every model the tenant offers)."""
+    the expiry or the model list (empty = every model the tenant offers). ``via_scopes`` as in key_create."""
     if actor.pk != key.owner_id:
         raise PermissionDenied("Only the key's owner may change it.")
     if key.revoked_at is not None:
@@ -146,6 +173,8 @@ def key_update(
     if expires_at is not UNSET:
         _validate_expiry(expires_at)
         changes["expires_at"] = expires_at
+    if scopes is not UNSET:
+        changes["scopes"] = _clean_scopes(scopes, via_scopes=via_scopes)
     changed = {field: value for field, value in changes.items() if getattr(key, field) != value}
     if not changed:
         return key
@@ -163,11 +192,19 @@ def key_update(
 
 
 @transaction.atomic
-def key_rotate(*, key: ApiKey, actor: User, ip: str | None = None) -> str:
-    """Gives the key a new secret. The previous secrets keep working until the grace window ends."""
+def key_rotate(*, key: ApiKey, actor: User, via_key: ApiKey | None = None, ip: str | None = None) -> str:
+    """Gives the key a new secret. The previous secrets keep working until the grace window ends, for /v1
+    only (a rotated-out secret is inference-only).
+
+    ``via_key`` is the API key that asked, if one did. A key may not rotate itself: rotation is what the owner
+    does after a leak, and a thief holding the key would otherwise be handed the new secret.
+    """
     if actor.pk != key.owner_id:
         # Whoever rotates sees the new secret, so nobody but the owner may.
         raise PermissionDenied("Only the key's owner may rotate it.")
+    if via_key is not None and via_key.pk == key.pk:
+        raise PermissionDenied("A key cannot rotate itself; rotate it from the web site or with another key.",
+                               code="self_rotation")
     if key.revoked_at is not None:
         raise ValidationFailed("A revoked key cannot be rotated.", code="key_revoked")
     now = timezone.now()
@@ -202,6 +239,22 @@ def key_revoke(*, key: ApiKey, actor: User, ip: str | None = None, reason: str =
                      ip=ip, reason=reason)
         _forget_cached_key(key)
     return key
+
+
+@transaction.atomic
+def keys_revoke_all(*, owner: User, actor: User | None, reason: str, created_before: datetime | None = None,
+                    ip: str | None = None) -> int:
+    """Revokes every live key of ``owner`` (only those made before ``created_before`` when given), each
+    through key_revoke so that gateways drop it and the revocation is audited. Returns how many."""
+    keys = ApiKey.objects.filter(owner=owner, revoked_at__isnull=True).select_related("owner", "group")
+    if created_before is not None:
+        keys = keys.filter(created_at__lt=created_before)
+    count = 0
+    for key in keys:
+        # The owner may always revoke their own keys; ``actor`` None is the system acting for them.
+        key_revoke(key=key, actor=actor or owner, ip=ip, reason=reason)
+        count += 1
+    return count
 
 
 def _forget_cached_key(key: ApiKey) -> None:

@@ -15,6 +15,7 @@ from clawhub.core.forms import form_add_service_error
 from clawhub.keys.forms import KeyCreateForm, KeyEditForm
 from clawhub.keys.models import ApiKey
 from clawhub.keys.openclaw import DOWNLOAD_FILENAME, openclaw_config_json, openclaw_onboard_command
+from clawhub.keys.scopes import SCOPE_DESCRIPTIONS, Scope
 from clawhub.keys.selectors import (
     group_for_key_binding,
     groups_for_key_binding,
@@ -79,6 +80,7 @@ def _detail_page(request, key: ApiKey, form: KeyEditForm, *, status: int = 200) 
         "key": key,
         "form": form,
         "models": models_for_key(key),
+        "scopes": [(scope, SCOPE_DESCRIPTIONS[Scope(scope)]) for scope in key.scopes],
         "config_json": openclaw_config_json(key=key),
         "onboard_command": openclaw_onboard_command(key=key),
         "download_filename": DOWNLOAD_FILENAME,

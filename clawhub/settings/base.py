@@ -174,7 +174,12 @@ REST_FRAMEWORK = {
         "clawhub.keys.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # An API key may call only the endpoints its scopes cover (clawhub/keys/scopes.py); sessions pass, with
+    # CSRF enforced on writes by SessionAuthentication.
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "clawhub.keys.scopes.KeyScopePermission",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "clawhub.core.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -390,6 +395,7 @@ CLAWHUB_PROMOTION_MAX_REDRIVES = env.int("CLAWHUB_PROMOTION_MAX_REDRIVES", defau
 CLAWHUB_PROMOTE_RETRIES = env.int("CLAWHUB_PROMOTE_RETRIES", default=5)
 CLAWHUB_PROMOTE_RETRY_BACKOFF = env.float("CLAWHUB_PROMOTE_RETRY_BACKOFF", default=15.0)
 CLAWHUB_TRAIN_MAX_TIMEOUTS = env.int("CLAWHUB_TRAIN_MAX_TIMEOUTS", default=2)
+CLAWHUB_TRAIN_MAX_ATTEMPTS = env.int("CLAWHUB_TRAIN_MAX_ATTEMPTS", default=4)
 # Hot swap: how long a retired version stays loaded after the switch. Must exceed the gateway's adapter cache
 # plus the longest request, so no request is still on the old name when it is unloaded.
 CLAWHUB_ADAPTER_DRAIN_SECONDS = env.float(

@@ -115,9 +115,11 @@ def test_me_names_the_personal_tenant_the_training_api_takes(api):
     assert api.patch("/api/me/", {"display_name": "T"}).json()["tenant_id"] == tenant_id
 
 
-def test_me_works_with_an_api_key_but_password_change_does_not(api_client):
+def test_me_works_with_a_read_key_but_password_change_does_not(api_client):
     user = make_user("k@example.com")
-    _, secret = make_key(user)
+    _, plain = make_key(user)
+    assert api_client.get("/api/me/", HTTP_AUTHORIZATION=f"Bearer {plain}").status_code == 403
+    _, secret = make_key(user, scopes=["read", "keys", "export", "admin"])
     auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
     assert api_client.get("/api/me/", **auth).json()["email"] == "k@example.com"
     response = api_client.post("/api/auth/password/change/",

@@ -68,7 +68,10 @@ def test_another_users_session_is_not_found(api_client, key, conversations):
 
 def test_api_key_auth_and_anonymous(api_client, conversations):
     owner = conversations["main"].user
-    _, secret = make_key(owner)
+    _, plain = make_key(owner)
+    # Conversations are what a stolen agent key would be used to read: only a read-scoped key may.
+    assert api_client.get("/api/sessions/", HTTP_AUTHORIZATION=f"Bearer {plain}").status_code == 403
+    _, secret = make_key(owner, scopes=["read"])
     response = api_client.get("/api/sessions/", HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert response.status_code == 200 and response.json()["count"] == 2
     anonymous = api_client.get("/api/sessions/", HTTP_AUTHORIZATION="")

@@ -37,8 +37,12 @@ def test_session_writes_need_csrf(api_client):
     assert not JudgeRules.objects.exists()
 
 
-def test_api_key_can_set_rules_without_csrf(api_client):
-    key, secret = make_key()
+def test_only_an_admin_scoped_api_key_can_set_rules_without_csrf(api_client):
+    _, plain = make_key()
+    refused = api_client.put("/api/judge-rules/", {"judge": "rule"}, format="json",
+                             HTTP_AUTHORIZATION=f"Bearer {plain}")
+    assert refused.status_code == 403 and not JudgeRules.objects.exists()
+    key, secret = make_key(scopes=["admin"])
     response = api_client.put("/api/judge-rules/", {"judge": "rule"}, format="json",
                               HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert response.status_code == 200

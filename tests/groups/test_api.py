@@ -196,9 +196,14 @@ def test_session_writes_need_the_csrf_token(crew):
     assert crew.group.name == "Crew"
 
 
-def test_scripts_use_an_api_key_without_csrf(crew):
-    _, secret = key_create(owner=crew.admin, name="script")
+def test_scripts_use_a_scoped_api_key_without_csrf(crew):
+    _, plain = key_create(owner=crew.admin, name="agent")
     client = APIClient(enforce_csrf_checks=True)
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {plain}")
+    # A default (inference) key reads nothing and invites nobody.
+    assert client.get("/api/groups/").status_code == 403
+    assert client.post("/api/groups/crew/invitations/", {"role": "viewer"}, format="json").status_code == 403
+    _, secret = key_create(owner=crew.admin, name="script", scopes=["read", "admin"])
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert [g["slug"] for g in client.get("/api/groups/").json()] == ["crew"]
     response = client.post("/api/groups/crew/invitations/", {"role": "viewer"}, format="json")

@@ -12,7 +12,7 @@ from tests.keys.conftest import login
 pytestmark = pytest.mark.django_db
 
 KEY_FIELDS = {"id", "name", "display", "group", "created_at", "last_used_at", "expires_at", "revoked_at",
-              "allowed_models", "rpm_limit", "tpm_limit", "concurrency_limit", "is_active"}
+              "allowed_models", "rpm_limit", "tpm_limit", "concurrency_limit", "scopes", "is_active"}
 
 
 def bearer(secret: str) -> dict:
@@ -125,12 +125,13 @@ def test_patch_updates_and_validates(api_client):
 
 
 def test_lifecycle_through_the_api(api_client, settings):
-    """create → the key authenticates → rotate → old secret works inside the grace window → fails after it;
-    expiry ends the key; revoke ends it."""
+    """create (with the read scope) → the key authenticates → rotate → the old secret is inference-only inside
+    the grace window (403 on the REST API) → unknown after it; expiry ends the key; revoke ends it."""
     settings.KEY_ROTATION_GRACE = timedelta(hours=1)
     user = make_user()
     login(api_client, user)
-    created = create(api_client)
+    created = create(api_client, scopes=["read"])
+    assert created["key"]["scopes"] == ["inference", "read"]
     key_id, first = created["key"]["id"], created["secret"]
 
     script = type(api_client)(enforce_csrf_checks=True)  # a separate client with no session, like a script
@@ -142,7 +143,8 @@ def test_lifecycle_through_the_api(api_client, settings):
     second = rotated.json()["secret"]
     assert second != first and rotated.json()["key"]["id"] == key_id
     assert rotated.json()["openclaw"]["config"]["models"]["providers"]["clawhub"]["apiKey"] == second
-    assert script.get("/api/keys/", **bearer(first)).status_code == 200  # inside the grace window
+    in_grace = script.get("/api/keys/", **bearer(first))  # inside the grace window: /v1 only
+    assert in_grace.status_code == 403 and in_grace.json()["error"]["code"] == "insufficient_scope"
     assert script.get("/api/keys/", **bearer(second)).status_code == 200
 
     ApiKeySecret.objects.filter(key_id=key_id, valid_until__isnull=False).update(
@@ -170,19 +172,24 @@ def test_lifecycle_through_the_api(api_client, settings):
 
 
 def test_scripts_manage_keys_with_a_bearer_key_and_x_api_key(api_client):
+    """A key with the keys and read scopes manages keys from a script; a default key may not."""
     user = make_user()
-    _, secret = make_key(user)
+    _, plain = make_key(user)
+    refused = api_client.post("/api/keys/", {"name": "from a script"}, format="json", **bearer(plain))
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "insufficient_scope"
+    _, secret = make_key(user, scopes=["keys", "read"])
     created = api_client.post("/api/keys/", {"name": "from a script"}, format="json", **bearer(secret))
     assert created.status_code == 201  # API keys are not subject to CSRF: they are not ambient credentials
+    assert created.json()["key"]["scopes"] == ["inference"]
     listed = api_client.get("/api/keys/", HTTP_X_API_KEY=secret)
-    assert listed.status_code == 200 and len(listed.json()) == 2
+    assert listed.status_code == 200 and len(listed.json()) == 3
     assert api_client.get("/api/keys/").status_code == 401
     assert api_client.get("/api/keys/", **bearer("chk_" + "A" * 43)).status_code == 401
 
 
 def test_revoked_key_gets_401_on_the_rest_api(api_client):
     user = make_user()
-    key, secret = make_key(user)
+    key, secret = make_key(user, scopes=["read", "keys"])
     assert api_client.get("/api/keys/", **bearer(secret)).status_code == 200
     assert api_client.post(f"/api/keys/{key.pk}/revoke/", **bearer(secret)).status_code == 200
     response = api_client.get("/api/keys/", **bearer(secret))

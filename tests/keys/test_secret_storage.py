@@ -47,15 +47,19 @@ def test_secrets_created_and_rotated_through_the_api_and_web_are_stored_nowhere(
     api = login(APIClient(enforce_csrf_checks=True), owner)
 
     secrets = []
-    personal = api.post("/api/keys/", {"name": "personal", "rpm_limit": 3}, format="json").json()
-    bound = api.post("/api/keys/", {"name": "bound", "group": "crew"}, format="json").json()
+    personal = api.post("/api/keys/", {"name": "personal", "rpm_limit": 3, "scopes": ["read"]},
+                        format="json").json()
+    bound = api.post("/api/keys/", {"name": "bound", "group": "crew", "scopes": ["read"]},
+                     format="json").json()
     secrets += [personal["secret"], bound["secret"]]
     for created in (personal, bound):
         rotated = api.post(f"/api/keys/{created['key']['id']}/rotate/").json()
         secrets.append(rotated["secret"])
     # Use them, so that authentication and any last-used bookkeeping have run too.
-    for secret in secrets:
-        assert APIClient().get("/api/keys/", HTTP_AUTHORIZATION=f"Bearer {secret}").status_code == 200
+    # The rotated-out secrets (the first two) authenticate but are inference-only; the current ones may read.
+    for i, secret in enumerate(secrets):
+        answer = APIClient().get("/api/keys/", HTTP_AUTHORIZATION=f"Bearer {secret}").status_code
+        assert answer == (403 if i < 2 else 200)
     # And the web flow, which renders the secret from the POST that made it.
     page = api.get("/keys/")  # the HTML page; APIClient is a Django test client underneath
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode()).group(1)

@@ -141,12 +141,17 @@ def test_csrf_is_enforced_for_session_auth(team, mixed, api_as):
     assert mixed["split"].state == "pending"
 
 
-def test_api_key_auth_acts_as_its_owner(team, mixed, api_client):
+def test_api_key_decides_only_with_the_admin_scope(team, mixed, api_client):
     from tests.factories import make_key
 
-    _, secret = make_key(team["owner"])
-    response = api_client.post(f"/api/review/samples/{mixed['split'].pk}/approve/", {}, format="json",
-                               HTTP_AUTHORIZATION=f"Bearer {secret}")
+    _, plain = make_key(team["owner"])
+    url = f"/api/review/samples/{mixed['split'].pk}/approve/"
+    refused = api_client.post(url, {}, format="json", HTTP_AUTHORIZATION=f"Bearer {plain}")
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "insufficient_scope"
+    mixed["split"].refresh_from_db()
+    assert mixed["split"].state == "pending"
+    _, secret = make_key(team["owner"], scopes=["admin"])
+    response = api_client.post(url, {}, format="json", HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert response.status_code == 200
     mixed["split"].refresh_from_db()
     assert mixed["split"].decided_by == team["owner"]

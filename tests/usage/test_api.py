@@ -140,6 +140,8 @@ def test_csv_export(api_client, world):
 
 
 def test_api_key_auth(api_client, world):
-    _, secret = make_key(world["member"])
+    _, plain = make_key(world["member"])
+    assert api_client.get("/api/usage/?by=model", HTTP_AUTHORIZATION=f"Bearer {plain}").status_code == 403
+    _, secret = make_key(world["member"], scopes=["read"])
     response = api_client.get("/api/usage/?by=model", HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert response.status_code == 200 and response.json()["totals"]["requests"] == 3
