@@ -5,6 +5,8 @@ import io
 
 from rest_framework.renderers import BaseRenderer
 
+from clawhub.usage.selectors import BY, usage_columns
+
 # A spreadsheet runs a cell that starts with one of these as a formula; key names are user-chosen text.
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -32,7 +34,10 @@ class UsageCSVRenderer(BaseRenderer):
             writer.writerow([_cell(data["error"].get("code")), _cell(data["error"].get("message"))])
         else:
             rows = data.get("results", []) if isinstance(data, dict) else data
-            if rows:
-                writer.writerow(list(rows[0]))
-                writer.writerows([[_cell(v) for v in row.values()] for row in rows])
+            by = data.get("by") if isinstance(data, dict) else None
+            # The header comes from the grouping, so an empty range still gives a file with its columns.
+            columns = usage_columns(by=by) if by in BY else list(rows[0]) if rows else []
+            if columns:
+                writer.writerow(columns)
+                writer.writerows([[_cell(row.get(c)) for c in columns] for row in rows])
         return out.getvalue().encode(self.charset)

@@ -16,6 +16,9 @@ from clawhub.groups.selectors import role_of
 from clawhub.usage.models import SUMMED, UsageDaily
 
 BY = ("day", "model", "key", "user", "group")
+# Per ``by``: the output column -> the field path it reads. A column named like a field of UsageDaily must be
+# that field itself (``values()`` refuses an annotation that shadows a field: ``group`` -> ``group__slug``
+# raised ValueError), so related columns get their own names.
 _GROUPING = {
     "day": {"day": "day"},
     "model": {"model": "model"},
@@ -26,8 +29,15 @@ _GROUPING = {
         "key_last4": "key__last4",
     },
     "user": {"user_id": "user_id", "user_email": "user__email"},
-    "group": {"group": "group__slug"},
+    "group": {"group_id": "group_id", "group_slug": "group__slug", "group_name": "group__name"},
 }
+_COUNTERS = ("requests", "errors", "prompt_tokens", "completion_tokens", "total_tokens", "streams",
+             "avg_latency_ms", "avg_ttft_ms")
+
+
+def usage_columns(*, by: str) -> list[str]:
+    """The columns of a ``usage_summary`` row, in order (the CSV header, also when there are no rows)."""
+    return [*_GROUPING[by], *_COUNTERS]
 
 
 @dataclass(frozen=True)
@@ -87,13 +97,20 @@ def _rows(*, scope: UsageScope, since: date, until: date, key_id: int | None, mo
 
 
 def _finish(row: dict) -> dict:
-    requests, streams = row["requests"] or 0, row["streams"] or 0
-    row.update({name: row[name] or 0 for name in SUMMED})
-    row["total_tokens"] = row["prompt_tokens"] + row["completion_tokens"]
-    latency, ttft = row.pop("latency_ms_sum"), row.pop("ttft_ms_sum")
-    row["avg_latency_ms"] = round(latency / requests, 1) if requests else None
-    row["avg_ttft_ms"] = round(ttft / streams, 1) if streams else None
-    return row
+    """The summed row as published: its grouping columns, then ``_COUNTERS`` in order."""
+    sums = {name: row.pop(name) or 0 for name in SUMMED}
+    requests, streams = sums["requests"], sums["streams"]
+    return {
+        **row,
+        "requests": requests,
+        "errors": sums["errors"],
+        "prompt_tokens": sums["prompt_tokens"],
+        "completion_tokens": sums["completion_tokens"],
+        "total_tokens": sums["prompt_tokens"] + sums["completion_tokens"],
+        "streams": streams,
+        "avg_latency_ms": round(sums["latency_ms_sum"] / requests, 1) if requests else None,
+        "avg_ttft_ms": round(sums["ttft_ms_sum"] / streams, 1) if streams else None,
+    }
 
 
 def usage_summary(
