@@ -5,11 +5,15 @@ assertion looks at the change of a counter across one action: other tests move t
 """
 
 import re
+from dataclasses import replace
 
 import httpx
 import openai
+import orjson
+import pytest
 from prometheus_client import REGISTRY
 
+from clawhub.gateway.handoff import HandoffSettings, decode, encode
 from clawhub.gateway.records import TurnRecord
 from clawhub.gateway.writer import CaptureWriter
 from tests.factories import make_key, make_user
@@ -141,24 +145,33 @@ def test_adapter_loads_and_lru_evictions(gateway_factory, fake):
     assert (loads_ok(), loads_error(), load_time(), lru()) == (2, 1, 3, 2)
 
 
-def test_capture_failures_by_reason():
+@pytest.mark.django_db(transaction=True)
+def test_capture_failures_by_reason(tmp_path):
+    """A full spool drops (and counts) a turn; a record that keeps failing goes to the dead letters."""
     def broken_store(batch):
-        raise RuntimeError("database is gone")
+        raise RuntimeError("this record cannot be stored")
 
     record = TurnRecord(request_id="r1", route="chat", key_id=1, user_id=1, tenant_id=1, group_id=None,
                         model="base", upstream_model="tiny", adapter_version_id=None, upstream="",
                         status="complete", http_status=200, started_at=0.0, latency_ms=1.0)
-    full = Delta("clawhub_capture_failures_total", reason="queue_full")
-    write_error = Delta("clawhub_capture_failures_total", reason="write_error")
+    full = Delta("clawhub_capture_failures_total", reason="spool_full")
+    dead = Delta("clawhub_capture_failures_total", reason="dead_letter")
     served = requests_delta(model="base")
 
-    writer = CaptureWriter(store=broken_store, maxsize=1, interval=0.01)
-    assert writer.submit(record) and not writer.submit(record)  # not started yet: the second does not fit
-    assert full() == 1 and served() == 1  # a dropped record's request is still counted
-    writer.start()
-    wait_until(lambda: write_error() == 1)
+    one_record = len(encode(record)) + 40
+    cfg = HandoffSettings.from_settings(redis_url="", spool_dir=tmp_path, spool_max_bytes=one_record,
+                                        max_attempts=2)
+    writer = CaptureWriter(store=broken_store, handoff=cfg, interval=0.01)
+    writer.start()  # no event loop here: records go straight to the spool
+    assert writer.submit(record) and not writer.submit(replace(record, request_id="r2"))
+    assert full() == 1
+    wait_until(lambda: dead() == 1)  # the consumer thread tried r1 twice, then moved it aside
     writer.stop()
-    assert served() == 2
+    assert served() == 2  # a dropped record's request is still counted
+    letters = (writer.cfg.spool_dir / "dead-letters.jsonl").read_text().splitlines()
+    assert len(letters) == 1
+    letter = orjson.loads(letters[0])
+    assert decode(letter["payload"].encode()) == record and "failed 2 times" in letter["reason"]
 
 
 def test_request_ids_are_echoed_recorded_and_cleaned(gateway):
