@@ -108,6 +108,39 @@ def close_idle_sessions() -> int:
     return session_close_idle(idle_for=settings.CONVERSATION_IDLE_TIMEOUT)
 
 
+SWEEP_BATCH = 500
+
+
+@app.task(name="clawhub.judge.sweep", queue=JUDGE_QUEUE, ignore_result=True)
+def sweep_unjudged() -> int:
+    """Periodic (celery beat, see workers.celery): main turns that have been ready for judging (a next state, or
+    closed without one) for CLAWHUB_JUDGE_SWEEP_AFTER_SECONDS and still have no judgment are enqueued again.
+
+    This is what makes a lost hand-off harmless: a judge task whose publish failed after its commit, a broker
+    that lost its queue, a worker that died without redelivery. judge_turn is idempotent, so a turn whose task
+    is merely slow costs one read. At most SWEEP_BATCH turns per run, oldest first; returns how many.
+    """
+    from datetime import timedelta
+
+    from django.db.models import Q
+    from django.utils import timezone
+
+    from clawhub.conversations.selectors import turns_judgeable
+
+    cutoff = timezone.now() - timedelta(seconds=settings.CLAWHUB_JUDGE_SWEEP_AFTER_SECONDS)
+    ready = (Q(next_state__isnull=False, next_state_at__lt=cutoff)
+             | Q(closed_without_next=True, session__closed_at__lt=cutoff))
+    candidates = (Turn.objects.filter(ready, turn_type=Turn.Type.MAIN, judgment__isnull=True)
+                  .order_by("pk").values_list("pk", flat=True)[:SWEEP_BATCH])
+    turn_ids = turns_judgeable(turn_ids=list(candidates))
+    for turn_id in turn_ids:
+        judge_turn.apply_async(args=[turn_id], queue=JUDGE_QUEUE)
+    if turn_ids:
+        logger.warning("judge sweep: %d ready turns had no judgment after %.0f s; enqueued again",
+                       len(turn_ids), settings.CLAWHUB_JUDGE_SWEEP_AFTER_SECONDS)
+    return len(turn_ids)
+
+
 # --- from rows to plain data --------------------------------------------------------------------------------
 
 
