@@ -32,7 +32,7 @@ app.conf.update(
             "schedule": 60.0,
             "options": {"queue": "judge", "expires": 60},
         },
-        # Turns ready for judging whose judge task was lost (publish failed, broker restarted) are judged later.
+        # Ready turns whose judge task was lost (publish failed, broker restarted) are judged later.
         "sweep-unjudged-turns": {
             "task": "clawhub.judge.sweep",
             "schedule": 300.0,

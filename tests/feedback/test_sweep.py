@@ -1,4 +1,4 @@
-"""The judge sweep: a turn whose judge task was never published is judged later, by the beat schedule alone."""
+"""The judge sweep: a turn whose judge task was never published is judged later, by the beat schedule."""
 
 from datetime import timedelta
 

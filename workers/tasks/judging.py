@@ -113,8 +113,9 @@ SWEEP_BATCH = 500
 
 @app.task(name="clawhub.judge.sweep", queue=JUDGE_QUEUE, ignore_result=True)
 def sweep_unjudged() -> int:
-    """Periodic (celery beat, see workers.celery): main turns that have been ready for judging (a next state, or
-    closed without one) for CLAWHUB_JUDGE_SWEEP_AFTER_SECONDS and still have no judgment are enqueued again.
+    """Periodic (celery beat, see workers.celery): main turns that have been ready for judging (a next state,
+    or closed without one) for CLAWHUB_JUDGE_SWEEP_AFTER_SECONDS and still have no judgment are enqueued
+    again.
 
     This is what makes a lost hand-off harmless: a judge task whose publish failed after its commit, a broker
     that lost its queue, a worker that died without redelivery. judge_turn is idempotent, so a turn whose task
