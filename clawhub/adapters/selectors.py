@@ -124,18 +124,20 @@ def heldout_prompts(*, tenant: Tenant, exclude_turn_ids: list[int], limit: int) 
     """The eval gate's held-out set: the messages of the tenant's most recent completed main chat turns that
     were not in the training batch, newest first."""
     from clawhub.conversations.models import Turn
+    from clawhub.conversations.selectors import turns_messages
 
-    turns = (
+    turns = list(
         Turn.objects.filter(
             tenant=tenant, turn_type=Turn.Type.MAIN, route="chat", status=Turn.Status.COMPLETE
         )
         .exclude(pk__in=exclude_turn_ids)
         .order_by("-created_at", "-id")
-        .values_list("request", flat=True)[: max(limit, 0)]
+        .only("id", "session_id")[: max(limit, 0)]
     )
+    rebuilt = turns_messages(turns=turns)  # stored as what each turn added to its parent's prompt
     prompts = []
-    for request in turns:
-        messages = (request or {}).get("messages")
+    for turn in turns:
+        messages = rebuilt.get(turn.pk)
         if isinstance(messages, list) and messages:
             prompts.append(messages)
     return prompts

@@ -62,6 +62,7 @@ def turns_purge_older_than(*, days: int | None = None, batch_size: int = 1000) -
                        [:batch_size])
             if not ids:
                 break
+            _detach_from(ids)
             # Judgments and samples cascade from the turn.
             Turn.objects.filter(id__in=ids).delete()
         deleted += len(ids)
@@ -70,3 +71,25 @@ def turns_purge_older_than(*, days: int | None = None, batch_size: int = 1000) -
     # Sessions whose every turn is gone and that saw no activity since the cutoff.
     Session.objects.filter(last_activity_at__lt=cutoff, turns__isnull=True).delete()
     return deleted
+
+
+def _detach_from(base_ids: list[int]) -> None:
+    """Turns that stay but are stored against turns about to go (what they added to a base's prompt) are
+    rewritten whole first, so their prompts can still be rebuilt."""
+    from clawhub.conversations.selectors import stored_prompts
+    from clawhub.conversations.storage import dumps, pack_ids
+
+    gone = set(base_ids)
+    staying = list(Turn.objects.filter(prompt_base_id__in=gone).exclude(id__in=gone).only("id", "session_id"))
+    if not staying:
+        return
+    prompts = stored_prompts(session_ids={t.session_id for t in staying})
+    for turn in staying:
+        messages, ids, _ = prompts.get(turn.pk, (None, None, None))
+        fields = {"prompt_base": None, "messages_shared": 0, "prompt_token_ids_shared": 0}
+        if messages is not None:
+            fields["messages_added"] = dumps(messages)
+        fields["prompt_token_ids_added"] = pack_ids(ids) if ids is not None else None
+        if ids is None:
+            fields["prompt_token_count"] = None
+        Turn.objects.filter(pk=turn.pk).update(**fields)

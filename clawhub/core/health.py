@@ -43,7 +43,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def readyz(request: HttpRequest) -> HttpResponse:
-    """Ready for traffic: database answers, broker reachable, and at least one upstream healthy (if any).
+    """Ready for traffic: database answers, broker reachable, at least one upstream healthy (if any), and the
+    capture hand-off able to take finished turns.
 
     The body names each check and what failed, but no addresses or error texts: this endpoint is public. Those
     go to the log.
@@ -52,6 +53,7 @@ def readyz(request: HttpRequest) -> HttpResponse:
         "database": _run_check("database", check_database),
         "broker": _run_check("broker", check_broker),
         "upstreams": _run_check("upstreams", check_upstreams),
+        "capture": _run_check("capture", check_capture),
     }
     failed = [name for name, result in checks.items() if not result["ok"]]
     body = {"status": "unavailable" if failed else "ok", "checks": checks, "failed": failed}
@@ -123,6 +125,26 @@ def check_broker() -> dict[str, Any]:
         with Connection(url, connect_timeout=PROBE_TIMEOUT_SECONDS) as conn:
             conn.ensure_connection(max_retries=1, timeout=PROBE_TIMEOUT_SECONDS)
     return {"kind": scheme}
+
+
+def check_capture() -> dict[str, Any]:
+    """The capture log takes records: this host's spool is below its bound. A Redis stream that is unreachable
+    or over its byte bound is no reason to stop serving (turns wait in the spool); the body says so."""
+    from clawhub.gateway.handoff import HandoffSettings, Spool, handoff_state
+
+    cfg = HandoffSettings.from_settings()
+    try:
+        state = handoff_state(cfg)
+    except Exception as exc:
+        log.warning("capture log state unavailable: %s: %s", type(exc).__name__, exc)
+        used = Spool(cfg.spool_dir, max_bytes=cfg.spool_max_bytes).rescan() if cfg.spool_dir.is_dir() else 0
+        state = {"backend": "redis", "stream": "unreachable", "spool_bytes": used}
+    if state["spool_bytes"] >= cfg.spool_max_bytes * 0.95:
+        raise CheckFailed("capture spool full")
+    detail = {k: state[k] for k in ("backend", "stream", "backlog", "pending", "spool_bytes") if k in state}
+    if "lag_seconds" in state:
+        detail["lag_seconds"] = round(state["lag_seconds"], 1)
+    return detail
 
 
 def upstream_urls() -> list[str]:

@@ -93,11 +93,6 @@ CAPTURE_HANDOFFS = Counter(
     " unreachable or over its byte bound).",
     ["path"],
 )
-CAPTURE_LOST_IN_FLIGHT = Counter(
-    "clawhub_capture_lost_in_flight",
-    "Requests a crashed gateway process had admitted and not finished, counted from its in-flight journal by"
-    " whoever recovered its spool.",
-)
 REDIS_FAILURES = Counter(
     "clawhub_redis_failures",
     "Redis calls of the gateway that failed or timed out. part: quota (served without limits: fail-open) |"

@@ -255,11 +255,8 @@ class SpoolSource:
 
 
 def report_lost(instance: str, lost: list[str]) -> None:
-    from clawhub.core import metrics
-
     logger.warning("gateway process %s stopped with %d requests in flight; their turns were never finished: "
                    "%s", instance, len(lost), " ".join(lost[:50]))
-    metrics.CAPTURE_LOST_IN_FLIGHT.inc(len(lost))
 
 
 # --- the consumer -------------------------------------------------------------------------------------------

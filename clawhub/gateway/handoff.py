@@ -28,7 +28,8 @@ Each gateway process also keeps an **in-flight journal** in the spool folder (``
 admitted, ``-id`` once its record is handed off; the same cheap ``write()``), and holds an ``flock`` on its
 lock file while it lives. Whoever next opens the folder and finds a lock nobody holds (the process crashed or
 was killed) forwards or consumes that process's segments and counts the ids the journal left open: those are
-the requests that were in flight at the crash, reported in the log and as ``clawhub_capture_lost_in_flight``.
+the requests that were in flight at the crash, reported in the log and as ``clawhub_capture_lost_in_flight``
+(a scrape-time gauge of the counter in the log's stats).
 """
 
 from __future__ import annotations

@@ -413,11 +413,11 @@ class CaptureWriter:
             self._note_bytes(int(results[-2]))
 
     async def _report_lost(self, instance: str, lost: list[str]) -> None:
+        from clawhub.gateway.consumer import report_lost
+
         if not lost:
             return
-        logger.warning("gateway process %s stopped with %d requests in flight; their turns were never "
-                       "finished: %s", instance, len(lost), " ".join(lost[:50]))
-        metrics.CAPTURE_LOST_IN_FLIGHT.inc(len(lost))
+        report_lost(instance, lost)
         try:
             await asyncio.wait_for(self._redis.hincrby(self.cfg.stats_key, "lost_in_flight", len(lost)),
                                    self.cfg.redis_timeout * 2)

@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clawhub.accounts.services import user_logout
+from clawhub.conversations.selectors import turn_request
 from clawhub.core.api import client_ip, openapi_error
 from clawhub.keys.selectors import keys_for_user
 from clawhub.review import selectors, services
@@ -91,7 +92,7 @@ class SampleDetailOutputSerializer(SampleOutputSerializer):
     judge = serializers.SerializerMethodField()
 
     def get_messages(self, sample) -> list:
-        return (sample.turn.request or {}).get("messages") or []
+        return turn_request(turn=sample.turn).get("messages") or []  # rebuilt from what each turn added
 
     def get_tools(self, sample) -> list:
         return (sample.turn.request or {}).get("tools") or []

@@ -263,7 +263,15 @@ def user_data_export(*, user: User) -> dict[str, Any]:
         "id", "session_id", "tenant_id", "key_id", "index", "turn_type", "request_id", "route", "model",
         "request", "response", "token_ids", "logprobs", "prompt_tokens", "completion_tokens", "status",
         "http_status", "latency_ms", "ttft_ms", "error", "created_at", "next_state", "next_state_at",
-        "closed_without_next"))
+        "closed_without_next", "ended", "link", "parent_id", "regenerate_of_id"))
+    # The messages are stored as what each turn added to its parent's: the export has every prompt whole.
+    from clawhub.conversations.selectors import stored_prompts
+
+    prompts = stored_prompts(session_ids={t["session_id"] for t in turns})
+    for t in turns:
+        messages = prompts.get(t["id"], (None,))[0]
+        if t["route"] == "chat" and messages is not None and "messages" not in (t["request"] or {}):
+            t["request"] = {**(t["request"] or {}), "messages": messages}
     judgments = list(Judgment.objects.filter(turn__user=user).order_by("created_at", "pk").values(
         "id", "turn_id", "reward", "votes", "hints", "judge", "prompt_version", "raw_outputs", "status",
         "created_at"))

@@ -13,6 +13,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from clawhub.accounts.services import user_logout
+from clawhub.conversations.selectors import turn_request
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound, PermissionDenied
 from clawhub.core.views import page_errors, post_and_redirect
@@ -74,7 +75,7 @@ def review_detail(request, sample_id: int):
     return render(request, "review/detail.html", {
         "sample": sample,
         "tenant_label": selectors.tenant_label(sample.tenant),
-        "messages_in": _pretty_messages((turn.request or {}).get("messages") or []),
+        "messages_in": _pretty_messages(turn_request(turn=turn).get("messages") or []),
         "tools": (turn.request or {}).get("tools") or [],
         "response": _pretty_messages([c.get("message") or c for c in turn.response or []
                                       if isinstance(c, dict)]),

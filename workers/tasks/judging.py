@@ -10,13 +10,15 @@ import logging
 import threading
 from typing import Any
 
-from celery.exceptions import MaxRetriesExceededError
+from celery.exceptions import MaxRetriesExceededError, SoftTimeLimitExceeded
 from django.apps import apps
 from django.conf import settings
 from django.db import transaction
 
 from clawhub.conversations.models import Turn
+from clawhub.conversations.selectors import turn_request
 from clawhub.conversations.services import session_close_idle
+from clawhub.feedback.concurrency import TenantCappedJudgeTask
 from clawhub.feedback.models import JudgeRules
 from clawhub.feedback.selectors import judge_rules_for_tenant, judgment_for_turn, turn_for_judging
 from clawhub.feedback.services import judgment_store, judgment_store_failure
@@ -32,10 +34,13 @@ JUDGE_QUEUE = "judge"
     name="clawhub.judge.turn",
     queue=JUDGE_QUEUE,
     bind=True,
+    base=TenantCappedJudgeTask,  # at most CLAWHUB_JUDGE_TENANT_CONCURRENCY of one tenant's turns at once
     acks_late=True,
     reject_on_worker_lost=True,
     max_retries=3,
     ignore_result=True,
+    soft_time_limit=settings.CLAWHUB_JUDGE_TASK_SOFT_TIME_LIMIT,
+    time_limit=settings.CLAWHUB_JUDGE_TASK_TIME_LIMIT,
 )
 def judge_turn(self, turn_id: int) -> dict[str, Any]:
     turn = turn_for_judging(turn_id=turn_id)
@@ -63,7 +68,8 @@ def judge_turn(self, turn_id: int) -> dict[str, Any]:
         except TransientJudgeError:
             # retry() re-raises exc itself once max_retries is spent
             return _failed(turn, judge, exc, attempts)
-    except JudgeError as exc:
+    except (JudgeError, SoftTimeLimitExceeded) as exc:
+        # Out of time is final: the same turn would take as long again on the next worker.
         return _failed(turn, judge, exc, attempts)
 
     with transaction.atomic():
@@ -146,7 +152,7 @@ def sweep_unjudged() -> int:
 
 
 def judge_input(turn: Turn) -> JudgeInput:
-    request = turn.request or {}
+    request = turn_request(turn=turn)  # the messages are stored as what each turn added: rebuilt here
     messages = request.get("messages")
     if not isinstance(messages, list):
         # /v1/completions: the prompt is the whole context.
@@ -198,8 +204,13 @@ def judge_for_tenant(*, tenant_id: int) -> Judge:
         return _llm_judge()
     if backend != JudgeRules.Backend.RULE:
         raise ValueError(f"CLAWHUB_JUDGE must be 'rule' or 'llm', not {backend!r}")
-    ruleset = RuleSet.build() if rules is None else RuleSet.build(
-        negative=rules.negative_patterns, positive=rules.positive_patterns, hints=rules.hint_templates,
-        extend_defaults=rules.extend_defaults,
-    )
+    try:
+        ruleset = RuleSet.build() if rules is None else RuleSet.build(
+            negative=rules.negative_patterns, positive=rules.positive_patterns, hints=rules.hint_templates,
+            extend_defaults=rules.extend_defaults,
+        )
+    except ValueError as exc:
+        # Rules saved before patterns were compiled with RE2 and capped: judged by the defaults until fixed.
+        logger.warning("tenant %s: judge rules refused (%s); using the default rules", tenant_id, exc)
+        ruleset = RuleSet.build()
     return RuleJudge(ruleset, votes=settings.CLAWHUB_JUDGE_VOTES)

@@ -55,6 +55,13 @@ class TrainSample:
     reward: the judge's score -1/0/+1 (0 = ambiguous or no next state: no RL signal).
     hints: candidate OPD hints accepted by the judge (may be empty).
     member_id: who produced the turn (group batches cap each member's share; the trainer only reports it).
+    prompt_token_ids: the prompt's token ids exactly as the serving engine rendered them (vLLM's
+        ``prompt_token_ids``). With response_token_ids, the sample is trained on exactly the served sequence
+        (reasoning and tool-call tokens included); without, the prompt is re-rendered from messages with
+        the chat template (and chat_template_kwargs, e.g. enable_thinking) as a fallback.
+    chat_template_kwargs: what the request passed to the chat template, for that fallback.
+    source: which path the caller chose and why ("served ids", or "re-rendered: <why>"); the trainer
+        reports what it actually used per sample.
     """
 
     sample_id: int | str
@@ -66,6 +73,9 @@ class TrainSample:
     reward: int = 0
     hints: list[str] = field(default_factory=list)
     member_id: int | str | None = None
+    prompt_token_ids: list[int] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    source: str = ""
 
     def __post_init__(self) -> None:
         if self.reward not in (-1, 0, 1):

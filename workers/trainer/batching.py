@@ -1,9 +1,17 @@
-"""From TrainSample to model inputs: chat template, response alignment, masks, padding.
+"""From TrainSample to model inputs: served ids (or the chat template), response alignment, masks, padding.
 
-The response tokens trained on must be the tokens the policy sampled, or the ratio rho is meaningless. So we
-prefer the token ids recorded at sampling time, and accept them only if they decode back to the recorded text;
-otherwise the text is re-tokenized and the recorded log-probs are dropped (pi_old is then recomputed from the
-current policy before the update). A sample that cannot be aligned is dropped with a reason the run reports.
+The tokens trained on must be the tokens the policy was served and sampled, or the ratio rho is meaningless.
+So a sample recorded with vLLM's prompt token ids and sampled token ids is trained on exactly those (prompt
+ids + sampled ids, reasoning and tool-call tokens included, with the sampling-time log-probs as pi_old). Only
+a sample without them (another backend, an older turn) is re-rendered: the chat template over the messages
+(with the request's chat_template_kwargs), the recorded response ids when they decode back to the recorded
+text, else the text re-tokenized with pi_old recomputed from the current policy before the update. Every
+encoded sample says which path it took and why (``EncodedSample.alignment``).
+
+A sample longer than max_seq_len loses the start of its prompt (left truncation, recorded; pi_old is then
+recomputed, since the recorded log-probs were taken with the whole prompt): an OpenClaw turn's 13k-token
+prompt still trains, on its most recent context. Only a response that alone does not fit is dropped, or cut
+when truncate_response is set.
 
 Positions: the model's output at sequence position p predicts token p + 1, so the response token t of a sample
 whose prompt has P tokens is predicted at position P - 1 + t. `Batch.logit_index` holds those positions, and
@@ -21,6 +29,9 @@ from torch import Tensor
 from workers.trainer.backend import HINT_TEMPLATE, DroppedSample, TrainSample
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>")
+SERVED = "served ids"
+# Prompt tokens a left-truncated sample keeps at least: below that the response alone is too long.
+MIN_PROMPT_TOKENS = 16
 
 
 @dataclass
@@ -30,9 +41,14 @@ class EncodedSample:
     response_ids: list[int]
     # Recorded log-probs aligned with response_ids, or None when pi_old must come from the current policy.
     old_logprobs: list[float] | None
-    # How the response was obtained: "recorded", or "retokenized: <why>".
+    # How the sequence was obtained: "served ids", or "re-rendered: <why>; <how the response aligned>".
     alignment: str
-    truncated: bool = False
+    truncated: bool = False  # the response was cut to fit
+    prompt_truncated: int = 0  # prompt tokens dropped from the left to fit max_seq_len
+
+    @property
+    def served(self) -> bool:
+        return self.alignment.startswith(SERVED)
 
 
 @dataclass
@@ -63,11 +79,14 @@ def end_token_ids(tokenizer: Any) -> set[int]:
 
 
 def prompt_ids(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> list[int]:
-    """The chat template with add_generation_prompt=True, as the serving engine rendered it."""
+    """The chat template with add_generation_prompt=True, as the serving engine would render it."""
     text = tokenizer.apply_chat_template(
-        messages, tools=tools or None, tokenize=False, add_generation_prompt=True
+        messages, tools=tools or None, tokenize=False, add_generation_prompt=True, **(template_kwargs or {})
     )
     # The template already wrote the special tokens; add_special_tokens would add a BOS some models define.
     return tokenizer.encode(text, add_special_tokens=False)
@@ -113,28 +132,108 @@ def align_response(tokenizer: Any, sample: TrainSample) -> tuple[list[int], list
     return ids, None, f"retokenized: {why}"
 
 
+def _last_user_text(messages: list[dict[str, Any]]) -> str | None:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return None  # how parts are rendered is the template's business: use the fallback
+            return content or ""
+    return None
+
+
+def _boundary(tokenizer: Any, ids: list[int], text: str, position: int) -> int | None:
+    """The k with decode(ids[:k]) == text[:position], by bisection (decoding is monotone in k), or None."""
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(_decode(tokenizer, ids[:mid])) < position:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if _decode(tokenizer, ids[:lo]) == text[:position] else None
+
+
+def _decode(tokenizer: Any, ids: list[int]) -> str:
+    return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def teacher_prompt_ids(
+    tokenizer: Any, enc: EncodedSample, hint: str, *, max_seq_len: int
+) -> tuple[list[int], str]:
+    """The OPD teacher's prompt: the student's prompt with the hint appended to the last user message.
+
+    For a served sample the hint's tokens are inserted into the served prompt ids, right after the last user
+    message's text, so that student and teacher contexts differ only by the hint. A re-rendered sample (or
+    a served one whose last user message cannot be found in its ids) re-renders the hinted messages. The
+    result is left-truncated like the student's prompt. Returns (ids, how they were built).
+    """
+    sample = enc.sample
+    room = max_seq_len - len(enc.response_ids)
+    if enc.served:
+        user_text = _last_user_text(sample.messages)
+        text = _decode(tokenizer, enc.prompt_ids)
+        at = text.rfind(user_text) if user_text else -1
+        if at >= 0:
+            k = _boundary(tokenizer, enc.prompt_ids, text, at + len(user_text))
+            if k is not None:
+                suffix = tokenizer.encode(HINT_TEMPLATE.format(hint=hint), add_special_tokens=False)
+                ids = enc.prompt_ids[:k] + suffix + enc.prompt_ids[k:]
+                return ids[-room:] if len(ids) > room else ids, "hint inserted into the served ids"
+    messages = with_hint(sample.messages, hint)
+    ids = prompt_ids(tokenizer, messages, sample.tools, sample.chat_template_kwargs)
+    return ids[-room:] if len(ids) > room else ids, "re-rendered with the hint"
+
+
 def encode_sample(
     tokenizer: Any, sample: TrainSample, *, max_seq_len: int, truncate_response: bool = False
 ) -> EncodedSample | DroppedSample:
-    try:
-        prompt = prompt_ids(tokenizer, sample.messages, sample.tools)
-    except Exception as exc:  # a malformed prompt must not sink the whole batch
-        return DroppedSample(sample.sample_id, f"chat template failed: {exc}")
-    response, logprobs, alignment = align_response(tokenizer, sample)
-    if not sample.response_text and len(response) <= 1:  # nothing but the stop token
+    if sample.prompt_token_ids and sample.response_token_ids:
+        prompt = list(sample.prompt_token_ids)
+        response = list(sample.response_token_ids)
+        logprobs = sample.response_logprobs
+        alignment = SERVED
+        if logprobs is None or len(logprobs) != len(response):
+            logprobs = None
+            alignment += "; pi_old recomputed (no recorded logprobs for every sampled token)"
+        else:
+            logprobs = list(logprobs)
+    else:
+        why = sample.source.partition(": ")[2] if sample.source.startswith("re-rendered") else ""
+        why = why or ("no served prompt ids" if not sample.prompt_token_ids else "no sampled token ids")
+        try:
+            prompt = prompt_ids(tokenizer, sample.messages, sample.tools, sample.chat_template_kwargs)
+        except Exception as exc:  # a malformed prompt must not sink the whole batch
+            return DroppedSample(sample.sample_id, f"chat template failed: {exc}")
+        response, logprobs, how = align_response(tokenizer, sample)
+        alignment = f"re-rendered: {why}; {how}"
+        if not sample.response_text and len(response) <= 1:  # nothing but the stop token
+            return DroppedSample(sample.sample_id, "empty response")
+    if not response:
         return DroppedSample(sample.sample_id, "empty response")
-    truncated = False
+    truncated, cut = False, 0
     if len(prompt) + len(response) > max_seq_len:
-        room = max_seq_len - len(prompt)
-        if not truncate_response or room < 1:
-            return DroppedSample(
-                sample.sample_id,
-                f"too long: {len(prompt)} prompt + {len(response)} response tokens "
-                f"> max_seq_len {max_seq_len}",
-            )
-        response, truncated = response[:room], True
-        logprobs = logprobs[:room] if logprobs is not None else None
-    return EncodedSample(sample, prompt, response, logprobs, alignment, truncated)
+        room = max_seq_len - len(response)
+        if room >= min(MIN_PROMPT_TOKENS, len(prompt)):
+            # Left truncation: the newest context stays. The recorded log-probs were taken with the whole
+            # prompt, so pi_old is recomputed on what the trainer sees.
+            cut = len(prompt) - room
+            prompt, logprobs = prompt[cut:], None
+            alignment += f"; prompt left-truncated by {cut} tokens, pi_old recomputed"
+        else:
+            room = max_seq_len - min(MIN_PROMPT_TOKENS, len(prompt))
+            if not truncate_response or room < 1:
+                return DroppedSample(
+                    sample.sample_id,
+                    f"too long: the {len(response)}-token response alone leaves no room for the prompt "
+                    f"in max_seq_len {max_seq_len}",
+                )
+            cut = max(0, len(prompt) - MIN_PROMPT_TOKENS)
+            prompt = prompt[cut:]
+            response, truncated = response[:room], True
+            logprobs = None
+            alignment += f"; prompt left-truncated by {cut} tokens, response cut to {room}"
+    return EncodedSample(sample, prompt, response, logprobs, alignment, truncated, cut)
 
 
 def encode_batch(

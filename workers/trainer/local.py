@@ -36,7 +36,7 @@ from workers.trainer.batching import (
     encode_batch,
     end_token_ids,
     pad_values,
-    with_hint,
+    teacher_prompt_ids,
 )
 from workers.trainer.batching import prompt_ids as render_prompt_ids
 from workers.trainer.hints import choose_hint, dedupe_hints, topk_ids, topk_overlap
@@ -458,8 +458,10 @@ class LocalBackend(TrainingBackend):
         for enc in kept:
             key = _key(enc.sample.sample_id)
             for hint in prepared[key]["hints"]:
-                messages = with_hint(enc.sample.messages, hint)
-                teacher_prompt = render_prompt_ids(self.tokenizer, messages, enc.sample.tools)
+                # Built on the student's own ids (served ids + the hint's), left-truncated alike.
+                teacher_prompt, _ = teacher_prompt_ids(
+                    self.tokenizer, enc, hint, max_seq_len=self.config.max_seq_len
+                )
                 if len(teacher_prompt) + len(enc.response_ids) <= self.config.max_seq_len:
                     pairs.append((key, hint, teacher_prompt, enc.response_ids))
         scored: dict[str, list[tuple[str, list[float], Any]]] = {}
