@@ -3,9 +3,15 @@
 import os
 import tempfile
 
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/clawhub")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
-os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+from clawhub.settings.test_isolation import claim_test_slot
+
+# Several test runs may share this machine (and CI runs one): each run claims a slot of its own, so two runs
+# never share a database (pytest-django drops the test database when a run ends) nor a Redis database (a
+# Celery worker of one run would take the other run's tasks). Subprocesses inherit the run's choice.
+_slot = claim_test_slot()
+os.environ.setdefault("DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/clawhub{_slot.suffix}")
+os.environ.setdefault("REDIS_URL", f"redis://127.0.0.1:6379/{_slot.cache_db}")
+os.environ.setdefault("CELERY_BROKER_URL", f"redis://127.0.0.1:6379/{_slot.broker_db}")
 
 from .base import *  # noqa: E402,F403
 from .base import BASE_DIR  # noqa: E402
