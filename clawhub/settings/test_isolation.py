@@ -4,7 +4,7 @@ Redis has 16 numbered databases, so there are 8 slots (pairs 0/1 … 14/15). The
 slot 7 (databases 14 and 15, as before) and an unsuffixed database name; a run that starts while others are
 going takes the next free slot. A slot is held by an flock on a file in the temp folder for as long as the
 run's main process lives, so a killed run frees its slot at once. The choice travels to subprocesses (Celery
-workers, servers) in CLAWHUB_TEST_SLOT, and an explicit DATABASE_URL / REDIS_URL / CELERY_BROKER_URL still wins.
+workers, servers) in CLAWHUB_TEST_SLOT; an explicit DATABASE_URL / REDIS_URL / CELERY_BROKER_URL still wins.
 """
 
 import fcntl
@@ -51,4 +51,4 @@ def claim_test_slot() -> Slot:
         _held.append(handle)
         os.environ[SLOT_VARIABLE] = str(number)
         return Slot(number)
-    raise RuntimeError(f"all {SLOTS} test slots are taken: {SLOTS} test runs are already going on this machine")
+    raise RuntimeError(f"all {SLOTS} test slots are taken: {SLOTS} test runs are going on already")
