@@ -442,12 +442,15 @@ def adapter_promotion_failed(*, version: AdapterVersion, error: str) -> AdapterV
     """The promote task gave up for now (an upstream kept refusing): the pre-loads it left on the upstreams
     that did load the version are removed, and the version goes back to candidate with the error on its
     page; the sweeper sends it again after CLAWHUB_PROMOTION_STUCK_SECONDS."""
-    AdapterVersion.objects.filter(
+    version.refresh_from_db()
+    if version.state not in (AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING):
+        return version
+    _unload_everywhere(version)  # first: once the error shows, nothing of this attempt is left loaded
+    updated = AdapterVersion.objects.filter(
         pk=version.pk, state__in=[AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING]
     ).update(state=AdapterVersion.State.CANDIDATE, promotion_error=error[:2000])
     version.refresh_from_db()
-    if version.state == AdapterVersion.State.CANDIDATE:
-        _unload_everywhere(version)
+    if updated:
         audit_record_for_tenant(
             actor=None,
             action="adapter.promotion_failed",

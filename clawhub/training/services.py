@@ -141,11 +141,11 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
                     code="candidate_in_flight",
                     version=waiting_on.version,
                 )
-            # Samples whose runs keep timing out wait (with their reason) instead of failing batch after batch.
+            # Samples whose runs keep timing out wait (with their reason) instead of failing batch after
+            # batch.
             skip = set(samples_held_back(tenant=tenant)) if actor is None else set()
-            wanted = [
-                s.pk for s in samples_for_training(tenant=tenant, limit=batch_size + len(skip)) if s.pk not in skip
-            ][:batch_size]
+            offered = samples_for_training(tenant=tenant, limit=batch_size + len(skip))
+            wanted = [s.pk for s in offered if s.pk not in skip][:batch_size]
             claimed = list(
                 Sample.objects.select_for_update(skip_locked=True)
                 .filter(
@@ -245,10 +245,21 @@ def runs_kick(*, tenant_ids: list[int] | None = None) -> list[int]:
 
 
 def run_mark_running(*, run_id: int, task_id: str) -> TrainingRun | None:
-    """The task took the run (first delivery or a redelivery). None if the run is no longer open."""
+    """The task took the run (first delivery or a redelivery). None if the run is no longer open. A run
+    delivered CLAWHUB_TRAIN_MAX_ATTEMPTS times without finishing (its worker killed at the hard time limit,
+    again and again) fails as a time-out instead of being redelivered for ever."""
     with transaction.atomic():
         run = TrainingRun.objects.select_for_update().filter(pk=run_id).first()
         if run is None or not run.is_open:
+            return None
+        if run.attempts >= settings.CLAWHUB_TRAIN_MAX_ATTEMPTS:
+            transaction.on_commit(
+                lambda: run_fail(
+                    run_id=run_id,
+                    error=f"delivered {run.attempts} times without finishing (CLAWHUB_TRAIN_MAX_ATTEMPTS)",
+                    failure=TrainingRun.Failure.TIMEOUT,
+                )
+            )
             return None
         run.state = TrainingRun.State.RUNNING
         run.task_id = task_id or run.task_id

@@ -1,6 +1,7 @@
 """The Celery app for the kill test's workers, with each recorded training step slowed down by
 $CLAWHUB_TEST_STEP_DELAY seconds, so that the test can kill the worker between two checkpoints however fast
-the machine is. `celery -A tests.training.slow_worker worker …`"""
+the machine is; with $CLAWHUB_TEST_DIE_AFTER_SUCCEED the worker process dies right after a run is marked
+succeeded, before the promotion is sent. `celery -A tests.training.slow_worker worker …`"""
 
 import os
 import time
@@ -28,3 +29,20 @@ def _slow_steps(**_):
 
     slowed.slowed = True
     services.run_record_step = slowed
+
+
+@task_prerun.connect
+def _die_after_succeed(**_):
+    from clawhub.training import services
+
+    record = services.run_succeed
+    if not os.environ.get("CLAWHUB_TEST_DIE_AFTER_SUCCEED") or getattr(record, "dying", False):
+        return
+
+    def succeed_then_die(**kwargs):
+        ok = record(**kwargs)
+        os._exit(1)  # the committed "succeeded", then nothing: no promote task was sent
+        return ok
+
+    succeed_then_die.dying = True
+    services.run_succeed = succeed_then_die

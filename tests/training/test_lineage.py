@@ -155,5 +155,6 @@ def test_a_batch_that_keeps_timing_out_is_no_longer_claimed_and_says_why(db, sen
     services.run_fail(run_id=fresh.pk, error="x")
     from clawhub.adapters.selectors import tenant_access
 
-    manual = services.run_start(tenant=user.tenant, access=tenant_access(actor=user, tenant_id=user.tenant.pk))
+    access = tenant_access(actor=user, tenant_id=user.tenant.pk)
+    manual = services.run_start(tenant=user.tenant, access=access)
     assert set(held) <= set(manual.sample_ids + manual.heldout_ids)

@@ -30,7 +30,8 @@ STEPS = SAMPLES * EPOCHS  # one sample per optimizer step
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
-def start_worker(tmp_path: Path, step_delay: float = 0.0) -> subprocess.Popen:
+def start_worker(tmp_path: Path, step_delay: float = 0.0, pool: str = "solo", **env: str) -> subprocess.Popen:
+    """A train worker on the test database and broker; ``env`` adds or overrides its environment."""
     db = settings.DATABASES["default"]
     database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     return subprocess.Popen(
@@ -44,7 +45,7 @@ def start_worker(tmp_path: Path, step_delay: float = 0.0) -> subprocess.Popen:
             "-Q",
             "train",
             "--pool",
-            "solo",
+            pool,
             "--concurrency",
             "1",
             "--prefetch-multiplier",
@@ -67,6 +68,7 @@ def start_worker(tmp_path: Path, step_delay: float = 0.0) -> subprocess.Popen:
             "CLAWHUB_ADAPTER_DIR": str(tmp_path / "adapters"),
             # Nothing listens here: the promote task that follows the run just waits to retry.
             "CLAWHUB_UPSTREAMS": '[{"url": "http://127.0.0.1:9", "base_model": "tiny"}]',
+            **env,
         },
     )
 
@@ -106,6 +108,7 @@ def wait_for(predicate, timeout: float, what: str):
 
 def test_killed_worker_resumes_from_checkpoint_without_training_a_sample_twice(tmp_path, settings):
     settings.CLAWHUB_TRAIN_WORKDIR = str(tmp_path / "train")  # run_start names the workdir here
+    settings.CLAWHUB_GATE_HOLDOUT_EVERY = 0  # every claimed sample is trained: the step count is exact
     user = make_user()
     claimed = approved_samples(user, SAMPLES // 2, reward=1) + approved_samples(user, SAMPLES // 2, reward=-1)
     TrainingSettings.objects.create(
