@@ -14,6 +14,11 @@ def turn_for_judging(*, turn_id: int) -> Turn | None:
     return Turn.objects.filter(pk=turn_id).first()
 
 
+def turn_tenant_id(*, turn_id: int) -> int | None:
+    """The tenant a turn belongs to, for the judge's per-tenant concurrency cap (one indexed read)."""
+    return Turn.objects.filter(pk=turn_id).values_list("tenant_id", flat=True).first()
+
+
 def judgment_for_turn(*, turn_id: int) -> Judgment | None:
     return Judgment.objects.filter(turn_id=turn_id).first()
 

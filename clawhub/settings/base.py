@@ -297,6 +297,14 @@ CLAWHUB_JUDGE_TIMEOUT = env.float("CLAWHUB_JUDGE_TIMEOUT", default=120.0)
 # CLAWHUB_JUDGE_TASK_RETRY_DELAY seconds, doubling) before the judgment is stored as failed.
 CLAWHUB_JUDGE_HTTP_RETRIES = env.int("CLAWHUB_JUDGE_HTTP_RETRIES", default=3)
 CLAWHUB_JUDGE_TASK_RETRY_DELAY = env.float("CLAWHUB_JUDGE_TASK_RETRY_DELAY", default=10.0)
+# A judge task that runs past the soft limit stores a failed judgment; the hard limit kills it (and is acked,
+# not redelivered). The defaults leave room for every vote of the LLM judge, retries included.
+CLAWHUB_JUDGE_TASK_SOFT_TIME_LIMIT = env.int("CLAWHUB_JUDGE_TASK_SOFT_TIME_LIMIT", default=600)
+CLAWHUB_JUDGE_TASK_TIME_LIMIT = env.int("CLAWHUB_JUDGE_TASK_TIME_LIMIT", default=660)
+# At most this many judge tasks of one tenant run at once (clawhub/feedback/concurrency.py); the others go back
+# on the queue for CLAWHUB_JUDGE_TENANT_BUSY_DELAY seconds.
+CLAWHUB_JUDGE_TENANT_CONCURRENCY = env.int("CLAWHUB_JUDGE_TENANT_CONCURRENCY", default=2)
+CLAWHUB_JUDGE_TENANT_BUSY_DELAY = env.float("CLAWHUB_JUDGE_TENANT_BUSY_DELAY", default=5.0)
 # With Redis, a task a worker took but never acknowledged (the worker died) is delivered again after this many
 # seconds. It must exceed the longest task run (and any retry countdown), or a slow task runs twice.
 CELERY_BROKER_VISIBILITY_TIMEOUT = env.int("CELERY_BROKER_VISIBILITY_TIMEOUT", default=3600)

@@ -7,7 +7,9 @@ backends with the same output shape:
   ``hint_votes`` times for an on-policy-distillation hint, all concurrently, never more than ``concurrency``
   requests at once.
 - ``RuleJudge`` is deterministic: phrases and patterns that count as negative or positive feedback, tool
-  errors, and hint templates keyed by the rule that matched.
+  errors, and hint templates keyed by the rule that matched. A tenant's own patterns are compiled with RE2, a
+  linear-time engine, so no pattern (``(a+)+$``) can pin a shared judge worker; what RE2 cannot compile
+  (backreferences, lookaround) is refused when the rules are saved.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import re2
 
 from workers.judge import prompts
 from workers.judge.parsing import MIN_HINT_CHARS, boxed_score, extract_hint, majority_vote
@@ -336,10 +339,25 @@ DEFAULT_HINTS: dict[str, str] = {
 _FEEDBACK_CHARS = 300
 
 
+# Caps on one tenant's rules (each list), so that a rule set cannot grow into a slow judge either.
+MAX_TENANT_RULES = 50
+MAX_PATTERN_CHARS = 500
+# RE2's budget for one compiled pattern; a pattern that needs more (huge counted repetitions) is refused.
+_RE2_MAX_MEM = 1 << 20
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.case_sensitive = False
+    options.log_errors = False  # a tenant's bad pattern is their error message, not worker log noise
+    options.max_mem = _RE2_MAX_MEM
+    return options
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
-    pattern: re.Pattern[str]
+    pattern: Any  # re.Pattern for ClawHub's own rules, an RE2 pattern for a tenant's; both have .search()
 
 
 def phrase_pattern(phrase: str) -> str:
@@ -352,9 +370,13 @@ def phrase_pattern(phrase: str) -> str:
     return f"{start}{body}{end}"
 
 
-def compile_rule(spec: str | Mapping[str, Any]) -> Rule:
+def compile_rule(spec: str | Mapping[str, Any], *, trusted: bool = False) -> Rule:
     """A rule from a tenant's configuration: a phrase ("not what I asked"), a regular expression written
-    "re:<pattern>", or {"name", "pattern", "regex": bool}. Raises ValueError with the reason when invalid."""
+    "re:<pattern>", or {"name", "pattern", "regex": bool}. Raises ValueError with the reason when invalid.
+
+    Tenant rules (``trusted`` false) are capped in length and compiled with RE2. ClawHub's own defaults use
+    Python's engine (they need lookbehind) and are reviewed here, not typed in by users.
+    """
     if isinstance(spec, str):
         if spec.startswith("re:"):
             name, pattern, regex = spec, spec[3:], True
@@ -368,10 +390,20 @@ def compile_rule(spec: str | Mapping[str, Any]) -> Rule:
         raise ValueError(f"a rule is a phrase, 're:<pattern>' or {{'name', 'pattern'}}, not {spec!r}")
     if not pattern.strip():
         raise ValueError("a rule's pattern is empty")
+    source = pattern if regex else phrase_pattern(pattern.strip())
+    if trusted:
+        try:
+            return Rule(name=name, pattern=re.compile(source, re.IGNORECASE))
+        except re.error as exc:
+            raise ValueError(f"rule {name!r}: invalid regular expression: {exc}") from exc
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(f"rule {name[:40]!r}: a pattern has at most {MAX_PATTERN_CHARS} characters")
     try:
-        compiled = re.compile(pattern if regex else phrase_pattern(pattern.strip()), re.IGNORECASE)
-    except re.error as exc:
-        raise ValueError(f"rule {name!r}: invalid regular expression: {exc}") from exc
+        compiled = re2.compile(source, _re2_options())
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise ValueError(f"rule {name!r}: invalid regular expression (RE2 syntax: no backreferences or "
+                         f"lookaround): {reason}") from exc
     return Rule(name=name, pattern=compiled)
 
 
@@ -393,7 +425,14 @@ class RuleSet:
     ) -> RuleSet:
         """The default rules plus a tenant's (or the tenant's alone when ``extend_defaults`` is false)."""
         negative, positive, hints = list(negative), list(positive), dict(hints or {})
+        for label, rules in (("negative", negative), ("positive", positive)):
+            if len(rules) > MAX_TENANT_RULES:
+                raise ValueError(f"at most {MAX_TENANT_RULES} {label} rules, not {len(rules)}")
+        compiled_negative = [compile_rule(s) for s in negative]
+        compiled_positive = [compile_rule(s) for s in positive]
         if extend_defaults:
+            compiled_negative = [*_DEFAULT_NEGATIVE_RULES, *compiled_negative]
+            compiled_positive = [*_DEFAULT_POSITIVE_RULES, *compiled_positive]
             negative = [*DEFAULT_NEGATIVE, *negative]
             positive = [*DEFAULT_POSITIVE, *positive]
             hints = {**DEFAULT_HINTS, **hints}
@@ -402,11 +441,15 @@ class RuleSet:
                 raise ValueError("hint templates map a rule name to a text")
         canonical = json.dumps([negative, positive, sorted(hints.items())], sort_keys=True, default=str)
         return cls(
-            negative=tuple(compile_rule(s) for s in negative),
-            positive=tuple(compile_rule(s) for s in positive),
+            negative=tuple(compiled_negative),
+            positive=tuple(compiled_positive),
             hints=hints,
             fingerprint=hashlib.sha256(canonical.encode()).hexdigest()[:12],
         )
+
+
+_DEFAULT_NEGATIVE_RULES = tuple(compile_rule(s, trusted=True) for s in DEFAULT_NEGATIVE)
+_DEFAULT_POSITIVE_RULES = tuple(compile_rule(s, trusted=True) for s in DEFAULT_POSITIVE)
 
 
 def tool_failed(text: str) -> bool:
