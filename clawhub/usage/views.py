@@ -1,5 +1,5 @@
 """The usage page: the user's own usage by day, model and key, and for each group they own or administer, the
-group's usage by member and model."""
+group's usage by member and model; each as two charts (requests with errors, tokens) above its table."""
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -10,6 +10,7 @@ from django.utils.http import urlencode
 
 from clawhub.groups.models import Role
 from clawhub.groups.selectors import groups_for_user
+from clawhub.usage.charts import usage_charts
 from clawhub.usage.selectors import usage_default_range, usage_scope_resolve, usage_summary, usage_totals
 
 
@@ -28,11 +29,16 @@ def _range(request: HttpRequest) -> tuple[RangeForm, dict]:
     return form, {"since": since, "until": until}
 
 
+NOUNS = {"day": "day", "model": "model", "key": "key", "user": "member", "group": "group"}
+
+
 def _summary(scope, dates: dict, *by: str) -> dict:
-    return {
-        **{f"by_{name}": usage_summary(scope=scope, by=name, **dates) for name in by},
-        "totals": usage_totals(scope=scope, **dates),
-    }
+    summary: dict = {"totals": usage_totals(scope=scope, **dates)}
+    for name in by:
+        rows = usage_summary(scope=scope, by=name, **dates)
+        summary[f"by_{name}"] = rows
+        summary[f"charts_{name}"] = usage_charts(rows=rows, by=name, noun=NOUNS[name], **dates)
+    return summary
 
 
 @login_required

@@ -1,0 +1,227 @@
+"""Bar charts as inline SVG, drawn on the server: no JavaScript, no CDN, no plotting library.
+
+``bar_chart`` lays out stacked bars (one stack per category, one segment per series) on a "nice" value axis,
+vertically (days along x) or horizontally (names down the side, where long key and model names stay
+readable), and returns a ``Chart`` whose ``svg`` is the markup. Every piece of text is escaped here, and the
+markup is a ``str`` with ``__html__`` (what Django's and Jinja's escaping take as already safe), so a
+template prints it (``{{ chart.svg }}``) with autoescaping on and no ``mark_safe``. The SVG is accessible on
+its own: ``role="img"`` with a ``<title>`` and a ``<desc>`` that sums up each series, axis labels, a legend,
+and a tooltip per bar; the table under a chart stays the full data.
+
+Plain Python, no Django: the web pages and the benchmarks can both draw with it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from xml.sax.saxutils import escape, quoteattr
+
+# Colour-blind-safe pairs (Okabe-Ito); the series order picks them.
+PALETTE = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#f0e442", "#000000")
+FONT = 'font-family="system-ui, sans-serif"'
+CHAR_PX = 7  # average width of a 12px character, for laying out labels without measuring text
+_ids = itertools.count(1)
+
+
+class Svg(str):
+    """Markup built here, every text in it escaped."""
+
+    def __html__(self) -> str:
+        return str.__str__(self)
+
+
+@dataclass(frozen=True)
+class Bar:
+    category: str
+    series: str
+    value: float
+    x: float
+    y: float
+    width: float
+    height: float
+    color: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    svg: Svg
+    bars: tuple[Bar, ...]
+    series: tuple[str, ...]
+    categories: tuple[str, ...]
+
+    def __html__(self) -> str:
+        return self.svg.__html__()
+
+
+def nice_ticks(top: float, *, count: int = 4) -> list[float]:
+    """0 and about ``count`` round steps (1, 2 or 5 times a power of ten) up to at least ``top``."""
+    if top <= 0:
+        return [0.0, 1.0]
+    raw = top / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    return [step * i for i in range(math.ceil(top / step - 1e-9) + 1)]
+
+
+def short_number(value: float) -> str:
+    """12, 1.5k, 2M: tick labels that fit beside an axis."""
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}" if value != int(value) else str(int(value))
+
+
+def _clip(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[: max(1, chars - 1)] + "…"
+
+
+def bar_chart(
+    *,
+    title: str,
+    categories: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    x_label: str,
+    y_label: str,
+    horizontal: bool = False,
+    width: int = 460,
+    height: int = 240,
+    colors: Sequence[str] = PALETTE,
+    tick_label: Callable[[str], str] = str,
+) -> Chart:
+    """Stacked bars: ``series`` maps a name to one value per category (in ``categories`` order).
+
+    Vertical charts put the categories along x (labels thinned out to fit) and the values up y; horizontal
+    ones put a row per category, the chart growing with the rows. ``x_label``/``y_label`` name the axes as
+    seen (for a horizontal chart, x is the value axis). ``tick_label`` shortens what a vertical chart
+    prints under its bars (tooltips and the description keep the full category)."""
+    names = tuple(series)
+    cats = tuple(str(c) for c in categories)
+    for name, values in series.items():
+        if len(values) != len(cats):
+            raise ValueError(f"series {name!r} has {len(values)} values for {len(cats)} categories")
+    totals = [sum(max(0.0, float(series[n][i])) for n in names) for i in range(len(cats))]
+    ticks = nice_ticks(max(totals, default=0.0))
+    top_value = ticks[-1]
+    color = {name: colors[i % len(colors)] for i, name in enumerate(names)}
+    uid = f"chart{next(_ids)}"
+
+    row = 22
+    label_chars = min(28, max((len(c) for c in cats), default=4)) if horizontal else 0
+    left = (12 + label_chars * CHAR_PX) if horizontal else 56
+    top, right = 48, width - 16
+    if horizontal:
+        height = top + max(1, len(cats)) * row + 44
+    bottom = height - 44
+    value_span = (right - left) if horizontal else (bottom - top)
+
+    def scale(v: float) -> float:
+        return value_span * v / top_value
+
+    bars: list[Bar] = []
+    band = ((bottom - top) if horizontal else (right - left)) / max(1, len(cats))
+    thickness = max(1.0, min(band * 0.72, 36.0))
+    for i, cat in enumerate(cats):
+        start = (top if horizontal else left) + band * i + (band - thickness) / 2
+        base = 0.0
+        for name in names:
+            value = max(0.0, float(series[name][i]))
+            length = scale(value)
+            if horizontal:
+                bar = Bar(cat, name, value, round(left + scale(base), 2), round(start, 2), round(length, 2),
+                          round(thickness, 2), color[name])
+            else:
+                bar = Bar(cat, name, value, round(start, 2), round(bottom - scale(base) - length, 2),
+                          round(thickness, 2), round(length, 2), color[name])
+            bars.append(bar)
+            base += value
+
+    description = _describe(cats, names, series, x_label if horizontal else y_label)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" aria-labelledby="{uid}-title {uid}-desc" {FONT} font-size="12">',
+        f'<title id="{uid}-title">{escape(title)}</title>',
+        f'<desc id="{uid}-desc">{escape(description)}</desc>',
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<text x="8" y="20" font-size="14" font-weight="600" fill="#1d1f23">{escape(title)}</text>',
+    ]
+    out += _legend(names, color, right=right)
+    # Value gridlines and their labels.
+    for tick in ticks:
+        label = escape(short_number(tick))
+        if horizontal:
+            x = round(left + scale(tick), 2)
+            out.append(f'<line x1="{x}" x2="{x}" y1="{top}" y2="{bottom}" stroke="#e4e1dc"/>')
+            out.append(f'<text x="{x}" y="{bottom + 16}" text-anchor="middle" fill="#555b63">{label}</text>')
+        else:
+            y = round(bottom - scale(tick), 2)
+            out.append(f'<line x1="{left}" x2="{right}" y1="{y}" y2="{y}" stroke="#e4e1dc"/>')
+            out.append(f'<text x="{left - 6}" y="{y + 4}" text-anchor="end" fill="#555b63">{label}</text>')
+    # Category labels: every one for rows; along x, as many as fit without overlapping.
+    if horizontal:
+        for i, cat in enumerate(cats):
+            y = round(top + band * i + band / 2 + 4, 2)
+            out.append(f'<text x="{left - 6}" y="{y}" text-anchor="end" fill="#1d1f23">'
+                       f"<title>{escape(cat)}</title>{escape(_clip(cat, label_chars))}</text>")
+    elif cats:
+        shown = [tick_label(c) for c in cats]
+        widest = max(len(c) for c in shown) * CHAR_PX + 8
+        every = max(1, math.ceil(widest / band))
+        for i in range(0, len(cats), every):
+            x = round(left + band * i + band / 2, 2)
+            out.append(f'<text x="{x}" y="{bottom + 16}" text-anchor="middle" fill="#555b63">'
+                       f"{escape(shown[i])}</text>")
+    for bar in bars:
+        if bar.value <= 0:
+            continue
+        tip = f"{bar.category} · {bar.series}: {short_number(bar.value)}"
+        out.append(
+            f'<rect class="bar" x="{bar.x}" y="{bar.y}" width="{bar.width}" height="{bar.height}" '
+            f'fill="{bar.color}" data-series={quoteattr(bar.series)} data-category={quoteattr(bar.category)} '
+            f'data-value="{bar.value:g}"><title>{escape(tip)}</title></rect>'
+        )
+    # Axes and their names.
+    out.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{bottom}" stroke="#1d1f23"/>')
+    out.append(f'<line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="#1d1f23"/>')
+    out.append(f'<text class="axis-label" x="{(left + right) / 2}" y="{height - 8}" text-anchor="middle" '
+               f'fill="#1d1f23">{escape(x_label)}</text>')
+    if horizontal:
+        out.append(f'<text class="axis-label" x="8" y="{top - 10}" fill="#1d1f23">{escape(y_label)}</text>')
+    else:
+        middle = (top + bottom) / 2
+        out.append(f'<text class="axis-label" transform="translate(14 {middle}) rotate(-90)" '
+                   f'text-anchor="middle" fill="#1d1f23">{escape(y_label)}</text>')
+    if not cats or not any(totals):
+        out.append(f'<text x="{(left + right) / 2}" y="{(top + bottom) / 2}" text-anchor="middle" '
+                   'fill="#555b63">No data in this range</text>')
+    out.append("</svg>")
+    return Chart(title=title, svg=Svg("".join(out)), bars=tuple(bars), series=names, categories=cats)
+
+
+def _legend(names: Sequence[str], color: Mapping[str, str], *, right: float) -> list[str]:
+    """Swatches and names, right-aligned on the line under the title."""
+    out, x = [], right
+    for name in reversed(names):
+        x -= len(name) * CHAR_PX
+        out.append(f'<text x="{x}" y="38" fill="#1d1f23">{escape(name)}</text>')
+        x -= 16
+        out.append(f'<rect x="{x}" y="28" width="11" height="11" fill="{color[name]}"/>')
+        x -= 14
+    return out
+
+
+def _describe(cats: Sequence[str], names: Sequence[str], series: Mapping[str, Sequence[float]],
+              value_label: str) -> str:
+    """The sentence a screen reader reads for the chart: the span and each series' total and peak."""
+    if not cats:
+        return "No data."
+    parts = [f"{len(cats)} bars from {cats[0]} to {cats[-1]}" if len(cats) > 1 else f"1 bar: {cats[0]}"]
+    for name in names:
+        values = [float(v) for v in series[name]]
+        peak = max(range(len(values)), key=values.__getitem__)
+        parts.append(f"{name}: {short_number(sum(values))} in all, most at {cats[peak]} "
+                     f"({short_number(values[peak])})")
+    return f"{value_label}. " + "; ".join(parts) + "."
