@@ -301,8 +301,8 @@ CLAWHUB_JUDGE_TASK_RETRY_DELAY = env.float("CLAWHUB_JUDGE_TASK_RETRY_DELAY", def
 # not redelivered). The defaults leave room for every vote of the LLM judge, retries included.
 CLAWHUB_JUDGE_TASK_SOFT_TIME_LIMIT = env.int("CLAWHUB_JUDGE_TASK_SOFT_TIME_LIMIT", default=600)
 CLAWHUB_JUDGE_TASK_TIME_LIMIT = env.int("CLAWHUB_JUDGE_TASK_TIME_LIMIT", default=660)
-# At most this many judge tasks of one tenant run at once (clawhub/feedback/concurrency.py); the others go back
-# on the queue for CLAWHUB_JUDGE_TENANT_BUSY_DELAY seconds.
+# At most this many judge tasks of one tenant run at once (clawhub/feedback/concurrency.py); the others go
+# back on the queue for CLAWHUB_JUDGE_TENANT_BUSY_DELAY seconds.
 CLAWHUB_JUDGE_TENANT_CONCURRENCY = env.int("CLAWHUB_JUDGE_TENANT_CONCURRENCY", default=2)
 CLAWHUB_JUDGE_TENANT_BUSY_DELAY = env.float("CLAWHUB_JUDGE_TENANT_BUSY_DELAY", default=5.0)
 # With Redis, a task a worker took but never acknowledged (the worker died) is delivered again after this many
@@ -346,6 +346,15 @@ CLAWHUB_TRAIN_BASE_MODEL = env.str("CLAWHUB_TRAIN_BASE_MODEL",
 CLAWHUB_TRAIN_BACKEND = env.str("CLAWHUB_TRAIN_BACKEND", default="local")
 # Site defaults of workers.trainer.backend.TrainConfig (JSON object); a tenant's overrides go on top.
 CLAWHUB_TRAIN_DEFAULTS = env.json("CLAWHUB_TRAIN_DEFAULTS", default={})
+# What one tenant may ask of the shared training workers. Upper bounds of TrainConfig fields (JSON field ->
+# maximum, over workers/trainer/backend.py DEFAULT_UPPER_BOUNDS: epochs 10, lora_r 128, lora_alpha 512,
+# micro_batch_size 64, grad_accum 64, mini_batches 64, max_steps 2000, max_seq_len 32768, topk_overlap 64),
+# the largest batch a tenant may set, and its budget (clawhub/training/budget.py; 0 = no limit).
+CLAWHUB_TRAIN_UPPER_BOUNDS = env.json("CLAWHUB_TRAIN_UPPER_BOUNDS", default={})
+CLAWHUB_TRAIN_MAX_BATCH_SIZE = env.int("CLAWHUB_TRAIN_MAX_BATCH_SIZE", default=256)
+CLAWHUB_TRAIN_BUDGET_GPU_SECONDS_PER_DAY = env.int("CLAWHUB_TRAIN_BUDGET_GPU_SECONDS_PER_DAY",
+                                                   default=4 * 3600)
+CLAWHUB_TRAIN_BUDGET_RUNS_PER_HOUR = env.int("CLAWHUB_TRAIN_BUDGET_RUNS_PER_HOUR", default=6)
 # Remote backends' credentials (workers/trainer/remote); empty = that backend cannot be used.
 CLAWHUB_TINKER_API_KEY = env.str("TINKER_API_KEY", default="")
 CLAWHUB_TINKER_BASE_URL = env.str("TINKER_BASE_URL", default="")

@@ -26,3 +26,7 @@ TEST_OUTPUT_DIR = BASE_DIR / "test-output"
 # The capture consumer runs as a thread of each test gateway, on a stream and spool folder of its own.
 CAPTURE_CONSUMER_IN_PROCESS = True
 CAPTURE_SPOOL_DIR = os.path.join(tempfile.gettempdir(), f"clawhub-test-capture-{os.getpid()}")
+# The per-tenant training budget (clawhub/training/budget.py) is off here: tests start many runs of one tenant
+# within seconds. tests/security/test_training_limits.py turns it on.
+CLAWHUB_TRAIN_BUDGET_GPU_SECONDS_PER_DAY = 0
+CLAWHUB_TRAIN_BUDGET_RUNS_PER_HOUR = 0

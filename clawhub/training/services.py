@@ -25,6 +25,7 @@ from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
 from clawhub.review.models import Sample
 from clawhub.review.selectors import samples_for_training, trainable_count
 from clawhub.tenants.models import Tenant
+from clawhub.training import budget
 from clawhub.training.models import Backend, Method, TrainingRun, TrainingSettings
 from clawhub.training.selectors import (
     backend_for,
@@ -41,12 +42,15 @@ TRAIN_TASK = "clawhub.train.run"
 
 
 def _validate_config(config: dict[str, Any]) -> None:
-    from workers.trainer.backend import TrainConfig  # plain dataclasses: no torch is imported
+    from workers.trainer.backend import TrainConfig, bound_problems  # plain dataclasses: no torch is imported
 
     try:
-        TrainConfig.from_dict(config)
+        too_big = bound_problems(TrainConfig.from_dict(config), settings.CLAWHUB_TRAIN_UPPER_BOUNDS)
     except (TypeError, ValueError) as exc:
         raise ValidationFailed(str(exc), field="overrides") from None
+    if too_big:  # what one tenant may ask of a shared GPU (security review, finding 3)
+        raise ValidationFailed("Training settings out of range: " + "; ".join(too_big) + ".",
+                               field="overrides")
 
 
 # --- settings -----------------------------------------------------------------------------------------------
@@ -86,9 +90,11 @@ def training_settings_update(
             )
         ts.overrides, changes["overrides"] = overrides, overrides
     if batch_size is not None:
-        if batch_size < 0 or batch_size > 4096:
+        if batch_size < 0 or batch_size > settings.CLAWHUB_TRAIN_MAX_BATCH_SIZE:
             raise ValidationFailed(
-                "batch_size must be between 1 and 4096 (0 = the site default).", field="batch_size"
+                f"batch_size: allowed range is 1–{settings.CLAWHUB_TRAIN_MAX_BATCH_SIZE} "
+                "(0 = the site default).",
+                field="batch_size",
             )
         ts.batch_size, changes["batch_size"] = batch_size or None, batch_size
     if auto_start is not None:
@@ -122,6 +128,7 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
     batch_size = batch_size_for(ts)
     config = effective_config(ts)
     _validate_config(config)
+    budget.budget_check(tenant=tenant, access=access)  # 429 over the tenant's GPU-seconds or runs per hour
     try:
         with transaction.atomic():
             Tenant.objects.select_for_update().get(pk=tenant.pk)  # one start per tenant at a time
@@ -225,7 +232,7 @@ def runs_kick(*, tenant_ids: list[int] | None = None) -> list[int]:
     if tenant_ids is not None:
         candidates = candidates.filter(tenant_id__in=tenant_ids)
     started = []
-    for row in candidates:
+    for row in budget.fair_order(candidates):  # least-served tenants first; over-budget ones wait
         tenant = Tenant.objects.select_related("group", "user").get(pk=row["tenant_id"])
         ts = training_settings_for(tenant=tenant)
         if (

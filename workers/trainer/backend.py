@@ -241,6 +241,31 @@ class TrainConfig:
         return cls(**data)
 
 
+# Allowed ranges of the settings that decide how long a run holds its worker and how much memory it takes.
+# The dataclass checks only what makes sense at all; these are what one tenant may ask of a shared GPU. The
+# operator changes them with CLAWHUB_TRAIN_UPPER_BOUNDS (a JSON object of field -> maximum).
+LOWER_BOUNDS: dict[str, int] = {
+    "epochs": 1, "lora_r": 1, "lora_alpha": 1, "micro_batch_size": 1, "grad_accum": 1, "mini_batches": 1,
+    "max_steps": 1, "max_seq_len": 16, "topk_overlap": 1,
+}
+DEFAULT_UPPER_BOUNDS: dict[str, int] = {
+    "epochs": 10, "lora_r": 128, "lora_alpha": 512, "micro_batch_size": 64, "grad_accum": 64,
+    "mini_batches": 64, "max_steps": 2000, "max_seq_len": 32768, "topk_overlap": 64,
+}
+
+
+def bound_problems(config: TrainConfig, upper: dict[str, int] | None = None) -> list[str]:
+    """What in ``config`` is above its upper bound (``DEFAULT_UPPER_BOUNDS`` updated with ``upper``), each
+    with the allowed range, so the message says what to ask for instead."""
+    bounds = {**DEFAULT_UPPER_BOUNDS, **(upper or {})}
+    problems = []
+    for name, most in bounds.items():
+        value = getattr(config, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > most:
+            problems.append(f"{name}={value}: allowed range is {LOWER_BOUNDS.get(name, 0)}–{most}")
+    return problems
+
+
 @dataclass
 class DroppedSample:
     sample_id: int | str
