@@ -1,7 +1,14 @@
-"""Helpers for running README command 1 (`./dev run`) from a clean clone and talking to it over HTTP only."""
+"""Helpers for running README command 1 (`./dev run`) from a clean clone and talking to it over HTTP only.
+
+The full stack takes minutes to start on two cores, so the tests that need one share a single `./dev run`
+(the ``shared_stack`` session fixture): the real OpenClaw CLI tests, the vLLM restart test and the README
+test, which is the one that stops it (Ctrl-C) and must therefore run last (it does: its file sorts after the
+others). Each test signs up its own user, so their sessions, samples and adapters stay apart.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -24,6 +31,23 @@ STOP_TIMEOUT_S = 60
 # Settings of the test session (PostgreSQL, Redis, the test settings module) must not leak into the embedded
 # run: it is the default a newcomer gets, with nothing configured.
 STRIPPED_ENV_PREFIXES = ("DJANGO_", "DATABASE_", "REDIS_", "CELERY_", "CLAWHUB_", "GATEWAY_")
+# The shared stack's settings: what the README test needs to see a whole training loop quickly.
+TRAINING_BATCH_SIZE = 4
+STACK_ENV = {
+    # A small batch, and the periodic kick (celery beat) looking for a full one every 5 s instead of 30 s.
+    "CLAWHUB_TRAINING_BATCH_SIZE": str(TRAINING_BATCH_SIZE),
+    "CLAWHUB_TRAIN_KICK_SECONDS": "5",
+    # The eval gate still runs for real (the candidate and the base model answer held-out prompts, scored by
+    # the style reward), but it cannot reject: that reward is -1 or +1, so two means differ by at most 2, and
+    # the margin is 2. What the tiny random model writes must not decide whether a test passes. Two
+    # prompts of 16 tokens keep the gate quick on two CPU cores.
+    "CLAWHUB_EVAL_MARGIN": "2.0",
+    "CLAWHUB_EVAL_PROMPTS": "2",
+    "CLAWHUB_EVAL_MAX_TOKENS": "16",
+}
+# For iterating only (never set in CI): a JSON object of extra settings for the shared stack, e.g. another
+# CLAWHUB_BASE_MODEL. Read here, in the test process; the stack itself still gets a stripped environment.
+EXTRA_STACK_ENV = json.loads(os.environ.get("CLAWHUB_TEST_STACK_ENV") or "{}")
 
 
 def free_port() -> int:
@@ -125,16 +149,47 @@ def running(argv: list[str], cwd: Path, data_dir: Path, log_dir: Path, *, stop_s
         stack.record_processes()
         yield stack
     finally:
-        stack.record_processes()
-        if proc.poll() is None:
-            os.killpg(proc.pid, stop_signal)
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # the returncode (-9) tells the test it did not stop
-                proc.wait(timeout=10)
-        stack.left = stack.left_running()
-        stack.kill_leftovers()
+        stop(stack, stop_signal)
+
+
+def stop(stack: Stack, stop_signal: int = signal.SIGINT) -> None:
+    """Stops a running command as Ctrl-C does and waits for it; lists and kills what it left running. Once
+    stopped, calling it again changes nothing."""
+    proc = stack.proc
+    stack.record_processes()
+    if proc.poll() is None:
+        os.killpg(proc.pid, stop_signal)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the returncode (-9) tells the test it did not stop
+            proc.wait(timeout=10)
+    stack.left = stack.left_running()
+    stack.kill_leftovers()
+
+
+@dataclass
+class SharedStack:
+    stack: Stack
+    clone: Path
+    data_dir: Path
+    logs: Path
+
+
+@pytest.fixture(scope="session")
+def _shared_stack(tmp_path_factory) -> Iterator[SharedStack]:
+    root = tmp_path_factory.mktemp("shared-stack")
+    clone = make_clone(root / "clone")
+    with dev_run(clone, root / "data", root / "logs", **{**STACK_ENV, **EXTRA_STACK_ENV}) as stack:
+        yield SharedStack(stack, clone, root / "data", root / "logs")
+
+
+@pytest.fixture
+def shared_stack(_shared_stack) -> SharedStack:
+    """The session's one `./dev run` (see the module docstring), still running."""
+    if _shared_stack.stack.proc.poll() is not None:
+        pytest.fail("the shared ./dev run was already stopped (by the README test, which must run last)")
+    return _shared_stack
 
 
 def dev_run(clone: Path, data_dir: Path, log_dir: Path, **kwargs):

@@ -18,12 +18,13 @@ import pytest
 
 from tests.embedded.conftest import (
     ROOT,
+    TRAINING_BATCH_SIZE,
     Stack,
     dev_run,
-    make_clone,
     post,
     running,
     signed_in_client,
+    stop,
     wait_for,
 )
 
@@ -41,19 +42,7 @@ MORE_FEEDBACK = {"s-bold": "Please don't use bold, just plain sentences.",
                  "s-next": "Thank you, that works. Next question coming."}
 AFTER_SESSION = "s-after"  # the chat served by the new adapter
 ALL_TURNS = {**EXPECTED_TURNS, **{session: 2 for session in MORE_FEEDBACK}, AFTER_SESSION: 1}
-BATCH_SIZE = 4
-TRAINING_ENV = {
-    # A small batch, and the periodic kick (celery beat) looking for a full one every 5 s instead of 30 s.
-    "CLAWHUB_TRAINING_BATCH_SIZE": str(BATCH_SIZE),
-    "CLAWHUB_TRAIN_KICK_SECONDS": "5",
-    # The eval gate still runs for real (the candidate and the base model answer held-out prompts, scored by
-    # the style reward), but it cannot reject: that reward is -1 or +1, so two means differ by at most 2, and
-    # the margin is 2. What the tiny random model writes must not decide whether this test passes. Two
-    # prompts of 16 tokens keep the gate quick on two CPU cores.
-    "CLAWHUB_EVAL_MARGIN": "2.0",
-    "CLAWHUB_EVAL_PROMPTS": "2",
-    "CLAWHUB_EVAL_MAX_TOKENS": "16",
-}
+BATCH_SIZE = TRAINING_BATCH_SIZE
 PROMOTION_TIMEOUT_S = 240  # kick, train on CPU (torch import included), gate, pre-load, switch
 # The gateway caches a tenant's active adapter for GATEWAY_ADAPTER_CACHE_SECONDS (2 s by default).
 ADAPTER_CACHE_GRACE_S = 3.0
@@ -68,48 +57,48 @@ TINY_LR = 2e-3
 SAME_LOGPROB_TOL = 1e-3
 
 
-def test_readme_command_runs_the_whole_stack_and_ctrl_c_stops_it(tmp_path):
-    clone = make_clone(tmp_path / "clone")
-    data_dir, logs = tmp_path / "data", tmp_path / "logs"
+def test_readme_command_runs_the_whole_stack_and_ctrl_c_stops_it(shared_stack):
+    """Runs last of the tests on the shared stack (its file sorts last): it stops it."""
+    stack, clone, data_dir, logs = (shared_stack.stack, shared_stack.clone, shared_stack.data_dir,
+                                    shared_stack.logs)
+    printed = stack.output()
+    assert f"{stack.url}/signup/" in printed
+    assert f"base URL {stack.url}/v1, model id {MODEL}" in printed and f"{stack.url}/keys/" in printed
+    ready = httpx.get(f"{stack.url}/readyz", timeout=10)
+    assert ready.status_code == 200, ready.text  # database, broker and vLLM all answer
+    started = _command_lines(stack)
+    assert any(".venv-vllm/bin/vllm serve" in line and "--enable-lora" in line for line in started)
+    for child in ("uvicorn clawhub.asgi:application", "celery -A workers.celery worker",
+                  "celery -A workers.celery beat"):
+        assert any(child in line for line in started), (child, started)
 
-    with dev_run(clone, data_dir, logs, **TRAINING_ENV) as stack:
-        printed = stack.output()
-        assert f"{stack.url}/signup/" in printed
-        assert f"base URL {stack.url}/v1, model id {MODEL}" in printed and f"{stack.url}/keys/" in printed
-        ready = httpx.get(f"{stack.url}/readyz", timeout=10)
-        assert ready.status_code == 200, ready.text  # database, broker and vLLM all answer
-        started = _command_lines(stack)
-        assert any(".venv-vllm/bin/vllm serve" in line and "--enable-lora" in line for line in started)
-        for child in ("uvicorn clawhub.asgi:application", "celery -A workers.celery worker",
-                      "celery -A workers.celery beat"):
-            assert any(child in line for line in started), (child, started)
+    http = signed_in_client(stack.url, EMAIL, PASSWORD, signup=True)
+    created = post(http, "/api/keys/", {"name": "laptop"})
+    assert created.status_code == 201, created.text
+    secret = created.json()["secret"]
+    # The OpenClaw block shown with the secret points at this run's own address (CLAWHUB_PORT).
+    assert f'"{stack.url}/v1"' in json.dumps(created.json()["openclaw"])
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=secret, max_retries=0, timeout=120)
+    assert MODEL in {m.id for m in client.models.list()}
 
-        http = signed_in_client(stack.url, EMAIL, PASSWORD, signup=True)
-        created = post(http, "/api/keys/", {"name": "laptop"})
-        assert created.status_code == 201, created.text
-        secret = created.json()["secret"]
-        # The OpenClaw block shown with the secret points at this run's own address (CLAWHUB_PORT).
-        assert f'"{stack.url}/v1"' in json.dumps(created.json()["openclaw"])
-        client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=secret, max_retries=0, timeout=120)
-        assert MODEL in {m.id for m in client.models.list()}
+    chat_sessions(client)
+    sessions = wait_for(lambda: _sessions_with_turns(http, EXPECTED_TURNS), timeout=60,
+                        what="the three sessions and their turns did not appear")
+    assert all(s["model"] == MODEL for s in sessions)
+    first_turns = {s["external_id"]: _first_turn_id(http, s["id"]) for s in sessions}
 
-        chat_sessions(client)
-        sessions = wait_for(lambda: _sessions_with_turns(http, EXPECTED_TURNS), timeout=60,
-                            what="the three sessions and their turns did not appear")
-        assert all(s["model"] == MODEL for s in sessions)
-        first_turns = {s["external_id"]: _first_turn_id(http, s["id"]) for s in sessions}
+    # Each first turn got its next state from the follow-up; the worker judged it and review took it.
+    judged = {first_turns["s-correct"], first_turns["s-thanks"]}
+    samples = wait_for(lambda: _samples_for(http, judged), timeout=120,
+                       what="the worker did not judge the first turns")
+    by_turn = {s["turn_id"]: s for s in samples}
+    corrected, thanked = by_turn[first_turns["s-correct"]], by_turn[first_turns["s-thanks"]]
+    assert (corrected["reward"], corrected["has_hint"]) == (-1, True)
+    assert thanked["reward"] == 1
 
-        # Each first turn got its next state from the follow-up; the worker judged it and review took it.
-        judged = {first_turns["s-correct"], first_turns["s-thanks"]}
-        samples = wait_for(lambda: _samples_for(http, judged), timeout=120,
-                           what="the worker did not judge the first turns")
-        by_turn = {s["turn_id"]: s for s in samples}
-        corrected, thanked = by_turn[first_turns["s-correct"]], by_turn[first_turns["s-thanks"]]
-        assert (corrected["reward"], corrected["has_hint"]) == (-1, True)
-        assert thanked["reward"] == 1
+    tenant_id, version, batch = check_adapter_training(stack, http, client, samples)
 
-        tenant_id, version, batch = check_adapter_training(stack, http, client, samples)
-
+    stop(stack)  # Ctrl-C
     assert stack.proc.returncode == 0, stack.output()[-3000:]
     assert len(stack.seen) >= 5  # the command, web, worker, beat and vLLM at least
     assert not stack.left, f"still running after Ctrl-C: {stack.left}"
