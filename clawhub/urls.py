@@ -29,4 +29,5 @@ urlpatterns = [
     path("", include("clawhub.review.urls")),
     path("", include("clawhub.training.urls")),
     path("", include("clawhub.web.urls")),
+    path("", include("clawhub.web.onboarding_urls")),
 ]

@@ -50,7 +50,7 @@ def signup(request):
             if settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION:
                 return render(request, "accounts/verify_sent.html", {"email": user.email})
             login(request, user)
-            return redirect("dashboard")
+            return redirect("onboarding")  # "connect OpenClaw": a key, the config, a test request
     return render(request, "accounts/signup.html", {"form": form})
 
 

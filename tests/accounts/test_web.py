@@ -40,7 +40,7 @@ def test_signup_page_logs_in_and_redirects_to_the_dashboard(browser):
     assert page.status_code == 200 and b'name="csrfmiddlewaretoken"' in page.content
     response = browser.post("/signup/", {"email": "New@Example.com", "display_name": "Nina",
                                          "new_password1": PASSWORD, "new_password2": PASSWORD})
-    assert response.status_code == 302 and response["Location"] == "/dashboard/"
+    assert response.status_code == 302 and response["Location"] == "/onboarding/"  # connect OpenClaw first
     assert _logged_in(browser)
     assert User.objects.get(email="new@example.com").display_name == "Nina"
 

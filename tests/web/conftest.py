@@ -1,8 +1,16 @@
 """Browser fixtures for the web pages: Debian's Chromium driven by Playwright (never a downloaded browser)."""
 
 import os
+import threading
+from dataclasses import dataclass
 
 import pytest
+import uvicorn
+from django.conf import settings
+
+from clawhub.gateway.app import Gateway
+from clawhub.gateway.config import GatewayConfig
+from tests.gateway.conftest import fake, fake_upstream, free_port, wait_until  # noqa: F401
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -29,3 +37,46 @@ def laptop_page(chromium):
     page = context.new_page()
     yield page
     context.close()
+
+
+@dataclass
+class Site:
+    """The whole web process as ``./dev run`` serves it (Django pages and static files, and /v1 on the same
+    origin) over real HTTP, with the gateway in front of the fake upstream and capture writing to the test
+    database."""
+
+    url: str
+    gateway: Gateway
+
+    @property
+    def v1(self) -> str:
+        return f"{self.url}/v1"
+
+
+@pytest.fixture
+def site(transactional_db, fake):  # noqa: F811
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+    from django.core.asgi import get_asgi_application
+
+    config = GatewayConfig.from_settings(
+        upstreams=[{"url": fake.url, "base_model": "tiny", "max_adapters": 8, "api_key": ""}],
+        health_interval=0.5, redis_url=settings.REDIS_URL)
+    gateway = Gateway(config)  # no store: the real capture path (hand-off, in-process consumer, database)
+    django_app = ASGIStaticFilesHandler(get_asgi_application())
+
+    async def app(scope, receive, send):  # the routing of clawhub/asgi.py, around this test's gateway
+        path = scope.get("path", "")
+        if scope["type"] == "lifespan" or path == "/v1" or path.startswith("/v1/"):
+            await gateway(scope, receive, send)
+        else:
+            await django_app(scope, receive, send)
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout=20)
+    yield Site(f"http://127.0.0.1:{port}", gateway)
+    server.should_exit = True
+    thread.join(20)

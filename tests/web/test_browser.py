@@ -33,7 +33,7 @@ def test_signup_create_key_see_openclaw_block_logout(live_server, page, output_d
     page.fill("input[name=new_password1]", "a-long-and-unusual-passphrase-7")
     page.fill("input[name=new_password2]", "a-long-and-unusual-passphrase-7")
     page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/dashboard/")
+    page.wait_for_url(f"{live_server.url}/onboarding/")
 
     page.goto(f"{live_server.url}/keys/")
     page.fill("form.key-form input[name=name]", "laptop agent")

@@ -1,0 +1,120 @@
+// The onboarding page's few behaviours, without a framework or a CDN: copy buttons, the test request, and a
+// checklist that refreshes itself (it asks the server for its HTML every few seconds until every step is done).
+(function () {
+  "use strict";
+
+  function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
+    // Plain http (not localhost): the Clipboard API is off, the old selection route still works.
+    var area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.style.position = "fixed";
+    area.style.opacity = "0";
+    document.body.appendChild(area);
+    area.select();
+    var ok = document.execCommand("copy");
+    document.body.removeChild(area);
+    return ok ? Promise.resolve() : Promise.reject(new Error("copy refused"));
+  }
+
+  function addCopyButton(target, label) {
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "copy";
+    button.textContent = "Copy";
+    button.setAttribute("aria-label", "Copy " + label);
+    button.dataset.copyTarget = target.id;
+    button.addEventListener("click", function () {
+      copyText(target.textContent.trim()).then(function () {
+        button.textContent = "Copied";
+      }, function () {
+        button.textContent = "Select and copy by hand";
+      });
+      setTimeout(function () { button.textContent = "Copy"; }, 2500);
+    });
+    if (target.tagName === "PRE") {
+      // Over the block's top-right corner, so the block keeps its full width.
+      var wrap = document.createElement("div");
+      wrap.className = "copy-wrap";
+      target.parentNode.insertBefore(wrap, target);
+      wrap.appendChild(button);
+      wrap.appendChild(target);
+    } else {
+      target.parentNode.insertBefore(button, target);
+    }
+  }
+
+  var copyable = {"key-secret": "the key", "openclaw-config": "the OpenClaw config",
+                  "openclaw-onboard": "the onboard commands"};
+  Object.keys(copyable).forEach(function (id) {
+    var el = document.getElementById(id);
+    if (el) addCopyButton(el, copyable[id]);
+  });
+
+  var test = document.getElementById("test-request");
+  if (test) {
+    test.addEventListener("click", function () {
+      var out = document.getElementById("test-answer");
+      var secret = document.getElementById(test.dataset.secretFrom).textContent.trim();
+      out.hidden = false;
+      out.className = "test-answer pending";
+      out.textContent = "Waiting for the model…";
+      test.disabled = true;
+      var started = performance.now();
+      fetch(test.dataset.endpoint, {
+        method: "POST",
+        credentials: "omit",  // the key authenticates, not the session
+        headers: {"Content-Type": "application/json", "Authorization": "Bearer " + secret,
+                  "X-Turn-Type": "side", "X-Session-Done": "true"},
+        body: JSON.stringify({model: test.dataset.model, max_tokens: 48,
+                              messages: [{role: "user", content: test.dataset.prompt}]})
+      }).then(function (response) {
+        return response.json().catch(function () { return {}; }).then(function (body) {
+          var seconds = ((performance.now() - started) / 1000).toFixed(1);
+          if (!response.ok) {
+            var message = (body.error && body.error.message) || ("HTTP " + response.status);
+            throw new Error(message);
+          }
+          var choice = (body.choices || [])[0] || {};
+          var text = ((choice.message || {}).content || "").trim();
+          out.className = "test-answer ok";
+          out.textContent = "";
+          var head = document.createElement("strong");
+          head.textContent = body.model + " answered in " + seconds + " s:";
+          var answer = document.createElement("blockquote");
+          answer.id = "test-answer-text";
+          answer.textContent = text || "(an empty reply)";
+          out.appendChild(head);
+          out.appendChild(answer);
+        });
+      }).catch(function (error) {
+        out.className = "test-answer failed";
+        out.textContent = "The test request failed: " + error.message;
+      }).finally(function () {
+        test.disabled = false;
+        refresh();
+      });
+    });
+  }
+
+  var box = document.getElementById("checklist");
+  var timer = null;
+  function allDone() {
+    var list = box.querySelector(".checklist");
+    return list && list.dataset.complete === "true";
+  }
+  function refresh() {
+    if (!box) return Promise.resolve();
+    return fetch(box.dataset.pollUrl, {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) { if (html !== null) box.innerHTML = html; })
+      .catch(function () { /* offline for a moment: the next poll tries again */ });
+  }
+  function poll() {
+    if (allDone()) return;
+    timer = setTimeout(function () { refresh().then(poll); }, 1000 * Number(box.dataset.pollSeconds || 3));
+  }
+  if (box) poll();
+  window.addEventListener("pagehide", function () { if (timer) clearTimeout(timer); });
+})();
