@@ -93,6 +93,27 @@ def _revoke_keys(*, group: Group, actor: User, owner: User | None = None, ip: st
     return count
 
 
+def _revoke_invitations_beyond(*, group: Group, inviter: User, role: Role | None, actor: User | None,
+                               ip: str | None, reason: str) -> int:
+    """Revokes the open invitations ``inviter`` made in the group that their role now (``role``; None when
+    they are no longer in the group) could not make. An invitation speaks with its inviter's authority, so it
+    must not outlive it: a removed or demoted admin's links would otherwise still let people in."""
+    count = 0
+    now = timezone.now()
+    open_ones = Invitation.objects.select_for_update().filter(
+        group=group, invited_by=inviter, accepted_at__isnull=True, declined_at__isnull=True,
+        revoked_at__isnull=True, expires_at__gt=now)
+    for invitation in open_ones:
+        if role is not None and can_grant(role, Role(invitation.role)):
+            continue
+        invitation.revoked_at = now
+        invitation.save(update_fields=["revoked_at"])
+        audit_record(actor=actor, action="invitation.revoke", target=invitation, subject_user=inviter,
+                     group=group, ip=ip, email=invitation.email, role=invitation.role, reason=reason)
+        count += 1
+    return count
+
+
 def invitation_link(*, token: str) -> str:
     """The absolute URL an invitee opens to accept or decline."""
     return f"{settings.PUBLIC_BASE_URL}{reverse('invitation', kwargs={'token': token})}"
@@ -152,6 +173,8 @@ def group_transfer_ownership(
     # Demote first: the one_owner_per_group constraint forbids two owners even for an instant.
     old.role = Role.ADMIN
     old.save(update_fields=["role"])
+    _revoke_invitations_beyond(group=group, inviter=actor, role=Role.ADMIN, actor=actor, ip=ip,
+                               reason="no longer the owner")
     previous_role = target.role
     target.role = Role.OWNER
     target.save(update_fields=["role"])
@@ -190,6 +213,8 @@ def membership_change_role(
         return membership
     membership.role = new_role
     membership.save(update_fields=["role"])
+    _revoke_invitations_beyond(group=group, inviter=user, role=new_role, actor=actor, ip=ip,
+                               reason=f"inviter now {new_role.value}")
     revoked = 0
     if ROLE_RANK[new_role] < ROLE_RANK[Role.MEMBER]:
         revoked = _revoke_keys(group=group, actor=actor, owner=user, ip=ip,
@@ -215,6 +240,8 @@ def membership_remove(*, actor: User, group: Group, user: User, ip: str | None =
     if not can_remove(actor_role, role):
         raise PermissionDenied("Only the owner may remove admins.")
     revoked = _revoke_keys(group=group, actor=actor, owner=user, ip=ip, reason="removed from group")
+    _revoke_invitations_beyond(group=group, inviter=user, role=None, actor=actor, ip=ip,
+                               reason="inviter removed from group")
     audit_record(actor=actor, action="membership.remove", target=membership, subject_user=user, group=group,
                  ip=ip, role=role.value, keys_revoked=revoked)
     membership.delete()
@@ -230,6 +257,8 @@ def membership_leave(*, actor: User, group: Group, ip: str | None = None) -> Non
     _lock_group(group)
     membership = Membership.objects.get(group=group, user=actor)
     revoked = _revoke_keys(group=group, actor=actor, owner=actor, ip=ip, reason="left group")
+    _revoke_invitations_beyond(group=group, inviter=actor, role=None, actor=actor, ip=ip,
+                               reason="inviter left group")
     audit_record(actor=actor, action="membership.leave", target=membership, subject_user=actor, group=group,
                  ip=ip, role=role.value, keys_revoked=revoked)
     membership.delete()
@@ -335,6 +364,12 @@ def _open_invitation_for(*, token: str, user: User) -> Invitation:
             "This invitation was sent to another email address; sign in with that address to answer it.",
             code="wrong_email",
         )
+    if invitation.email and user.email_verified_at is None:
+        # Anyone can sign up with an address; only its mailbox's owner may take a seat meant for it.
+        raise PermissionDenied(
+            "Confirm your email address first (follow the link we sent you); then accept the invitation.",
+            code="email_unverified",
+        )
     return invitation
 
 
@@ -346,6 +381,11 @@ def invitation_accept(*, actor: User, token: str, ip: str | None = None) -> Memb
     _lock_group(group)
     if Membership.objects.filter(group=group, user=actor).exists():
         raise Conflict("You are already a member of this group.", code="already_member")
+    # Checked again here, whatever revoked or not: the inviter must still be able to grant the role now.
+    inviter_role = role_of(group=group, user=invitation.invited_by) if invitation.invited_by else None
+    if not can_grant(inviter_role, Role(invitation.role)):
+        raise ValidationFailed(_CLOSED_MESSAGES["revoked"], code="invitation_revoked",
+                               status_detail="revoked")
     membership = Membership.objects.create(group=group, user=actor, role=invitation.role)
     invitation.accepted_by = actor
     invitation.accepted_at = timezone.now()

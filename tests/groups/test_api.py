@@ -2,6 +2,7 @@ import re
 
 import pytest
 from django.core import mail
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from clawhub.groups.models import Role
@@ -153,7 +154,7 @@ def test_invitee_flow_over_the_api(crew, api_as, django_capture_on_commit_callba
     assert created.status_code == 201 and created.json()["link"] is None
     # The invitee learns the token from the mail only.
     token = re.search(r"/invitations/([\w-]+)/", mail.outbox[0].body).group(1)
-    newbie = make_user(email="new@example.com")
+    newbie = make_user(email="new@example.com", email_verified_at=timezone.now())
     client = api_as(newbie)
     detail = client.get(f"/api/invitations/{token}/").json()
     assert detail["group"] == {"name": "Crew", "slug": "crew"} and detail["role"] == "viewer"

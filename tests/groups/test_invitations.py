@@ -57,7 +57,7 @@ def test_no_mail_when_the_invitation_is_rolled_back(crew, mailoutbox, django_cap
 
 def test_invitee_with_that_email_accepts_once(crew):
     invitation, token = invite(crew, email="Newbie@example.com", role=Role.VIEWER)
-    newbie = make_user(email="newbie@example.com")
+    newbie = make_user(email="newbie@example.com", email_verified_at=timezone.now())
     membership = invitation_accept(actor=newbie, token=token, ip="10.1.1.2")
     assert membership.role == Role.VIEWER
     assert role_of(group=crew.group, user=newbie) == Role.VIEWER
@@ -106,7 +106,7 @@ def test_revoked_invitation_is_refused(crew):
 
 def test_declined_invitation_cannot_be_accepted(crew):
     invitation, token = invite(crew, email="newbie@example.com")
-    newbie = make_user(email="newbie@example.com")
+    newbie = make_user(email="newbie@example.com", email_verified_at=timezone.now())
     invitation_decline(actor=newbie, token=token)
     invitation.refresh_from_db()
     assert invitation_status(invitation) == "declined"

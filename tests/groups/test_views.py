@@ -134,7 +134,7 @@ def test_invitation_page_decline_expired_and_wrong_email(crew, web_as):
     token = token_of(link)
     wrong = page(web_as(make_user()).get(f"/invitations/{token}/"))
     assert "sent to pal@example.com" in wrong and 'value="accept"' not in wrong
-    pal = make_user(email="pal@example.com")
+    pal = make_user(email="pal@example.com", email_verified_at=timezone.now())
     declined = web_as(pal).post(f"/invitations/{token}/", {"action": "decline"})
     assert declined["Location"] == "/groups/"
     assert role_of(group=crew.group, user=pal) is None

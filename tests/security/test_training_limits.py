@@ -1,8 +1,8 @@
 """Finding 3: one tenant's training overrides and runs cannot hold the shared GPU workers.
 
-``{"epochs": 100000, "lora_r": 4096, "batch_size": 4096}`` is refused with the allowed range; a tenant over its
-GPU-seconds or runs-per-hour budget gets a 429 while another tenant's run still starts; the kick serves the
-least-used tenants first.
+``{"epochs": 100000, "lora_r": 4096, "batch_size": 4096}`` is refused with the allowed range; a tenant over
+its GPU-seconds or runs-per-hour budget gets a 429 while another tenant's run still starts; the kick serves
+the least-used tenants first.
 """
 
 from datetime import timedelta
@@ -17,7 +17,7 @@ from clawhub.training.budget import gpu_seconds_used
 from clawhub.training.models import TrainingRun, TrainingSettings
 from tests.factories import make_user
 from tests.keys.conftest import login
-from tests.training.conftest import approved_samples, sent  # noqa: F401 (a fixture)
+from tests.training.conftest import approved_samples
 
 pytestmark = pytest.mark.django_db
 
@@ -43,7 +43,8 @@ def test_oversized_overrides_are_refused_with_the_allowed_range(api_client, sett
     response = api_client.patch(url, {"overrides": {"epochs": 100000, "lora_r": 4096}}, format="json")
     assert response.status_code == 400
     message = response.json()["error"]["message"]
-    assert "epochs=100000: allowed range is 1–10" in message and "lora_r=4096: allowed range is 1–128" in message
+    assert "epochs=100000: allowed range is 1–10" in message
+    assert "lora_r=4096: allowed range is 1–128" in message
     batch = api_client.patch(url, {"batch_size": 4096}, format="json")
     assert batch.status_code == 400 and "1–256" in batch.json()["error"]["message"]
     assert not TrainingSettings.objects.filter(tenant=user.tenant, batch_size=4096).exists()
@@ -81,7 +82,8 @@ def test_a_tenant_over_its_gpu_budget_is_refused_while_another_still_starts(api_
     assert 0 < int(refused["Retry-After"]) <= 24 * 3600
     login(api_client, other)
     assert api_client.post(f"/api/training/tenants/{other.tenant.pk}/runs/start/").status_code == 201
-    assert [r.tenant_id for r in TrainingRun.objects.filter(state=TrainingRun.State.QUEUED)] == [other.tenant.pk]
+    queued = TrainingRun.objects.filter(state=TrainingRun.State.QUEUED)
+    assert [r.tenant_id for r in queued] == [other.tenant.pk]
     # Staff may still start one by hand for the tenant.
     staff = make_user(is_staff=True)
     run = services.run_start(tenant=hog.tenant, access=tenant_access(actor=staff, tenant_id=hog.tenant.pk))
