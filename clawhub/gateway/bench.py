@@ -3,6 +3,12 @@
 A benchmark, not a test. The gateway runs as in production (uvicorn workers, the configured PostgreSQL and
 Redis, auth + quotas + metering + capture on). CPU per request is read from /proc for the gateway's process
 tree: unlike requests/s it barely moves with the noise of a shared machine.
+
+``--body openclaw-32k`` / ``openclaw-90k`` sends OpenClaw-shaped bodies (a long system prompt with every
+section, its 12 tools, 40 or 160 history messages; about 32 KB or 90 KB), each request ending with a user
+message of its own. Where the gateway hands turns off to the capture consumer (clawhub.gateway.consumer),
+the bench runs ``manage.py capture_consumer`` beside it and reports the consumer's CPU per request and its
+lag: the largest backlog seen during the run and how long the backlog took to drain after the last response.
 """
 
 import asyncio
@@ -73,6 +79,39 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
+BODIES = {"short": 0, "openclaw-32k": 40, "openclaw-90k": 160}  # history messages
+_HISTORY_CHARS = {40: 250, 160: 390}  # per message, so the whole body lands near 32 KB / 90 KB
+
+
+def bench_messages(body: str) -> tuple[list[dict], list[dict]]:
+    """The messages and tools every request of this body shape sends (its last user message is added per
+    request)."""
+    history = BODIES[body]
+    if not history:
+        return [{"role": "user", "content": "Say something short about benchmarks."}], []
+    from workers.trainer.corpus.agent_chats import openclaw_shaped_request  # plain data, no torch
+
+    base = openclaw_shaped_request(target_chars=20_000)
+    messages = list(base["messages"])
+    filler = ("I looked at the file and the change is small: the loop reads the config once, and the test "
+              "covers the empty case. Next I will run the suite and report what fails. ") * 4
+    size = _HISTORY_CHARS[history]
+    for i in range(history):
+        role = "assistant" if i % 2 else "user"
+        messages.append({"role": role, "content": f"[{i}] " + filler[:size]})
+    return messages, base["tools"]
+
+
+def capture_backlog() -> int:
+    """What the capture consumer has yet to store (stream entries, or spool bytes); 0 without a log."""
+    try:
+        from clawhub.gateway.handoff import handoff_state
+    except ImportError:
+        return 0
+    state = handoff_state()
+    return int(state.get("backlog", state.get("backlog_bytes", 0)) or 0)
+
+
 @dataclass
 class Target:
     name: str
@@ -101,16 +140,24 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-async def drive(target: Target, *, stream: bool, requests: int, concurrency: int, max_tokens: int) -> dict:
-    body = {"model": target.model, "max_tokens": max_tokens, "stream": stream,
-            "messages": [{"role": "user", "content": "Say something short about benchmarks."}]}
+async def drive(target: Target, *, stream: bool, requests: int, concurrency: int, max_tokens: int,
+                body_shape: str = "short", consumer_pid: int | None = None) -> dict:
+    messages, tools = bench_messages(body_shape)
+    body = {"model": target.model, "max_tokens": max_tokens, "stream": stream, "messages": messages}
+    if tools:
+        body["tools"] = tools
     headers = {"Authorization": f"Bearer {target.api_key}"}
     url = f"{target.base_url}/chat/completions"
     latencies, ttfts, failures = [], [], 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    counter = iter(range(10**9))
+    shaped = body_shape != "short"
 
     async def one(client: httpx.AsyncClient) -> None:
-        nonlocal failures
+        nonlocal failures, body
+        if shaped:  # every request a turn of its own, as an agent's would be
+            last = {"role": "user", "content": f"Next step {next(counter)}."}
+            body = {**body, "messages": [*messages, last]}
         t0 = time.perf_counter()
         if stream:
             async with client.stream("POST", url, json=body, headers=headers) as response:
@@ -140,18 +187,47 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
                 remaining[0] -= 1
                 await one(client)
 
+        track = consumer_pid is not None and target.name == "clawhub"
+        if track:  # start from an empty log, so the drain time is this run's own
+            await _drained(timeout=600)
         cpu0 = tree_cpu_seconds(target.pid) if target.pid else 0.0
+        ccpu0 = tree_cpu_seconds(consumer_pid) if track else 0.0
+        peak = [0]
+
+        async def sample() -> None:
+            while True:
+                peak[0] = max(peak[0], await asyncio.to_thread(capture_backlog))
+                await asyncio.sleep(0.5)
+
+        sampler = asyncio.create_task(sample()) if track else None
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - t0
         cpu = (tree_cpu_seconds(target.pid) - cpu0) if target.pid else 0.0
+        capture = {}
+        if track:
+            sampler.cancel()
+            drain = await _drained(timeout=600)
+            ccpu = tree_cpu_seconds(consumer_pid) - ccpu0
+            capture = {"capture_backlog_max": peak[0], "capture_drain_s": round(drain, 2),
+                       "consumer_cpu_ms_per_request": round(ccpu * 1000 / requests, 3),
+                       "gateway_plus_consumer_cpu_ms_per_request": round((cpu + ccpu) * 1000 / requests, 3)}
     return {
         "mode": target.name, "stream": stream, "requests": requests, "concurrency": concurrency,
         "failures": failures, "rps": round(requests / elapsed, 1),
         "p50_ms": round(percentile(latencies, 0.5), 2), "p99_ms": round(percentile(latencies, 0.99), 2),
         "ttft_p50_ms": round(percentile(ttfts, 0.5), 2) if ttfts else None,
         "cpu_ms_per_request": round(cpu * 1000 / requests, 3) if target.pid else None,
+        "body": body_shape, "body_bytes": len(json.dumps(body)), **capture,
     }
+
+
+async def _drained(timeout: float) -> float:
+    """Seconds until the capture log is empty."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout and await asyncio.to_thread(capture_backlog) > 0:
+        await asyncio.sleep(0.1)
+    return time.perf_counter() - t0
 
 
 def bench_identity() -> tuple[str, str]:
@@ -230,7 +306,8 @@ def litellm_version(exe: str) -> str:
         return "unknown"
 
 
-def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litellm: bool, out) -> list[dict]:
+def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litellm: bool, out,
+        body: str = "short", modes: tuple[bool, ...] = (False, True)) -> list[dict]:
     import logging
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the driver's own requests are not news
@@ -248,6 +325,11 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
                         {"CLAWHUB_UPSTREAMS": json.dumps([{"url": upstream, "base_model": "tiny",
                                                            "max_adapters": 8}])})
         processes.append(gateway)
+        consumer_pid = None
+        if (ROOT / "clawhub" / "gateway" / "management" / "commands" / "capture_consumer.py").exists():
+            consumer = spawn([sys.executable, str(ROOT / "manage.py"), "capture_consumer"])
+            processes.append(consumer)
+            consumer_pid = consumer.pid
         wait_http(f"http://127.0.0.1:{gw_port}/v1/models")
         targets = [Target("direct", f"{upstream}/v1", "none", "tiny", fake.pid),
                    Target("clawhub", f"http://127.0.0.1:{gw_port}/v1", secret, model, gateway.pid)]
@@ -264,13 +346,13 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
                 out.flush()
                 targets.append(Target("litellm", f"http://127.0.0.1:{llm_port}/v1", key, "tiny", process.pid))
         results = []
-        for stream in (False, True):
+        for stream in modes:
             by_mode = {}
             for target in targets:
                 row = asyncio.run(drive(target, stream=stream, requests=requests, concurrency=concurrency,
-                                        max_tokens=max_tokens))
+                                        max_tokens=max_tokens, body_shape=body, consumer_pid=consumer_pid))
                 c1 = asyncio.run(drive(target, stream=stream, requests=min(300, requests), concurrency=1,
-                                       max_tokens=max_tokens))
+                                       max_tokens=max_tokens, body_shape=body))
                 row["c1_p50_ms"] = c1["p50_ms"]
                 row["workers"] = workers
                 by_mode[target.name] = row

@@ -14,9 +14,13 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=1)
         parser.add_argument("--max-tokens", type=int, default=20, help="20 tokens = 22 chunks per stream")
         parser.add_argument("--no-litellm", action="store_true")
+        parser.add_argument("--body", choices=["short", "openclaw-32k", "openclaw-90k"], default="short",
+                            help="one short message, or OpenClaw-shaped bodies (prompt, tools, history)")
+        parser.add_argument("--mode", choices=["both", "plain", "stream"], default="both")
 
-    def handle(self, *args, requests, concurrency, workers, max_tokens, no_litellm, **options):
+    def handle(self, *args, requests, concurrency, workers, max_tokens, no_litellm, body, mode, **options):
         from clawhub.gateway.bench import run
 
+        modes = {"both": (False, True), "plain": (False,), "stream": (True,)}[mode]
         run(requests=requests, concurrency=concurrency, workers=workers, max_tokens=max_tokens,
-            litellm=not no_litellm, out=sys.stdout)
+            litellm=not no_litellm, out=sys.stdout, body=body, modes=modes)
