@@ -133,13 +133,19 @@ def serve_gateway(upstream_urls: list[str], *, max_adapters: int = 8, real_captu
         **overrides,
     )
     app = Gateway(config, store=None if real_capture else spy)
+    url, server, thread = serve_asgi(app)
+    return GatewayServer(url, app, spy), server, thread
+
+
+def serve_asgi(app) -> tuple[str, uvicorn.Server, threading.Thread]:
+    """``app`` served by uvicorn (with lifespan) in a thread of this process: its URL, server and thread."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            access_log=False, lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started, timeout=20)
-    return GatewayServer(f"http://127.0.0.1:{port}", app, spy), server, thread
+    return f"http://127.0.0.1:{port}", server, thread
 
 
 @pytest.fixture

@@ -1,16 +1,14 @@
 """Browser fixtures for the web pages: Debian's Chromium driven by Playwright (never a downloaded browser)."""
 
 import os
-import threading
 from dataclasses import dataclass
 
 import pytest
-import uvicorn
 from django.conf import settings
 
 from clawhub.gateway.app import Gateway
 from clawhub.gateway.config import GatewayConfig
-from tests.gateway.conftest import fake, fake_upstream, free_port, wait_until  # noqa: F401
+from tests.gateway.conftest import fake, fake_upstream, serve_asgi  # noqa: F401
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -71,12 +69,7 @@ def site(transactional_db, fake):  # noqa: F811
         else:
             await django_app(scope, receive, send)
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False, lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, timeout=20)
-    yield Site(f"http://127.0.0.1:{port}", gateway)
+    url, server, thread = serve_asgi(app)
+    yield Site(url, gateway)
     server.should_exit = True
     thread.join(20)
