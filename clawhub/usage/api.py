@@ -19,8 +19,10 @@ class UsageOutputSerializer(serializers.Serializer):
     by = serializers.CharField()
     since = serializers.DateField()
     until = serializers.DateField()
-    # Flat rows: the ``by`` column(s), then requests, errors, prompt/completion/total tokens, streams,
-    # avg_latency_ms, avg_ttft_ms. The same rows are the CSV's lines.
+    # Flat rows: the ``by`` column(s) (day: day; model: model; key: key_id, key_name, key_prefix, key_last4;
+    # user: user_id, user_email; group: group_id, group_slug, group_name, empty for personal keys), then
+    # requests, errors, prompt/completion/total tokens, streams, avg_latency_ms, avg_ttft_ms
+    # (selectors.usage_columns). The same rows are the CSV's lines, under that header.
     results = serializers.ListField(child=serializers.DictField())
     totals = serializers.DictField()
 
