@@ -41,6 +41,9 @@ def test_usage_page(db):
     page = browser.get("/usage/")
     assert f'id="group-{group.slug}"' in page.text and member.email in page.text
     assert "laptop" not in page.text  # the member's personal key is not the group's
+    section = page.text[page.text.index(f'id="group-{group.slug}"'):]
+    assert "<title" in section and "Requests per member</title>" in section  # a chart, not escaped text
+    assert f'data-series="answered" data-category="{member.email}" data-value="1"' in section
 
     assert browser.get("/usage/?since=not-a-date").status_code == 200
 
