@@ -350,11 +350,12 @@ class Gateway:
             raise
         finally:
             record.latency_ms = (perf_counter() - t0) * 1000
+            # Handed off first: nothing awaited before it can cancel it away (the release awaits Redis).
+            self.writer.submit(record)
             try:
                 await self.limiter.release(info, request_id, record.prompt_tokens + record.completion_tokens)
             except Exception:
                 logger.exception("quota release failed")
-            self.writer.submit(record)
 
     def _upstream_body(self, body: dict, identity: Identity, chat: bool, wants: Wants) -> dict:
         upstream = dict(body)
