@@ -1,63 +1,188 @@
-"""The eval gate's arithmetic: generate with a model on held-out prompts, score each answer, average.
+"""The promotion gate's decision rule: plain arithmetic on the scores the train worker measured
+(workers.trainer.gate), kept free of rows and of torch so that the web process can import it and it is tested
+on its own.
 
-Kept free of rows so that it reads (and is tested) on its own; ``services.adapter_evaluate`` loads the rows,
-picks the upstream and stores the outcome.
+The rule, in order (every number behind it is stored on the version and shown on its page):
 
-The score of an answer comes from a reward function ``(messages, text) -> float`` named by the setting
-CLAWHUB_EVAL_REWARD ("module:function"). The default, ``style_reward``, is the deterministic style rule the
-trainer is tested with (OpenClaw-RL's "student" persona: plain sentences, no **bold**, no numbered lists); a
-deployment with its own preference points the setting at its own rule. The judge that scores live turns reads
-the user's *next* message, which held-out prompts do not have, so it cannot be reused here as is.
+1. Degeneration, measured on canary prompts and the tiny model's corpus (needs no feedback): reject when the
+   candidate's empty replies exceed the parent's by more than MAX_EMPTY_RISE, its repeated-3-gram share
+   exceeds both MAX_REPETITION and the parent's + MAX_REPETITION_RISE, or its corpus perplexity exceeds
+   MAX_PERPLEXITY_RATIO times the parent's.
+2. Preference margin on the tenant's held-out judged turns (never trained on): for each turn, d = the
+   candidate's mean log-prob per token of the reply minus the parent's; delta = mean d over positively judged
+   turns - mean d over negatively judged ones (the candidate made liked replies more likely relative to the
+   disliked ones). A stratified bootstrap gives a two-sided interval at CLAWHUB_GATE_CONFIDENCE:
+     - upper bound < 0: reject (the margin fell);
+     - lower bound > 0: the margin rose;
+     - else: no measurable change.
+   With fewer than MIN_PER_CLASS positive or negative turns, or fewer than CLAWHUB_GATE_MIN_SAMPLES in all,
+   there is not enough evidence to tell.
+3. KL to the hint-teacher T (base model + hint) on held-out hinted turns: any update changes the KL to T by
+   about its own size KL(candidate || parent), in whatever direction it moves; what must not grow is the
+   rest, KL(c||T) - KL(p||T) - KL(c||p) = E_t sum_v (pi_c - pi_p)(log pi_p - log pi_T), which is > 0 when the
+   update moved probability towards tokens the teacher likes less than the parent did. Reject when the
+   bootstrap lower bound of its mean over hinted turns exceeds KL_TOLERANCE nats per token. Needs
+   MIN_PER_CLASS hinted turns. The raw change of the KL to T is reported beside it.
+4. Otherwise promote: "promote" when the margin rose, else "not_enough_evidence" with the reason recorded
+   ("not enough evidence yet: …"), which also promotes — a tenant's first updates must be able to ship.
+
+The style rule (``style_reward``) is no longer part of the gate; it stays as an optional reward for the
+benchmark's personas.
 """
 
-import importlib
+import random
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
-RewardFn = Callable[[list[dict], str], float]
-GenerateFn = Callable[[str, list[dict]], str]  # (upstream model name, messages) -> text
+MIN_PER_CLASS = 3
+MAX_EMPTY_RISE = 0.25
+MAX_REPETITION = 0.5
+MAX_REPETITION_RISE = 0.2
+MAX_PERPLEXITY_RATIO = 1.5
+KL_TOLERANCE = 0.02
+
+PROMOTE, REJECT, NOT_ENOUGH = "promote", "reject", "not_enough_evidence"
 
 
 def style_reward(messages: list[dict], text: str) -> float:
+    """The benchmark's "student" style rule (plain sentences: no **bold**, no numbered lists)."""
     breaks = "**" in text or re.search(r"(?m)^\s*\d+\.\s", text) is not None
     return -1.0 if breaks else 1.0
 
 
-def reward_function(path: str) -> RewardFn:
-    module, _, attr = path.partition(":")
-    if not module or not attr:
-        raise ValueError(f"CLAWHUB_EVAL_REWARD={path!r}: use 'package.module:function'")
-    return getattr(importlib.import_module(module), attr)
-
-
 @dataclass
-class Score:
-    model: str
-    mean: float | None
-    rewards: list[float] = field(default_factory=list)
-    samples: list[str] = field(default_factory=list)  # a few answers, for people reading the version page
+class Decision:
+    outcome: str  # PROMOTE, REJECT or NOT_ENOUGH
+    reason: str
+    numbers: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome != REJECT
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "mean": self.mean, "rewards": self.rewards, "samples": self.samples}
+        return asdict(self)
 
 
-def score_model(
-    model: str, prompts: list[list[dict]], generate: GenerateFn, reward: RewardFn, keep_samples: int = 3
-) -> Score:
-    rewards, samples = [], []
-    for messages in prompts:
-        text = generate(model, messages)
-        rewards.append(float(reward(messages, text)))
-        if len(samples) < keep_samples:
-            samples.append(text[:500])
-    mean = sum(rewards) / len(rewards) if rewards else None
-    return Score(model=model, mean=mean, rewards=rewards, samples=samples)
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
 
 
-def passes(candidate: Score, baseline: Score, margin: float) -> bool:
-    """Promote only if the candidate is not worse than the baseline by more than ``margin``. With no held-out
-    prompts there is nothing to measure, and a first version has nothing to lose: it passes."""
-    if candidate.mean is None or baseline.mean is None:
-        return True
-    return candidate.mean >= baseline.mean - margin
+def _quantile(sorted_xs: list[float], q: float) -> float:
+    i = min(len(sorted_xs) - 1, max(0, round(q * (len(sorted_xs) - 1))))
+    return sorted_xs[i]
+
+
+def bootstrap_interval(
+    groups: list[list[float]], statistic, *, confidence: float, resamples: int, seed: int = 0
+) -> tuple[float, float]:
+    """Two-sided percentile interval of ``statistic(*groups)``, each group resampled with replacement on its
+    own (stratified), with a fixed seed so that a decision can be recomputed."""
+    rng = random.Random(seed)
+    values = sorted(
+        statistic(*[[g[rng.randrange(len(g))] for _ in g] for g in groups]) for _ in range(resamples)
+    )
+    alpha = (1 - confidence) / 2
+    return _quantile(values, alpha), _quantile(values, 1 - alpha)
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.3f}"
+
+
+def decide(
+    *,
+    candidate: dict,
+    parent: dict,
+    rewards: dict[str, int],
+    min_samples: int,
+    confidence: float,
+    resamples: int,
+    seed: int = 0,
+) -> Decision:
+    """``candidate`` / ``parent``: ModelScores.to_dict() of each; ``rewards``: the held-out turns' judged
+    rewards by sample id (str)."""
+    numbers: dict = {"confidence": confidence, "held_out": len(rewards)}
+
+    # 1. Degeneration.
+    numbers["canary"] = {
+        k: {"candidate": candidate.get(k), "parent": parent.get(k)}
+        for k in ("empty", "repetition", "perplexity")
+    }
+    if candidate["empty"] > parent["empty"] + MAX_EMPTY_RISE:
+        return Decision(REJECT, f"canary replies came back empty ({candidate['empty']:.0%} vs "
+                        f"{parent['empty']:.0%} for the parent)", numbers)
+    if candidate["repetition"] > max(MAX_REPETITION, parent["repetition"] + MAX_REPETITION_RISE):
+        return Decision(REJECT, f"canary replies degenerated into repetition ({candidate['repetition']:.0%} "
+                        f"repeated 3-grams vs {parent['repetition']:.0%} for the parent)", numbers)
+    cp, pp = candidate.get("perplexity"), parent.get("perplexity")
+    if cp is not None and pp is not None and cp > MAX_PERPLEXITY_RATIO * pp:
+        why = f"perplexity on the model's own corpus rose from {pp:.2f} to {cp:.2f}"
+        return Decision(REJECT, why, numbers)
+
+    # 2. Preference margin.
+    diffs = {k: candidate["logprob"][k] - parent["logprob"][k] for k in rewards if k in candidate["logprob"]}
+    pos = [d for k, d in diffs.items() if rewards[k] > 0]
+    neg = [d for k, d in diffs.items() if rewards[k] < 0]
+    numbers.update(positives=len(pos), negatives=len(neg))
+    margin_rose = False
+    evidence = len(pos) >= MIN_PER_CLASS and len(neg) >= MIN_PER_CLASS and len(pos) + len(neg) >= min_samples
+    why_not = ""
+    if evidence:
+        delta = _mean(pos) - _mean(neg)
+        low, high = bootstrap_interval(
+            [pos, neg],
+            lambda p, n: _mean(p) - _mean(n),
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+        )
+        numbers["margin"] = {"delta": delta, "low": low, "high": high}
+        numbers["accuracy"] = {
+            "candidate": _pair_accuracy(candidate["logprob"], rewards),
+            "parent": _pair_accuracy(parent["logprob"], rewards),
+        }
+        if high < 0:
+            return Decision(REJECT, f"the preference margin fell: delta {_fmt(delta)} nats/token, "
+                            f"{confidence:.0%} interval [{_fmt(low)}, {_fmt(high)}]", numbers)
+        margin_rose = low > 0
+        if not margin_rose:
+            why_not = (f"preference margin delta {_fmt(delta)}, {confidence:.0%} interval [{_fmt(low)}, "
+                       f"{_fmt(high)}] includes 0")
+    else:
+        why_not = (f"{len(pos)} positive and {len(neg)} negative held-out turns (need {MIN_PER_CLASS} of "
+                   f"each and {min_samples} in all)")
+
+    # 3. KL to the hint-teacher.
+    kl = [candidate["kl"][k] - parent["kl"][k] for k in candidate.get("kl", {}) if k in parent.get("kl", {})]
+    away = list(candidate.get("away", {}).values())
+    numbers["hinted"] = len(kl)
+    if len(away) >= MIN_PER_CLASS:
+        low, high = bootstrap_interval([away], _mean, confidence=confidence, resamples=resamples, seed=seed + 1)
+        numbers["kl"] = {
+            "delta": _mean(kl) if kl else None,
+            "away": _mean(away),
+            "low": low,
+            "high": high,
+            "tolerance": KL_TOLERANCE,
+        }
+        if low > KL_TOLERANCE:
+            return Decision(REJECT, f"the update moved away from the hint-teacher: {_mean(away):.3f} nats/token "
+                            f"of KL growth beyond its own size ({confidence:.0%} interval [{low:.3f}, "
+                            f"{high:.3f}])", numbers)
+
+    if margin_rose:
+        m = numbers["margin"]
+        return Decision(PROMOTE, f"the preference margin rose: delta {_fmt(m['delta'])} nats/token, "
+                        f"{confidence:.0%} interval [{_fmt(m['low'])}, {_fmt(m['high'])}]", numbers)
+    return Decision(NOT_ENOUGH, f"not enough evidence yet: {why_not}", numbers)
+
+
+def _pair_accuracy(logprob: dict[str, float], rewards: dict[str, int]) -> float | None:
+    """Share of (positive, negative) held-out pairs in which the model gives the positive reply the higher
+    mean log-prob per token."""
+    pos = [logprob[k] for k, r in rewards.items() if r > 0 and k in logprob]
+    neg = [logprob[k] for k, r in rewards.items() if r < 0 and k in logprob]
+    if not pos or not neg:
+        return None
+    return sum(p > n for p in pos for n in neg) / (len(pos) * len(neg))

@@ -120,24 +120,22 @@ def adapters_to_unload(*, now) -> QuerySet[AdapterVersion]:
     )
 
 
-def heldout_prompts(*, tenant: Tenant, exclude_turn_ids: list[int], limit: int) -> list[list[dict]]:
-    """The eval gate's held-out set: the messages of the tenant's most recent completed main chat turns that
-    were not in the training batch, newest first."""
-    from clawhub.conversations.models import Turn
-    from clawhub.conversations.selectors import turns_messages
+def heldout_samples(*, tenant: Tenant, limit: int) -> list:
+    """The eval gate's held-out set: the tenant's judged turns that runs held back from their batches (never
+    trained on), still approved and not deleted by their users, newest first."""
+    from clawhub.review.models import Sample
+    from clawhub.training.models import TrainingRun
 
-    turns = list(
-        Turn.objects.filter(
-            tenant=tenant, turn_type=Turn.Type.MAIN, route="chat", status=Turn.Status.COMPLETE
-        )
-        .exclude(pk__in=exclude_turn_ids)
-        .order_by("-created_at", "-id")
-        .only("id", "session_id")[: max(limit, 0)]
+    # Only the slice of runs that succeeded, and only samples still claimed by that run: a failed run's
+    # held-out samples went back to the pool and may have been trained since.
+    held = Q(pk__in=[])
+    for run_id, heldout in TrainingRun.objects.filter(
+        tenant=tenant, state=TrainingRun.State.SUCCEEDED
+    ).values_list("pk", "heldout_ids"):
+        if heldout:
+            held |= Q(training_run_id=run_id, pk__in=heldout)
+    return list(
+        Sample.objects.filter(held, tenant=tenant, state=Sample.State.APPROVED)
+        .select_related("turn", "judgment")
+        .order_by("-created_at", "-id")[: max(limit, 0)]
     )
-    rebuilt = turns_messages(turns=turns)  # stored as what each turn added to its parent's prompt
-    prompts = []
-    for turn in turns:
-        messages = rebuilt.get(turn.pk)
-        if isinstance(messages, list) and messages:
-            prompts.append(messages)
-    return prompts

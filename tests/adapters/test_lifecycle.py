@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from clawhub.accounts.models import AuditLog
 from clawhub.adapters import services
+from clawhub.adapters.evaluation import PROMOTE, REJECT, Decision
 from clawhub.adapters.models import AdapterPin, AdapterVersion
 from clawhub.adapters.selectors import active_adapter_for_tenant, tenant_access
 from clawhub.core.exceptions import Conflict
@@ -16,51 +17,43 @@ from clawhub.gateway.models import LoadedAdapter
 from tests.adapters.conftest import make_version
 from tests.factories import make_user
 from tests.review.conftest import make_turn
+from tests.training.conftest import approved_samples
 
 State = AdapterVersion.State
 
 
-def prefers(*names):
-    """A reward function for the gate: the fake upstream names the model in every answer."""
-
-    def reward(messages, text):
-        return 1.0 if text.split()[0] in names else -1.0
-
-    return reward
-
-
 @pytest.fixture
-def reward(settings, monkeypatch):
-    import tests.adapters.test_lifecycle as me
+def gate(monkeypatch):
+    """The promote task's gate, replaced by a recorded decision (the gate's own measurements are tested in
+    tests/trainer/test_gate.py and end to end by the race tests' real workers)."""
+    import workers.tasks.training as tasks
 
-    def use(fn):
-        monkeypatch.setattr(me, "REWARD", fn, raising=False)
-        settings.CLAWHUB_EVAL_REWARD = "tests.adapters.test_lifecycle:current_reward"
+    def use(outcome=PROMOTE, reason="the preference margin rose"):
+        def fake_gate(version):
+            version = services.adapter_evaluation_start(version=version)
+            return services.adapter_record_decision(version=version, decision=Decision(outcome, reason))
 
+        monkeypatch.setattr(tasks, "_gate", fake_gate)
+
+    use()
     return use
 
 
-REWARD = None
-
-
-def current_reward(messages, text):
-    return REWARD(messages, text)
-
-
-def test_gate_promotes_a_candidate_that_is_not_worse(
-    db, fake, reward, sent_tasks, django_capture_on_commit_callbacks
+def test_a_passing_decision_is_recorded_and_the_switch_retires_the_parent(
+    db, fake, sent_tasks, django_capture_on_commit_callbacks
 ):
     user = make_user()
-    for _ in range(3):
-        make_turn(user)
     old = make_version(user.tenant, 1, State.ACTIVE)
     new = make_version(user.tenant, 2, parent=old)
-    reward(prefers(new.upstream_name))
-    assert services.adapter_evaluate(version=new)
+    services.adapter_evaluation_start(version=new)
+    numbers = {"margin": {"delta": 0.2, "low": 0.1, "high": 0.3}, "positives": 5, "negatives": 4}
+    assert services.adapter_record_decision(
+        version=new, decision=Decision(PROMOTE, "the preference margin rose", numbers)
+    )
     new.refresh_from_db()
-    assert (new.state, new.eval_score, new.baseline_score) == (State.EVALUATING, 1.0, -1.0)
-    assert new.metrics["eval"]["prompts"] == 3 and new.metrics["eval"]["baseline"]["version"] == 1
-    assert fake.stats()["load_calls"].get(new.upstream_name) == 1  # loaded to generate with it
+    assert (new.state, new.decision, new.eval_score) == (State.EVALUATING, PROMOTE, 0.2)
+    assert new.evaluating_since is not None and new.metrics["eval"]["baseline"]["version"] == 1
+    assert new.metrics["eval"]["numbers"]["positives"] == 5
 
     with django_capture_on_commit_callbacks(execute=True):
         services.adapter_activate(version=new)
@@ -74,37 +67,37 @@ def test_gate_promotes_a_candidate_that_is_not_worse(
     assert unload and unload[0][3]["queue"] == "judge" and unload[0][3]["countdown"] > 1
 
 
-def test_gate_rejects_a_worse_candidate_and_unloads_it(db, fake, reward, settings):
-    settings.CLAWHUB_EVAL_MARGIN = 0.5
+def test_a_rejecting_decision_ends_the_candidate(db, fake):
     user = make_user()
-    make_turn(user)
     make_version(user.tenant, 1, State.ACTIVE)
     new = make_version(user.tenant, 2)
-    reward(prefers(f"t{user.tenant.pk}-v1"))
-    assert not services.adapter_evaluate(version=new)
+    services.adapter_evaluation_start(version=new)
+    assert not services.adapter_record_decision(
+        version=new, decision=Decision(REJECT, "the preference margin fell")
+    )
     new.refresh_from_db()
-    assert (new.state, new.eval_score, new.baseline_score) == (State.REJECTED, -1.0, 1.0)
-    assert new.metrics["eval"]["passed"] is False and new.metrics["eval"]["margin"] == 0.5
-    assert new.upstream_name not in fake.stats()["adapters"]
+    assert (new.state, new.decision) == (State.REJECTED, REJECT)
+    assert new.decision_reason == "the preference margin fell"
+    assert new.metrics["eval"]["passed"] is False
+    assert AuditLog.objects.filter(action="adapter.evaluated", target_id=str(new.pk)).exists()
 
 
-def test_first_version_is_compared_with_the_base_model(db, fake, reward):
+def test_the_held_out_set_is_the_held_back_slice_of_succeeded_runs(db, sent, settings):
+    from clawhub.adapters.selectors import heldout_samples
+    from clawhub.training import services as training
+
+    settings.CLAWHUB_GATE_HOLDOUT_EVERY = 2
     user = make_user()
-    make_turn(user)
-    new = make_version(user.tenant, 1)
-    reward(prefers("tiny"))  # the base model is better: rejected
-    assert not services.adapter_evaluate(version=new)
-    assert AdapterVersion.objects.get(pk=new.pk).metrics["eval"]["baseline"]["model"] == "tiny"
-
-
-def test_the_held_out_set_leaves_out_the_batch(db, fake, reward):
-    user = make_user()
-    batch = [make_turn(user) for _ in range(2)]
-    make_turn(user)
-    new = make_version(user.tenant, 1)
-    reward(prefers(new.upstream_name))
-    services.adapter_evaluate(version=new, exclude_turn_ids=[t.pk for t in batch])
-    assert AdapterVersion.objects.get(pk=new.pk).metrics["eval"]["prompts"] == 1
+    approved_samples(user, 4)
+    run = training.run_start(tenant=user.tenant, access=tenant_access(actor=user, tenant_id=user.tenant.pk))
+    assert len(run.sample_ids) == 2 and len(run.heldout_ids) == 2
+    assert heldout_samples(tenant=user.tenant, limit=10) == []  # the run has not succeeded yet
+    training.run_mark_running(run_id=run.pk, task_id="t")
+    training.run_succeed(run_id=run.pk, metrics=[], trained_sample_ids=run.sample_ids, dropped=[],
+                         resumed_from_step=None)
+    held = heldout_samples(tenant=user.tenant, limit=10)
+    assert sorted(s.pk for s in held) == sorted(run.heldout_ids)
+    assert not set(run.sample_ids) & {s.pk for s in held}  # never a trained sample
 
 
 def test_drained_versions_are_unloaded_after_the_grace_period(db, fake, sent_tasks):
@@ -153,7 +146,7 @@ def test_a_failed_preload_switches_nothing(db, fake):
     assert active_adapter_for_tenant(tenant_id=user.tenant.pk) == v1
 
 
-def test_pin_holds_a_passing_candidate_back(db, fake, reward, sent):
+def test_pin_holds_a_passing_candidate_back(db, fake, gate, sent):
     from workers.tasks.training import promote
 
     user = make_user()
@@ -162,10 +155,9 @@ def test_pin_holds_a_passing_candidate_back(db, fake, reward, sent):
     access = tenant_access(actor=user, tenant_id=user.tenant.pk)
     services.adapter_pin(access=access, reason="demo")
     v2 = make_version(user.tenant, 2, parent=v1)
-    reward(prefers(v2.upstream_name))
     assert promote.apply(args=[v2.pk]).get()["outcome"] == "held"
     v2.refresh_from_db()
-    assert v2.state == State.CANDIDATE and v2.metrics["eval"]["passed"] is True
+    assert v2.state == State.CANDIDATE and v2.metrics["eval"]["passed"] is True and v2.held_at is not None
     assert active_adapter_for_tenant(tenant_id=user.tenant.pk) == v1
     with pytest.raises(Conflict):
         services.adapter_rollback(access=access, version=v2)  # pinned: unpin first
@@ -179,13 +171,12 @@ def test_pin_holds_a_passing_candidate_back(db, fake, reward, sent):
     assert active_adapter_for_tenant(tenant_id=user.tenant.pk).pk == v2.pk
 
 
-def test_promote_task_runs_gate_then_switch(db, fake, reward, sent):
+def test_promote_task_runs_gate_then_switch(db, fake, gate, sent):
     from workers.tasks.training import promote
 
     user = make_user()
     make_turn(user)
     v1 = make_version(user.tenant, 1)
-    reward(prefers(v1.upstream_name))
     assert promote.apply(args=[v1.pk]).get()["outcome"] == "active"
     loads = fake.stats()["load_calls"][v1.upstream_name]
     assert promote.apply(args=[v1.pk]).get()["outcome"] == "active"  # redelivered: nothing more to do

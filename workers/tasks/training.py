@@ -24,7 +24,7 @@ from django.conf import settings
 from clawhub.accounts.models import User
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.models import AdapterPin, AdapterVersion
-from clawhub.adapters.selectors import adapter_version_by_id
+from clawhub.adapters.selectors import adapter_version_by_id, heldout_samples
 from clawhub.adapters.serving import UpstreamUnavailable
 from clawhub.conversations.selectors import (
     RERENDERED,
@@ -337,23 +337,46 @@ def _promote_candidate(version: AdapterVersion) -> str:
             f"{f' (v{active.version} is active)' if active else ''}; its samples went back to the pool",
         )
         return "requeued"
-    run = TrainingRun.objects.filter(adapter_version=version).first()
-    batch_turns = (
-        list(
-            Sample.objects.filter(tenant_id=version.tenant_id, pk__in=run.sample_ids).values_list(
-                "turn_id", flat=True
-            )
-        )
-        if run
-        else []
-    )
-    if not adapter_services.adapter_evaluate(version=version, exclude_turn_ids=batch_turns):
+    if not _gate(version):
         return "rejected"
     if AdapterPin.objects.filter(tenant_id=version.tenant_id).exists():
         adapter_services.adapter_hold(version=version)
         return "held"
     adapter_services.adapter_activate(version=version)
     return "active"
+
+
+def _gate(version: AdapterVersion) -> bool:
+    """Scores candidate and parent on the tenant's held-out judged turns and canaries (here, on the train
+    worker: it needs torch), decides by the stated rule, and records the decision on the version."""
+    from clawhub.adapters.evaluation import decide
+    from workers.trainer.gate import score_versions
+
+    version = adapter_services.adapter_evaluation_start(version=version)
+    run = TrainingRun.objects.filter(adapter_version=version).first()
+    limit = settings.CLAWHUB_GATE_MAX_SAMPLES
+    samples = [train_sample(s) for s in heldout_samples(tenant=version.tenant, limit=limit)]
+    parent = version.parent
+    scores = score_versions(
+        base_model=run.base_model if run else settings.CLAWHUB_TRAIN_BASE_MODEL,
+        adapters={"candidate": version.artifact_path, "parent": parent.artifact_path if parent else None},
+        samples=samples,
+        max_seq_len=int((run.config if run else {}).get("max_seq_len") or 2048),
+    )
+    decision = decide(
+        candidate=scores["candidate"].to_dict(),
+        parent=scores["parent"].to_dict(),
+        rewards={str(s.sample_id): s.reward for s in samples if s.reward != 0},
+        min_samples=settings.CLAWHUB_GATE_MIN_SAMPLES,
+        confidence=settings.CLAWHUB_GATE_CONFIDENCE,
+        resamples=settings.CLAWHUB_GATE_BOOTSTRAP,
+    )
+    decision.numbers["canaries"] = {
+        "candidate": scores["candidate"].canaries[:2],
+        "parent": scores["parent"].canaries[:2],
+    }
+    logger.info("gate %s: %s (%s)", version.upstream_name, decision.outcome, decision.reason)
+    return adapter_services.adapter_record_decision(version=version, decision=decision)
 
 
 @app.task(name="clawhub.train.unload_drained", queue=HOUSEKEEPING_QUEUE, ignore_result=True)
