@@ -158,7 +158,9 @@ def decide(
     away = list(candidate.get("away", {}).values())
     numbers["hinted"] = len(kl)
     if len(away) >= MIN_PER_CLASS:
-        low, high = bootstrap_interval([away], _mean, confidence=confidence, resamples=resamples, seed=seed + 1)
+        low, high = bootstrap_interval(
+            [away], _mean, confidence=confidence, resamples=resamples, seed=seed + 1
+        )
         numbers["kl"] = {
             "delta": _mean(kl) if kl else None,
             "away": _mean(away),
@@ -167,9 +169,9 @@ def decide(
             "tolerance": KL_TOLERANCE,
         }
         if low > KL_TOLERANCE:
-            return Decision(REJECT, f"the update moved away from the hint-teacher: {_mean(away):.3f} nats/token "
-                            f"of KL growth beyond its own size ({confidence:.0%} interval [{low:.3f}, "
-                            f"{high:.3f}])", numbers)
+            return Decision(REJECT, f"the update moved away from the hint-teacher: {_mean(away):.3f} "
+                            f"nats/token of KL growth beyond its own size ({confidence:.0%} interval "
+                            f"[{low:.3f}, {high:.3f}])", numbers)
 
     if margin_rose:
         m = numbers["margin"]

@@ -30,8 +30,11 @@ def test_decisions_reasons_and_numbers_are_on_the_version_page(db, client):
         "margin": {"delta": -0.25, "low": -0.4, "high": -0.1},
         "accuracy": {"candidate": 0.4, "parent": 0.6},
         "kl": {"delta": 0.05, "away": 0.01, "low": -0.01, "high": 0.03, "tolerance": 0.02},
-        "canary": {"empty": {"candidate": 0.0, "parent": 0.0}, "repetition": {"candidate": 0.1, "parent": 0.05},
-                   "perplexity": {"candidate": 5.1, "parent": 4.8}},
+        "canary": {
+            "empty": {"candidate": 0.0, "parent": 0.0},
+            "repetition": {"candidate": 0.1, "parent": 0.05},
+            "perplexity": {"candidate": 5.1, "parent": 4.8},
+        },
     }
     services.adapter_record_decision(
         version=v2, decision=Decision(REJECT, "the preference margin fell: delta -0.250", numbers)
