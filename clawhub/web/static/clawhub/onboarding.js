@@ -98,8 +98,13 @@
     });
   }
 
+  // Polls every few seconds, backing off (up to ten times slower) while nothing changes and pausing while
+  // the tab is hidden, so a page left open costs little; any change or the test request resets the pace.
   var box = document.getElementById("checklist");
   var timer = null;
+  var base = 1000 * Number((box && box.dataset.pollSeconds) || 3);
+  var delay = base;
+  var last = null;  // the last HTML fetched (the browser re-serialises innerHTML, so compare with this)
   function allDone() {
     var list = box.querySelector(".checklist");
     return list && list.dataset.complete === "true";
@@ -108,13 +113,28 @@
     if (!box) return Promise.resolve();
     return fetch(box.dataset.pollUrl, {credentials: "same-origin", headers: {"Accept": "text/html"}})
       .then(function (response) { return response.ok ? response.text() : null; })
-      .then(function (html) { if (html !== null) box.innerHTML = html; })
+      .then(function (html) {
+        if (html === null) return;
+        if (html !== last) {
+          if (last !== null) delay = base;
+          last = html;
+          box.innerHTML = html;
+        } else {
+          delay = Math.min(delay * 2, base * 10);
+        }
+      })
       .catch(function () { /* offline for a moment: the next poll tries again */ });
   }
   function poll() {
-    if (allDone()) return;
-    timer = setTimeout(function () { refresh().then(poll); }, 1000 * Number(box.dataset.pollSeconds || 3));
+    clearTimeout(timer);
+    if (allDone() || document.hidden) return;
+    timer = setTimeout(function () { refresh().then(poll); }, delay);
   }
-  if (box) poll();
-  window.addEventListener("pagehide", function () { if (timer) clearTimeout(timer); });
+  if (box) {
+    poll();
+    document.addEventListener("visibilitychange", function () {
+      if (!document.hidden) { delay = base; refresh().then(poll); }
+    });
+    if (test) test.addEventListener("click", function () { delay = base; });
+  }
 })();
