@@ -1,0 +1,154 @@
+"""The capture hand-off's parts: the record format, the spool, the consumer's recovery of a crashed writer,
+and the gateway's fallbacks (stale lookups, fail-open quotas). The whole path under faults is in
+test_durability.py."""
+
+import asyncio
+import os
+from dataclasses import replace
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+
+from clawhub.conversations.models import Turn
+from clawhub.gateway.auth import KeyInfo
+from clawhub.gateway.consumer import CaptureConsumer
+from clawhub.gateway.dbreads import CachedLoader
+from clawhub.gateway.errors import GatewayError
+from clawhub.gateway.handoff import FRAME, HandoffSettings, Spool, decode, encode, handoff_state
+from clawhub.gateway.quotas import GroupLimits, RedisLimiter
+from clawhub.gateway.records import TurnRecord
+from tests.factories import make_key
+from tests.gateway.conftest import free_port, wait_until
+
+
+def record(request_id: str = "r1", **fields) -> TurnRecord:
+    return TurnRecord(request_id=request_id, route="chat", key_id=1, user_id=1, tenant_id=1, group_id=None,
+                      model="base", upstream_model="tiny", adapter_version_id=None, upstream="u",
+                      status="complete", http_status=200, started_at=1.0, latency_ms=2.0,
+                      request={"messages": [{"role": "user", "content": "hé ✓"}]}, **fields)
+
+
+def counter(name: str, **labels) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_records_round_trip_and_survive_fields_added_or_removed():
+    original = record(token_ids=[1, 2, 3], logprobs=[-0.5, -0.25], session_id="s")
+    assert decode(encode(original)) == original
+    # A record written by a newer gateway (an unknown field) or an older one (a field missing) still decodes.
+    newer = encode(original)[:-1] + b',"field_from_the_future":1}'
+    assert decode(newer) == original
+    older = encode(original).replace(b',"trace_id":""', b"")
+    assert decode(older) == original
+
+
+def test_the_spool_reader_stops_at_a_torn_frame_and_flags_a_damaged_one(tmp_path):
+    spool = Spool(tmp_path, max_bytes=10**6)
+    spool.open_writer("w1")
+    payloads = [encode(record(f"r{i}")) for i in range(3)]
+    for payload in payloads:
+        assert spool.append(payload)
+    segment = spool.instances()[0].segments[0]
+    # A write cut by a crash: a header and half a payload.
+    with open(segment, "ab") as f:
+        f.write(FRAME.pack(len(payloads[0]), 0, 0.0) + payloads[0][:10])
+    frames = spool.read(segment, 0, max_records=10, max_bytes=10**6)
+    assert [f.payload for f in frames] == payloads
+    # One flipped byte inside the second frame: its checksum fails, the frames around it are intact.
+    data = bytearray(segment.read_bytes())
+    data[frames[0].end + FRAME.size + 5] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    damaged = spool.read(segment, 0, max_records=10, max_bytes=10**6)
+    assert [f.payload is None for f in damaged] == [False, True, False]
+
+
+def test_a_crashed_writer_is_consumed_and_its_in_flight_requests_counted(tmp_path):
+    cfg = HandoffSettings.from_settings(redis_url="", spool_dir=tmp_path)
+    writer = Spool(tmp_path, max_bytes=10**6)
+    writer.open_writer("dead")
+    for rid in ("a", "b", "c"):
+        writer.begin(rid)
+    for rid in ("a", "b"):
+        assert writer.append(encode(record(rid)))
+        writer.end(rid)
+    os.close(writer._lock_fd)  # the process dies: its lock goes, nothing is closed cleanly
+
+    stored: list[TurnRecord] = []
+    consumer = CaptureConsumer(cfg, store=stored.extend)
+    for _ in range(4):
+        consumer.run_once()
+    assert [r.request_id for r in stored] == ["a", "b"]
+    state = handoff_state(cfg)
+    assert state["lost_in_flight"] == 1 and state["stored"] == 2 and state["backlog_bytes"] == 0
+    assert not list(tmp_path.glob("dead.*")), "the dead writer's files are gone once consumed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_gateway_on_the_spool_alone_stores_turns(gateway_factory, fake, settings):
+    """The embedded default: no Redis, the spool is the log, the consumer stores real turns."""
+    settings.REDIS_URL = ""  # serve_gateway hands the limiter settings.REDIS_URL too
+    gw = gateway_factory([fake.url], real_capture=True)
+    assert gw.app.writer.cfg.redis_url == ""
+    key, secret = make_key()
+    for i in range(3):
+        response = httpx.post(f"{gw.v1}/chat/completions", headers={"Authorization": f"Bearer {secret}"},
+                              json={"model": "base", "messages": [{"role": "user", "content": f"hi {i}"}]},
+                              timeout=30)
+        assert response.status_code == 200
+    wait_until(lambda: Turn.objects.filter(key=key).count() == 3, timeout=20)
+    assert gw.app.writer.spool.used_bytes > 0  # it went through the spool file
+
+
+def test_lookups_serve_the_last_good_value_while_the_database_is_down():
+    async def scenario():
+        answers = {"k": "v1"}
+        down = {"on": False}
+
+        async def load(key):
+            if down["on"]:
+                raise ConnectionError("database unreachable")
+            return answers.get(key)
+
+        cache = CachedLoader(load, ttl=0.0, what="key", stale_for=60, timeout=1)
+        assert await cache.get("k") == "v1"
+        down["on"] = True
+        stale = counter("clawhub_gateway_stale_served_total", what="key")
+        assert await cache.get("k") == "v1"  # past its TTL, but the last good value
+        assert counter("clawhub_gateway_stale_served_total", what="key") == stale + 1
+        with pytest.raises(GatewayError) as refused:
+            await cache.get("never-seen")
+        assert refused.value.status == 503 and refused.value.retry_after
+        # Back up: the first successful read wins, a revocation included.
+        down["on"] = False
+        answers["k"] = None
+        cache.forget("k")
+        assert await cache.get("k") is None
+
+    asyncio.run(scenario())
+
+
+def test_quotas_fail_open_with_a_metric_when_redis_does_not_answer():
+    info = KeyInfo(key_id=1, user_id=1, tenant_id=1, group_id=None, model_id="clawhub-personal",
+                   allowed_models=frozenset(), rpm=1, tpm=None, concurrency=None, expires_at=None,
+                   generation_key="g")
+
+    async def scenario():
+        limiter = RedisLimiter(f"redis://127.0.0.1:{free_port()}/0", GroupLimits(), slot_ttl=10, timeout=0.2)
+        before = counter("clawhub_redis_failures_total", part="quota")
+        assert await limiter.admit(info, "r1", "7") == (True, "7")
+        assert await limiter.admit(info, "r2", "7") == (True, "7")  # rpm=1, but nothing can be counted
+        await limiter.release(info, "r1", 10)
+        assert counter("clawhub_redis_failures_total", part="quota") == before + 2
+        await limiter.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_spool_refuses_records_beyond_its_byte_bound(tmp_path):
+    payload = encode(record())
+    spool = Spool(tmp_path, max_bytes=2 * (FRAME.size + len(payload)))
+    spool.open_writer("w")
+    assert spool.append(payload) and spool.append(payload)
+    assert not spool.append(encode(replace(record(), request_id="r3")))
+    spool.close_writer()
