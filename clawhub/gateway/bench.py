@@ -80,26 +80,40 @@ def tree_cpu_seconds(root: int) -> float:
 
 
 BODIES = {"short": 0, "openclaw-32k": 40, "openclaw-90k": 160}  # history messages
-_HISTORY_CHARS = {40: 250, 160: 390}  # per message, so the whole body lands near 32 KB / 90 KB
+_HISTORY_CHARS = {40: 420, 160: 440}  # per message, so the whole body lands near 32 KB / 90 KB
+
+
+_SECTION = ("## {name}\n\nRead the workspace before you change it. Prefer one precise tool call to "
+            "many broad ones, and read each result before the next step. Say what you did in a few plain "
+            "sentences; never invent a file, a command or a result. When a tool fails, fix the cause and try "
+            "once more.\n")
+_PARAMETERS = {"type": "object", "required": ["path"], "properties": {
+    "path": {"type": "string", "description": "relative path"}, "content": {"type": "string"},
+    "timeout": {"type": "integer"}}}
+_TOOLS = [{"type": "function", "function": {"name": name, "description": f"{name}: {detail}.",
+                                            "parameters": _PARAMETERS}}
+          for name, detail in (("read", "a file's text"), ("write", "replace a file"),
+                               ("exec", "run a command"))]
 
 
 def bench_messages(body: str) -> tuple[list[dict], list[dict]]:
     """The messages and tools every request of this body shape sends (its last user message is added per
-    request)."""
+    request): OpenClaw's shape, with its long system prompt, tools and history, in made-up words."""
     history = BODIES[body]
     if not history:
         return [{"role": "user", "content": "Say something short about benchmarks."}], []
-    from workers.trainer.corpus.agent_chats import openclaw_shaped_request  # plain data, no torch
-
-    base = openclaw_shaped_request(target_chars=20_000)
-    messages = list(base["messages"])
+    system = "You are a personal coding agent in the user's workspace.\n\n" + "".join(
+        _SECTION.format(name=f"Section {i}") for i in range(45))
+    messages = [{"role": "system", "content": system},
+                {"role": "user", "content": "[Tue 2026-12-01 08:27 UTC] Hello, are you there?\n\n"
+                 "Runtime: agent=main | session=agent:main:main | sessionId=bench"}]
     filler = ("I looked at the file and the change is small: the loop reads the config once, and the test "
               "covers the empty case. Next I will run the suite and report what fails. ") * 4
     size = _HISTORY_CHARS[history]
     for i in range(history):
         role = "assistant" if i % 2 else "user"
         messages.append({"role": role, "content": f"[{i}] " + filler[:size]})
-    return messages, base["tools"]
+    return messages, _TOOLS
 
 
 def capture_backlog() -> int:
