@@ -101,6 +101,7 @@ def production_server(tmp_path, redis_server, upstream):
         "CLAWHUB_BIND": f"127.0.0.1:{port}",
         "WEB_CONCURRENCY": "2",  # two workers: /metrics must add up both processes' files
         "CLAWHUB_GRACEFUL_TIMEOUT": "5",
+        "CLAWHUB_CAPTURE_SPOOL_DIR": str(tmp_path / "capture"),  # never the repository's var/
     }
     log_path = tmp_path / "gunicorn.log"
     with open(log_path, "wb") as log:
