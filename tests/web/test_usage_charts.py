@@ -85,3 +85,8 @@ def test_usage_charts_draw_the_known_usage(live_server, laptop_page, usage_world
     page.screenshot(path=str(output_dir / "usage-charts.png"), full_page=True)
     page.locator("svg.chart").nth(0).screenshot(path=str(output_dir / "requests-per-day.png"))
     page.locator("svg.chart").nth(4).screenshot(path=str(output_dir / "requests-per-key.png"))
+    # A narrow window stacks the charts, one per row, without a horizontal scrollbar.
+    page.set_viewport_size({"width": 700, "height": 900})
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    assert page.evaluate(BARS_JS, "Tokens per day")["width"] > 500
+    page.screenshot(path=str(output_dir / "usage-charts-narrow.png"), full_page=True)
