@@ -132,6 +132,7 @@ def _store(records: Sequence[TurnRecord]) -> int:
     allowed = capture_allowed_many({(r.user_id, r.key_id) for r in records})
     kept = [r for r in records if allowed[(r.user_id, r.key_id)][0]]
     if kept:
+        _lock_owners({(r.tenant_id, r.user_id) for r in kept})
         items = [_item(r) for r in sorted(kept, key=lambda r: (r.started_at, r.request_id))]
         _resolve_explicit_sessions(items)
         graph = _Graph.load(items)
@@ -141,6 +142,24 @@ def _store(records: Sequence[TurnRecord]) -> int:
         turns_ready_notify(turn_ids=ready)
     usage_record(records=records)
     return len(kept)
+
+
+def _lock_owners(owners: set[tuple[int, int]]) -> None:
+    """Serialises writers per (tenant, user) until commit, with transaction-scoped advisory locks taken in
+    one statement in a fixed order (so two writers never deadlock on them).
+
+    Linking reads what other writers committed: a turn whose parent another gateway process is writing
+    right now must either see that parent, or be seen by it (the parent then adopts it). Without the lock,
+    both transactions could look before either commits and the link would be lost. Other users' batches
+    never wait on each other. SQLite (the embedded default) has one writer at a time anyway."""
+    if connection.vendor != "postgresql" or not owners:
+        return
+    keys = sorted({(tenant_id << 32) ^ user_id for tenant_id, user_id in owners})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest(%s::bigint[]) AS k ORDER BY 1) AS owners",
+            [keys],
+        )
 
 
 def _unseen(records: Sequence[TurnRecord]) -> list[TurnRecord]:
@@ -505,7 +524,7 @@ def _write_turns(items: list[_Item], graph: _Graph, now: datetime) -> list[int]:
     Turn.objects.bulk_create(turns)
     # Links to turns that were new at insert time, and every stored turn whose links changed: one UPDATE.
     after = [t for t in turns if t.refs_pending]
-    for turn in graph.dirty.values():
+    for turn in [*after, *graph.dirty.values()]:
         _resolve_refs(turn)
     _update_rows(Turn, after + list(graph.dirty.values()), _UPDATED)
     merged_into = {}

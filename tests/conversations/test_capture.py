@@ -310,10 +310,11 @@ def test_queries_per_batch_do_not_grow_with_the_batch(key, django_assert_max_num
         return records
 
     capture_store(batch(2, "warm"))
-    # 17: linking by continuation reads the families of the turns it links, and judging skips cut turns.
-    with django_assert_max_num_queries(17) as small:
+    # 18: linking by continuation locks the batch's users (one statement), reads the families of the turns
+    # it links, and judging skips cut turns.
+    with django_assert_max_num_queries(18) as small:
         capture_store(batch(3, "small"))
-    with django_assert_max_num_queries(17) as large:
+    with django_assert_max_num_queries(18) as large:
         capture_store(batch(60, "large"))
     assert len(large.captured_queries) == len(small.captured_queries)
     assert Turn.objects.count() == 3 * (2 + 3 + 60)

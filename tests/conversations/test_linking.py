@@ -1,0 +1,435 @@
+"""Next-state linking by continuation: for each scenario, the exact (turn -> next state) pairs and links.
+
+A main turn's next state is what the request that continues its prompt + reply added after the reply; a
+request repeating a turn's prompt is a regenerate (a sibling, never a next state); one continuing an earlier
+turn after another already did is a fork. Order is the requests' start time, whatever order writers commit.
+"""
+
+import threading
+
+import pytest
+from django.db import connection
+
+from clawhub.conversations import hooks
+from clawhub.conversations.capture import capture_store
+from clawhub.conversations.models import ConversationSettings, Session, Turn
+from clawhub.conversations.services import session_close_idle
+from tests.conversations.conftest import assistant, make_record, system, tool, tool_call, user
+
+pytestmark = pytest.mark.django_db
+
+
+def turn(record) -> Turn:
+    return Turn.objects.get(request_id=record.request_id)
+
+
+def pairs(*records) -> dict[str, list | None]:
+    """request id -> next state, for the given records' turns."""
+    return {r.request_id: turn(r).next_state for r in records}
+
+
+def links(*records) -> dict[str, tuple[str, str | None]]:
+    """request id -> (link, request id of the turn linked to: the parent, or the regenerated sibling)."""
+    out = {}
+    for r in records:
+        t = turn(r)
+        other = t.regenerate_of if t.link == Turn.Link.REGENERATE else t.parent
+        out[r.request_id] = (t.link, other.request_id if other else None)
+    return out
+
+
+@pytest.fixture
+def judged(monkeypatch, django_capture_on_commit_callbacks):
+    calls: list[int] = []
+    monkeypatch.setattr(hooks, "on_turn_ready_for_judging", lambda ids: calls.extend(ids))
+
+    def store(records):
+        with django_capture_on_commit_callbacks(execute=True):
+            capture_store(records)
+        return calls
+
+    return store
+
+
+@pytest.mark.parametrize("same_batch", [True, False])
+def test_a_regenerate_is_a_sibling_never_the_next_state(key, same_batch):
+    a = make_record(key, [system(), user("name a colour")], reply="Blue.")
+    regen = make_record(key, [system(), user("name a colour")], reply="Red.")  # the user hit "regenerate"
+    c = make_record(
+        key, [system(), user("name a colour"), assistant("Red."), user("a warmer one?")], reply="Orange."
+    )
+    for batch in ([a, regen, c],) if same_batch else ([a], [regen], [c]):
+        capture_store(batch)
+    # Before: regen was recorded as a's next state (a's own question). Now a waits, regen owns the follow-up.
+    assert pairs(a, regen, c) == {
+        a.request_id: None,
+        regen.request_id: [user("a warmer one?")],
+        c.request_id: None,
+    }
+    assert links(a, regen, c) == {
+        a.request_id: ("", None),
+        regen.request_id: ("regenerate", a.request_id),
+        c.request_id: ("next", regen.request_id),
+    }
+    assert len({turn(r).session_id for r in (a, regen, c)}) == 1
+
+
+def test_a_regenerate_later_in_the_conversation_keeps_the_first_continuation(key):
+    t1 = make_record(key, [user("plan a trip")], reply="Where to?")
+    history = [user("plan a trip"), assistant("Where to?"), user("Lisbon")]
+    t2 = make_record(key, history, reply="Day 1: Alfama.")
+    t2_again = make_record(key, history, reply="Day 1: Belém.")
+    t3 = make_record(key, [*history, assistant("Day 1: Belém."), user("and day 2?")])
+    capture_store([t1, t2, t2_again, t3])
+    assert pairs(t1, t2, t2_again, t3) == {
+        t1.request_id: [user("Lisbon")],
+        t2.request_id: None,
+        t2_again.request_id: [user("and day 2?")],
+        t3.request_id: None,
+    }
+    assert links(t2, t2_again, t3) == {
+        t2.request_id: ("next", t1.request_id),
+        t2_again.request_id: ("regenerate", t2.request_id),
+        t3.request_id: ("next", t2_again.request_id),
+    }
+
+
+def test_a_fork_links_to_its_own_parent(key):
+    t1 = make_record(key, [user("write a title")], reply="Dawn")
+    t2 = make_record(key, [user("write a title"), assistant("Dawn"), user("longer")], reply="Dawn Over Water")
+    t3 = make_record(
+        key,
+        [
+            user("write a title"),
+            assistant("Dawn"),
+            user("longer"),
+            assistant("Dawn Over Water"),
+            user("perfect"),
+        ],
+    )
+    # The user edits their second message and goes on from there: a branch off t1.
+    fork = make_record(key, [user("write a title"), assistant("Dawn"), user("in French")], reply="Aube")
+    after_fork = make_record(
+        key, [user("write a title"), assistant("Dawn"), user("in French"), assistant("Aube"), user("merci")]
+    )
+    capture_store([t1, t2])
+    capture_store([t3, fork])
+    capture_store([after_fork])
+    assert pairs(t1, t2, t3, fork, after_fork) == {
+        t1.request_id: [user("longer")],
+        t2.request_id: [user("perfect")],
+        t3.request_id: None,
+        fork.request_id: [user("merci")],
+        after_fork.request_id: None,
+    }
+    assert links(t2, t3, fork, after_fork) == {
+        t2.request_id: ("next", t1.request_id),
+        t3.request_id: ("next", t2.request_id),
+        fork.request_id: ("fork", t1.request_id),
+        after_fork.request_id: ("next", fork.request_id),
+    }
+    assert len({turn(r).session_id for r in (t1, t2, t3, fork, after_fork)}) == 1
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_two_interleaved_sessions_of_one_user(key, headers):
+    sid = {"A": "sess-A", "B": "sess-B"} if headers else {"A": None, "B": None}
+    a1 = make_record(key, [user("topic A")], reply="about A", session_id=sid["A"])
+    b1 = make_record(key, [user("topic B")], reply="about B", session_id=sid["B"])
+    a2 = make_record(
+        key,
+        [user("topic A"), assistant("about A"), user("more A")],
+        reply="more about A",
+        session_id=sid["A"],
+    )
+    b2 = make_record(
+        key,
+        [user("topic B"), assistant("about B"), user("more B")],
+        reply="more about B",
+        session_id=sid["B"],
+    )
+    a3 = make_record(
+        key,
+        [
+            user("topic A"),
+            assistant("about A"),
+            user("more A"),
+            assistant("more about A"),
+            user("done with A"),
+        ],
+        session_id=sid["A"],
+    )
+    b3 = make_record(
+        key,
+        [
+            user("topic B"),
+            assistant("about B"),
+            user("more B"),
+            assistant("more about B"),
+            user("done with B"),
+        ],
+        session_id=sid["B"],
+    )
+    capture_store([a1, b1, a2])
+    capture_store([b2, a3, b3])
+    assert pairs(a1, a2, a3, b1, b2, b3) == {
+        a1.request_id: [user("more A")],
+        a2.request_id: [user("done with A")],
+        a3.request_id: None,
+        b1.request_id: [user("more B")],
+        b2.request_id: [user("done with B")],
+        b3.request_id: None,
+    }
+    assert links(a2, a3, b2, b3) == {
+        a2.request_id: ("next", a1.request_id),
+        a3.request_id: ("next", a2.request_id),
+        b2.request_id: ("next", b1.request_id),
+        b3.request_id: ("next", b2.request_id),
+    }
+    sessions = {r.request_id: turn(r).session for r in (a1, a2, a3, b1, b2, b3)}
+    assert len({sessions[r.request_id].pk for r in (a1, a2, a3)}) == 1
+    assert len({sessions[r.request_id].pk for r in (b1, b2, b3)}) == 1
+    assert sessions[a1.request_id] != sessions[b1.request_id]
+    if headers:
+        assert sessions[a1.request_id].external_id == "sess-A" and not sessions[a1.request_id].inferred
+
+
+def test_inside_a_named_session_linking_follows_the_messages(key):
+    """One X-Session-Id for two conversations (an agent that reuses its id): each turn still gets the reply
+    to its own messages, not the session's newest waiting turn."""
+    a1 = make_record(key, [user("topic A")], reply="about A", session_id="shared")
+    b1 = make_record(key, [user("topic B")], reply="about B", session_id="shared")
+    a2 = make_record(key, [user("topic A"), assistant("about A"), user("more A")], session_id="shared")
+    capture_store([a1, b1, a2])
+    # Before: b1 (the session's newest waiting turn) took "more A".
+    assert pairs(a1, b1) == {a1.request_id: [user("more A")], b1.request_id: None}
+
+
+@pytest.mark.parametrize(
+    "workers",
+    [
+        "sequential",
+        # Real concurrent transactions need committed rows to see each other.
+        pytest.param("threads", marks=pytest.mark.django_db(transaction=True)),
+    ],
+)
+def test_out_of_order_commits_from_two_gateway_workers(key, workers, judged):
+    """Worker 1 serves turns 1 and 3, worker 2 turn 2; worker 2's writer commits last. Turn 3 is written
+    before its parent turn 2: when turn 2 arrives it adopts turn 3 (and its session)."""
+    t1 = make_record(key, [user("step 1")], reply="r1")
+    t2 = make_record(key, [user("step 1"), assistant("r1"), user("step 2")], reply="r2")
+    t3 = make_record(
+        key, [user("step 1"), assistant("r1"), user("step 2"), assistant("r2"), user("step 3")], reply="r3"
+    )
+    t4 = make_record(
+        key,
+        [
+            user("step 1"),
+            assistant("r1"),
+            user("step 2"),
+            assistant("r2"),
+            user("step 3"),
+            assistant("r3"),
+            user("step 4"),
+        ],
+    )
+    if workers == "sequential":
+        judged([t1, t3])
+        judged([t4])
+        ready = judged([t2])
+    else:
+        # Two writers at once, as two gateway processes would: each in its own connection and transaction.
+        judged([t1])
+        errors = []
+
+        def write(batch):
+            try:
+                capture_store(batch)
+            except Exception as exc:  # pragma: no cover - shown by the assertion below
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        threads = [
+            threading.Thread(target=write, args=([t3, t4],)),
+            threading.Thread(target=write, args=([t2],)),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors
+        ready = [turn(t1).pk, turn(t2).pk, turn(t3).pk]
+    assert pairs(t1, t2, t3, t4) == {
+        t1.request_id: [user("step 2")],
+        t2.request_id: [user("step 3")],
+        t3.request_id: [user("step 4")],
+        t4.request_id: None,
+    }
+    assert links(t2, t3, t4) == {
+        t2.request_id: ("next", t1.request_id),
+        t3.request_id: ("next", t2.request_id),
+        t4.request_id: ("next", t3.request_id),
+    }
+    assert len({turn(r).session_id for r in (t1, t2, t3, t4)}) == 1
+    assert Session.objects.filter(user=key.owner).count() == 1
+    assert sorted(set(ready)) == sorted([turn(t1).pk, turn(t2).pk, turn(t3).pk])
+
+
+def test_tool_calls_with_parallel_results(key):
+    calls = [tool_call("read", '{"path": "a"}', "c1"), tool_call("read", '{"path": "b"}', "c2")]
+    asking = make_record(key, [system(), user("compare a and b")], reply=None, tool_calls=calls)
+    results = [tool("contents of a", "c1"), tool("ERROR: b not found", "c2")]
+    answering = make_record(
+        key, [system(), user("compare a and b"), assistant(None, calls), *results], reply="b is missing"
+    )
+    closing = make_record(
+        key,
+        [
+            system(),
+            user("compare a and b"),
+            assistant(None, calls),
+            *results,
+            assistant("b is missing"),
+            user("create b then"),
+        ],
+    )
+    capture_store([asking, answering, closing])
+    assert pairs(asking, answering, closing) == {
+        asking.request_id: results,
+        answering.request_id: [user("create b then")],
+        closing.request_id: None,
+    }
+    assert turn(asking).ended == "tool_calls" and turn(answering).ended == "stop"
+
+
+def test_a_session_closed_by_x_session_done(key, judged):
+    t1 = make_record(key, [user("hi")], reply="hello", session_id="s-done")
+    t2 = make_record(
+        key,
+        [user("hi"), assistant("hello"), user("bye")],
+        reply="bye!",
+        session_id="s-done",
+        session_done=True,
+    )
+    ready = judged([t1, t2])
+    assert pairs(t1, t2) == {t1.request_id: [user("bye")], t2.request_id: None}
+    assert turn(t2).closed_without_next and Session.objects.get(external_id="s-done").close_reason == "done"
+    assert sorted(ready) == sorted([turn(t1).pk, turn(t2).pk])
+
+
+def test_a_session_closed_by_idle_timeout_closes_every_waiting_turn(key, judged):
+    t1 = make_record(key, [user("name a colour")], reply="Blue.")
+    regen = make_record(key, [user("name a colour")], reply="Red.")
+    judged([t1, regen])
+    Session.objects.update(last_activity_at=Session.objects.get().last_activity_at.replace(year=2000))
+    assert session_close_idle() == 1
+    assert pairs(t1, regen) == {t1.request_id: None, regen.request_id: None}
+    assert turn(t1).closed_without_next and turn(regen).closed_without_next
+
+
+# --- OpenClaw ---------------------------------------------------------------------------------------------
+
+RUNTIME = (
+    "Runtime: agent=main | session=agent:main:main | sessionId=4f1c2a7e-0000-4000-8000-000000000001 | "
+    "host=box | repo=/home/u/work | os=linux | node=24.22.3 | model=clawhub/clawhub-personal"
+)
+INTERNAL = [
+    {
+        "type": "text",
+        "text": "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nworkspace: AGENTS.md, SOUL.md\n"
+        "<<<END_OPENCLAW_INTERNAL_CONTEXT>>>",
+    }
+]
+
+
+def test_openclaw_shaped_turns(key):
+    """Timestamps in front of user messages (re-rendered on resend), the Runtime line, internal context as a
+    content array, and a retry that keeps the failed user message in the history."""
+    sys = system("You are OpenClaw. " * 200)
+    first_user = user(f"[Tue 2026-12-01 08:27 UTC] list the repo\n\n{RUNTIME}")
+    t1 = make_record(key, [sys, first_user], reply="README.md, src/")
+    # OpenClaw resends the history; here its clock renders the first message's stamp with seconds.
+    resent_first = user(f"[Tue 2026-12-01 08:27:03 UTC] list the repo\n\n{RUNTIME}")
+    history = [
+        sys,
+        resent_first,
+        assistant("README.md, src/"),
+        {"role": "user", "content": INTERNAL},
+        user("[Tue 2026-12-01 08:29 UTC] open src"),
+    ]
+    failed = make_record(key, history, status="failed", error="upstream 502")
+    # The retry keeps the failed user message and sends it again.
+    retry = make_record(key, [*history, user("[Tue 2026-12-01 08:29 UTC] open src")], reply="src/: main.py")
+    t3 = make_record(
+        key,
+        [
+            *history,
+            user("[Tue 2026-12-01 08:29 UTC] open src"),
+            assistant("src/: main.py"),
+            user("[Tue 2026-12-01 08:31 UTC] thanks"),
+        ],
+    )
+    capture_store([t1, failed])
+    capture_store([retry, t3])
+    # The next state is what the user said: no internal context, the retried message once.
+    assert pairs(t1, retry) == {
+        t1.request_id: [user("[Tue 2026-12-01 08:29 UTC] open src")],
+        retry.request_id: [user("[Tue 2026-12-01 08:31 UTC] thanks")],
+    }
+    assert links(failed, retry, t3) == {
+        failed.request_id: ("next", t1.request_id),
+        retry.request_id: ("regenerate", failed.request_id),
+        t3.request_id: ("next", retry.request_id),
+    }
+    assert len({turn(r).session_id for r in (t1, failed, retry, t3)}) == 1
+    assert turn(failed).ended == "upstream_error"
+
+
+def test_only_internal_context_after_a_reply_is_no_next_state(key):
+    t1 = make_record(key, [user("hi")], reply="hello")
+    t2 = make_record(key, [user("hi"), assistant("hello"), {"role": "user", "content": INTERNAL}])
+    capture_store([t1, t2])
+    assert turn(t1).next_state is None and turn(t1).closed_without_next
+
+
+# --- cut turns --------------------------------------------------------------------------------------------
+
+
+def _cut_records(key):
+    def record(text, **fields):
+        return make_record(key, [user(text)], reply="partial", **fields)
+
+    length = record("long story please")
+    length.choices[0]["finish_reason"] = "length"
+    client = record("another", status="cut", http_status=499, error="client disconnected")
+    upstream = record(
+        "a third", status="cut", error="The model server stopped in the middle of the response."
+    )
+    whole = record("a fourth")
+    follow = [
+        make_record(key, [user(r.request["messages"][0]["content"]), assistant("partial"), user("go on")])
+        for r in (length, client, upstream, whole)
+    ]
+    return (length, client, upstream, whole), follow
+
+
+def test_cut_turns_are_linked_but_not_judged_by_default(key, judged):
+    (length, client, upstream, whole), follow = _cut_records(key)
+    ready = judged([length, client, upstream, whole, *follow])
+    assert {r.request_id: turn(r).ended for r in (length, client, upstream, whole)} == {
+        length.request_id: "length",
+        client.request_id: "client_disconnect",
+        upstream.request_id: "upstream_error",
+        whole.request_id: "stop",
+    }
+    # Linked all the same (the page shows what followed), but only the whole reply goes to judging.
+    assert all(turn(r).next_state == [user("go on")] for r in (length, client, upstream, whole))
+    assert ready == [turn(whole).pk]
+
+
+def test_the_tenant_setting_brings_length_turns_back(key, judged):
+    ConversationSettings.objects.create(tenant=key.owner.tenant, include_length_turns=True)
+    (length, client, upstream, whole), follow = _cut_records(key)
+    ready = judged([length, client, upstream, whole, *follow])
+    assert sorted(ready) == sorted([turn(length).pk, turn(whole).pk])
