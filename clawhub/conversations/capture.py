@@ -696,6 +696,12 @@ _RECENT_MAX = 128
 _recent_lock = threading.Lock()
 
 
+def forget_recent_prompts() -> None:
+    """Empties the writer's memory of recent prompts (tests, and anything that must read bases afresh)."""
+    with _recent_lock:
+        _RECENT.clear()
+
+
 def _remember(it: _Item) -> None:
     if it.turn is None or it.turn.pk is None or it.messages is None or it.turn_type != MAIN:
         return

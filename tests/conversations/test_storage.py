@@ -1,0 +1,121 @@
+"""O(n) storage per session: each turn stores what it adds to its parent's prompt (messages and vLLM's prompt
+token ids), and the selectors rebuild every prompt exactly as it was sent."""
+
+import httpx
+import orjson
+import pytest
+
+from clawhub.conversations import capture
+from clawhub.conversations.capture import capture_store
+from clawhub.conversations.models import Turn
+from clawhub.conversations.privacy import _detach_from
+from clawhub.conversations.selectors import turn_prompt_token_ids, turn_request, turns_messages
+from tests.conversations.conftest import assistant, make_record, system, user
+from tests.factories import make_key, make_user
+from tests.gateway.conftest import fake, fake_upstream, gateway, gateway_factory  # noqa: F401
+
+TURNS = 100
+
+
+def _stored_messages(turns) -> int:
+    return sum(len(orjson.loads(t.messages_added)) for t in turns)
+
+
+def test_a_100_turn_session_through_the_gateway_stores_linearly_and_rebuilds_exactly(gateway):  # noqa: F811
+    owner = make_user()
+    _, secret = make_key(owner)
+    sent: list[list[dict]] = []
+    history = [
+        {"role": "system", "content": "You are a careful agent. " * 40},
+        {"role": "user", "content": "step 0", "name": "me"},
+    ]
+    with httpx.Client(base_url=gateway.v1, headers={"Authorization": f"Bearer {secret}"}, timeout=30) as http:
+        for i in range(TURNS):
+            body = {
+                "model": "clawhub-personal",
+                "messages": history,
+                "stream": i % 2 == 1,
+                "temperature": 0.5,
+            }
+            sent.append(orjson.loads(orjson.dumps(history)))
+            response = http.post("/chat/completions", json=body)
+            assert response.status_code == 200
+            if body["stream"]:
+                text = "".join(
+                    (orjson.loads(line[6:])["choices"] or [{}])[0].get("delta", {}).get("content") or ""
+                    for line in response.text.splitlines()
+                    if line.startswith("data: {") and orjson.loads(line[6:]).get("choices")
+                )
+            else:
+                text = response.json()["choices"][0]["message"]["content"]
+            # Resent the way clients do: key order and fields of their own.
+            history = [
+                *history,
+                {"content": text, "role": "assistant"},
+                {"role": "user", "content": f"step {i + 1}"},
+            ]
+    records = gateway.spy.wait_for(TURNS, timeout=60)
+    assert len({r.request_id for r in records}) == TURNS
+    # Several writer batches, and the writer's memory of recent prompts forgotten in between, so that bases
+    # are rebuilt from the database too.
+    for start in range(0, TURNS, 25):
+        capture.forget_recent_prompts()
+        capture_store(sorted(records, key=lambda r: r.started_at)[start : start + 25])
+
+    turns = list(Turn.objects.filter(user=owner).order_by("created_at"))
+    assert len(turns) == TURNS and len({t.session_id for t in turns}) == 1
+    # Whole prompts would be sum(2i + 2) = 10,100 messages. Stored: the first turn's 2, then each turn's
+    # resent reply and new user message.
+    assert _stored_messages(turns) == 2 + 2 * (TURNS - 1) == 200
+    assert all(t.messages_shared == 2 * i for i, t in enumerate(turns))
+    rebuilt = turns_messages(turns=turns)
+    for i, t in enumerate(turns):
+        assert orjson.dumps(rebuilt[t.pk]) == orjson.dumps(sent[i]), f"turn {i}"
+    # vLLM's prompt ids too: each turn stores only what follows its parent's ids.
+    by_request = {r.request_id: r for r in records}
+    for t in turns:
+        assert turn_prompt_token_ids(turn=t) == by_request[t.request_id].prompt_token_ids
+    stored_ids = sum(len(bytes(t.prompt_token_ids_added or b"")) // 4 for t in turns)
+    whole_ids = sum(len(by_request[t.request_id].prompt_token_ids) for t in turns)
+    assert stored_ids < whole_ids / 20
+    # Every turn linked to the one before.
+    assert [t.parent_id for t in turns[1:]] == [t.pk for t in turns[:-1]]
+    assert turn_request(turn=turns[-1])["temperature"] == 0.5
+
+
+@pytest.mark.django_db
+def test_a_turn_whose_base_is_purged_is_rewritten_whole(key):
+    first = make_record(key, [system(), user("one")], reply="1", prompt_token_ids=[1, 2, 3], token_ids=[9])
+    second = make_record(
+        key,
+        [system(), user("one"), assistant("1"), user("two")],
+        reply="2",
+        prompt_token_ids=[1, 2, 3, 9, 4],
+        token_ids=[8],
+    )
+    capture_store([first, second])
+    base, child = (
+        Turn.objects.get(request_id=first.request_id),
+        Turn.objects.get(request_id=second.request_id),
+    )
+    assert (
+        child.prompt_base_id == base.pk and child.messages_shared == 2 and child.prompt_token_ids_shared == 4
+    )
+    _detach_from([base.pk])
+    base.delete()
+    child.refresh_from_db()
+    assert child.prompt_base_id is None and child.messages_shared == 0
+    assert turn_request(turn=child)["messages"] == second.request["messages"]
+    assert turn_prompt_token_ids(turn=child) == [1, 2, 3, 9, 4]
+
+
+@pytest.mark.django_db
+def test_rows_written_before_the_split_storage_still_read(key):
+    record = make_record(key, [user("old")], reply="row")
+    capture_store([record])
+    legacy = Turn.objects.get(request_id=record.request_id)
+    Turn.objects.filter(pk=legacy.pk).update(
+        request={"messages": [user("old")], "temperature": 0.6}, messages_added=""
+    )
+    legacy.refresh_from_db()
+    assert turn_request(turn=legacy) == {"messages": [user("old")], "temperature": 0.6}
