@@ -1,5 +1,5 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.contrib.auth.forms import BaseUserCreationForm, UserChangeForm
 
@@ -48,6 +48,44 @@ class UserAdmin(DjangoUserAdmin):
             # Through the service, so that an admin-made user gets their personal tenant like everyone else.
             user_insert(user=obj)
             audit_record(actor=request.user, action="user.admin_create", target=obj, subject_user=obj)
+
+    # Deleting a user here goes through the same service as deleting one's own account: keys revoked, the
+    # personal adapter's files and loaded copies removed, and never a group left without its owner.
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and _owns_shared_group(obj):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_deleted_objects(self, objs, request):
+        deleted, model_count, _perms_needed, protected = super().get_deleted_objects(objs, request)
+        # user_delete decides what may go (has_delete_permission above); the row rules of related admins (an
+        # owner's membership may not be deleted on its own) do not apply when the whole account goes.
+        return deleted, model_count, set(), protected
+
+    def delete_model(self, request, obj):
+        from clawhub.review.services import user_delete
+
+        user_delete(user=obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        from clawhub.review.services import user_delete
+
+        kept = []
+        for user in queryset:
+            if _owns_shared_group(user):
+                kept.append(user.email)
+                continue
+            user_delete(user=user, actor=request.user)
+        if kept:
+            self.message_user(request, "Not deleted, they own groups with other members (transfer first): "
+                              + ", ".join(kept), level=messages.WARNING)
+
+
+def _owns_shared_group(user: User) -> bool:
+    from clawhub.groups.models import Membership, Role
+
+    owned = Membership.objects.filter(user=user, role=Role.OWNER).values_list("group_id", flat=True)
+    return Membership.objects.filter(group_id__in=owned).exclude(user=user).exists()
 
 
 @admin.register(AuditLog)

@@ -3,8 +3,13 @@ so the admin shows memberships and invitations read-mostly and never shows or ed
 
 from django.contrib import admin
 
-from clawhub.groups.models import Group, Invitation, Membership
+from clawhub.groups.models import Group, Invitation, Membership, Role
 from clawhub.groups.selectors import invitation_status
+
+
+def _not_the_owner(membership: Membership | None) -> bool:
+    # A group always has its owner: ownership moves by transfer, and the owner leaves with the whole group.
+    return membership is None or membership.role != Role.OWNER
 
 
 class MembershipInline(admin.TabularInline):
@@ -33,6 +38,12 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ("role",)
     search_fields = ("user__email", "group__slug", "group__name")
     raw_id_fields = ("user", "group")
+
+    def has_delete_permission(self, request, obj=None):
+        return _not_the_owner(obj) and super().has_delete_permission(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        super().delete_queryset(request, queryset.exclude(role=Role.OWNER))
 
 
 @admin.register(Invitation)

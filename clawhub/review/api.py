@@ -349,16 +349,27 @@ class AccountDeleteApi(APIView):
         class Meta:
             ref_name = "AccountDeleteInput"
 
+    class OutputSerializer(serializers.Serializer):
+        detail = serializers.CharField()
+        groups_kept = serializers.ListField(
+            child=serializers.CharField(),
+            help_text="Groups whose shared adapter stays (it is the other members' too); it was trained "
+                      "partly on the caller's samples, which are deleted.")
+
+        class Meta:
+            ref_name = "AccountDeleteOutput"
+
     @extend_schema(tags=ME_TAGS, request=InputSerializer, responses={
-        204: OpenApiResponse(description="The account and all its data are gone; the session has ended."),
+        200: OutputSerializer,
         400: openapi_error("Wrong password (wrong_password)."),
         409: openapi_error("The caller owns groups with other members (owner_must_transfer; data.groups).")})
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        services.account_delete(actor=request.user, password=data.validated_data["password"],
-                                ip=client_ip(request))
+        report = services.account_delete(actor=request.user, password=data.validated_data["password"],
+                                         ip=client_ip(request))
         # The session belonged to a user who no longer exists.
         user_logout(request=request._request)
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(self.OutputSerializer({"detail": services.deletion_summary(report),
+                                               "groups_kept": report.groups_kept}).data)
 

@@ -213,11 +213,11 @@ def privacy_export(request):
 @require_POST
 def privacy_delete_account(request):
     try:
-        services.account_delete(actor=request.user, password=request.POST.get("password", ""),
-                                ip=client_ip(request))
+        report = services.account_delete(actor=request.user, password=request.POST.get("password", ""),
+                                         ip=client_ip(request))
     except ClawHubError as exc:
         messages.error(request, exc.message)
         return redirect("privacy")
     user_logout(request=request)
-    messages.success(request, "Your account and all your data have been deleted.")
+    messages.success(request, services.deletion_summary(report))
     return redirect("login")

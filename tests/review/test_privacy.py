@@ -173,7 +173,8 @@ def test_account_deletion_removes_the_user_and_all_their_data(api_as):
     assert api.post("/api/me/delete/", {"password": "wrong password"}).status_code == 400
     assert User.objects.filter(pk=leaver.pk).exists()
     response = api.post("/api/me/delete/", {"password": PASSWORD})
-    assert response.status_code == 204
+    assert response.status_code == 200
+    assert response.json()["groups_kept"] == [group.slug]  # said plainly: the shared adapter stays
 
     assert not User.objects.filter(pk=leaver.pk).exists()
     assert not Tenant.objects.filter(pk=tenant_id).exists()
