@@ -1,4 +1,5 @@
-"""Writes for adapter versions: create, evaluate, activate (promotion and rollback), unload, pin.
+"""Writes for adapter versions: create, record the gate's decision, activate (promotion and rollback),
+unload, pin, and the sweeper that re-drives what a lost worker forgot.
 
 Hot swap across gateway processes (the design this module implements)
 ---------------------------------------------------------------------
@@ -40,7 +41,7 @@ from clawhub.accounts.models import User
 from clawhub.accounts.services import audit_record_for_tenant
 from clawhub.adapters import evaluation, serving
 from clawhub.adapters.models import AdapterPin, AdapterVersion
-from clawhub.adapters.selectors import TenantAccess, adapters_to_unload, heldout_prompts
+from clawhub.adapters.selectors import TenantAccess, adapters_to_unload
 from clawhub.core.exceptions import Conflict, ValidationFailed
 from clawhub.tenants.models import Tenant
 
@@ -107,86 +108,52 @@ def adapter_version_create(
 # --- eval gate ----------------------------------------------------------------------------------------------
 
 
-def _eval_upstream(upstreams: list[serving.UpstreamTarget] | None) -> serving.UpstreamTarget:
-    healthy = serving.healthy_upstreams(upstreams)
-    if not healthy:
-        raise serving.UpstreamUnavailable("No healthy upstream to evaluate on.")
-    return healthy[0]
-
-
-def adapter_evaluate(
-    *,
-    version: AdapterVersion,
-    exclude_turn_ids: list[int] | None = None,
-    upstreams: list[serving.UpstreamTarget] | None = None,
-    generate: evaluation.GenerateFn | None = None,
-) -> bool:
-    """Scores the candidate and the tenant's active version (the base model when there is none) on the same
-    held-out prompts with the same reward function; a candidate worse by more than CLAWHUB_EVAL_MARGIN is
-    rejected (and unloaded: nobody is served by it). Returns whether it passed. Safe to repeat."""
+def adapter_evaluation_start(*, version: AdapterVersion) -> AdapterVersion:
+    """The gate takes the candidate (again, on a redelivery): evaluating since now."""
     updated = AdapterVersion.objects.filter(
         pk=version.pk, state__in=[AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING]
     ).update(state=AdapterVersion.State.EVALUATING, evaluating_since=timezone.now())
+    version.refresh_from_db()
     if not updated:
         raise Conflict(
             f"Version {version.version} is {version.state}; only candidates are evaluated.",
             code="adapter_not_candidate",
         )
-    tenant = version.tenant
-    baseline = AdapterVersion.objects.filter(tenant=tenant, state=AdapterVersion.State.ACTIVE).first()
-    prompts = heldout_prompts(
-        tenant=tenant, exclude_turn_ids=exclude_turn_ids or [], limit=settings.CLAWHUB_EVAL_PROMPTS
-    )
-    reward = evaluation.reward_function(settings.CLAWHUB_EVAL_REWARD)
+    return version
 
-    up = None
-    if generate is None:
-        up = _eval_upstream(upstreams)
-        if prompts:
-            serving.load_adapter(up, name=version.upstream_name, path=version.artifact_path)
-            if baseline is not None:
-                serving.load_adapter(up, name=baseline.upstream_name, path=baseline.artifact_path)
 
-        def generate(model: str, messages: list[dict]) -> str:
-            return serving.generate(
-                up, model=model, messages=messages, max_tokens=settings.CLAWHUB_EVAL_MAX_TOKENS
-            )
-
-    base_name = baseline.upstream_name if baseline else (up.base_model if up else "base")
-    candidate_score = evaluation.score_model(version.upstream_name, prompts, generate, reward)
-    baseline_score = evaluation.score_model(base_name, prompts, generate, reward)
-    margin = settings.CLAWHUB_EVAL_MARGIN
-    passed = evaluation.passes(candidate_score, baseline_score, margin)
-
+def adapter_record_decision(*, version: AdapterVersion, decision: evaluation.Decision) -> bool:
+    """Stores the gate's decision, its reason and its numbers on the version (its page shows them); a
+    rejected candidate is done. Returns whether it passed."""
     version.refresh_from_db()
-    version.eval_score, version.baseline_score = candidate_score.mean, baseline_score.mean
+    margin = decision.numbers.get("margin") or {}
+    version.eval_score = margin.get("delta")
+    version.baseline_score = None
+    version.decision, version.decision_reason = decision.outcome, decision.reason
     version.metrics = {
         **version.metrics,
         "eval": {
-            "prompts": len(prompts),
-            "margin": margin,
-            "passed": passed,
-            "reward": settings.CLAWHUB_EVAL_REWARD,
-            "baseline": {"version": baseline.version if baseline else None, **baseline_score.to_dict()},
-            "candidate": candidate_score.to_dict(),
+            **decision.to_dict(),
+            "passed": decision.passed,
+            "baseline": {"version": version.parent.version if version.parent else None},
             "at": timezone.now().isoformat(),
         },
     }
-    version.state = AdapterVersion.State.EVALUATING if passed else AdapterVersion.State.REJECTED
-    version.save(update_fields=["eval_score", "baseline_score", "metrics", "state"])
+    if not decision.passed:
+        version.state = AdapterVersion.State.REJECTED
+    version.save(
+        update_fields=["eval_score", "baseline_score", "decision", "decision_reason", "metrics", "state"]
+    )
     audit_record_for_tenant(
         actor=None,
         action="adapter.evaluated",
         target=version,
-        tenant=tenant,
-        passed=passed,
-        score=candidate_score.mean,
-        baseline=baseline_score.mean,
-        prompts=len(prompts),
+        tenant=version.tenant,
+        passed=decision.passed,
+        decision=decision.outcome,
+        reason=decision.reason[:300],
     )
-    if not passed and up is not None and prompts:
-        serving.unload_adapter(up, name=version.upstream_name)
-    return passed
+    return decision.passed
 
 
 def adapter_hold(*, version: AdapterVersion) -> AdapterVersion:
