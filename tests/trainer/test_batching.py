@@ -9,6 +9,7 @@ from workers.trainer.batching import (
     encode_batch,
     encode_sample,
     prompt_ids,
+    teacher_prompt_ids,
     with_hint,
 )
 
@@ -19,7 +20,9 @@ TEXT = "A spider has eight legs."
 def recorded(tokenizer, text=TEXT, **kw):
     ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
     fields = {"response_token_ids": ids, "response_logprobs": [-0.1 * (i + 1) for i in range(len(ids))]}
-    return TrainSample(sample_id=1, messages=MESSAGES, response_text=text, reward=1, **{**fields, **kw})
+    return TrainSample(
+        **{"sample_id": 1, "messages": MESSAGES, "response_text": text, "reward": 1, **fields, **kw}
+    )
 
 
 def test_prompt_ids_are_the_chat_template_with_generation_prompt(tokenizer):
@@ -80,10 +83,24 @@ def test_logprobs_of_the_wrong_length_are_dropped_but_ids_kept(tokenizer):
     assert "length" in how
 
 
-def test_too_long_samples_are_dropped_with_a_reason_or_cut_when_allowed(tokenizer):
+def test_a_long_prompt_is_left_truncated_and_recorded(tokenizer):
+    # Before, a sample over max_seq_len was dropped: every OpenClaw turn (13k+ prompt tokens) was lost.
+    long_messages = [{"role": "system", "content": "Rules of the house. " * 200}, *MESSAGES]
+    sample = recorded(tokenizer, messages=long_messages)
+    prompt_len = len(prompt_ids(tokenizer, long_messages, None))
+    response_len = len(sample.response_token_ids)
+    limit = response_len + 40
+    enc = encode_sample(tokenizer, sample, max_seq_len=limit)
+    assert enc.prompt_truncated == prompt_len - 40 and len(enc.prompt_ids) == 40
+    assert enc.prompt_ids == prompt_ids(tokenizer, long_messages, None)[-40:]  # the newest context stays
+    assert enc.response_ids == sample.response_token_ids and not enc.truncated
+    # The recorded log-probs saw the whole prompt: pi_old is recomputed on what the trainer sees.
+    assert enc.old_logprobs is None and "left-truncated by" in enc.alignment
+
+
+def test_a_response_that_alone_does_not_fit_is_dropped_or_cut_when_allowed(tokenizer):
     sample = recorded(tokenizer)
-    prompt_len = len(prompt_ids(tokenizer, MESSAGES, None))
-    limit = prompt_len + 3
+    limit = 16 + 3
     dropped = encode_sample(tokenizer, sample, max_seq_len=limit)
     assert isinstance(dropped, DroppedSample)
     assert (
@@ -92,12 +109,69 @@ def test_too_long_samples_are_dropped_with_a_reason_or_cut_when_allowed(tokenize
         and f"max_seq_len {limit}" in dropped.reason
     )
     cut = encode_sample(tokenizer, sample, max_seq_len=limit, truncate_response=True)
-    assert cut.truncated and cut.response_ids == sample.response_token_ids[:3]
-    assert cut.old_logprobs == sample.response_logprobs[:3]
-    # A prompt that alone fills the window cannot be cut to fit.
-    assert isinstance(
-        encode_sample(tokenizer, sample, max_seq_len=prompt_len, truncate_response=True), DroppedSample
+    assert cut.truncated and cut.response_ids == sample.response_token_ids[:3] and len(cut.prompt_ids) == 16
+
+
+def test_served_ids_are_trained_exactly(tokenizer):
+    """Prompt ids and sampled ids from the server are the sequence, whatever the template would render and
+    whatever the parsed text says (reasoning and tool-call tokens are in the ids, not in response_text)."""
+    served_prompt = prompt_ids(tokenizer, MESSAGES, None) + [7, 7]  # e.g. chat_template_kwargs at serve time
+    sampled = tokenizer.encode("<think>\nlegs\n</think>\n\n" + TEXT, add_special_tokens=False) + [
+        tokenizer.eos_token_id
+    ]
+    sample = TrainSample(
+        sample_id=3,
+        messages=MESSAGES,
+        response_text=TEXT,
+        reward=1,
+        prompt_token_ids=served_prompt,
+        response_token_ids=sampled,
+        response_logprobs=[-0.5] * len(sampled),
+        source="served ids",
     )
+    enc = encode_sample(tokenizer, sample, max_seq_len=4096)
+    assert (enc.prompt_ids, enc.response_ids, enc.old_logprobs) == (
+        served_prompt,
+        sampled,
+        [-0.5] * len(sampled),
+    )
+    assert enc.alignment == "served ids" and enc.served
+    missing = TrainSample(
+        sample_id=4,
+        messages=MESSAGES,
+        response_text=TEXT,
+        reward=1,
+        source="re-rendered: served without prompt token ids",
+    )
+    fallback = encode_sample(tokenizer, missing, max_seq_len=4096)
+    assert fallback.alignment.startswith("re-rendered: served without prompt token ids; retokenized")
+    assert not fallback.served
+
+
+def test_the_teacher_prompt_is_the_served_ids_with_the_hint_inserted(tokenizer):
+    messages = [
+        {"role": "user", "content": "First question"},
+        {"role": "assistant", "content": "Answer"},
+        {"role": "user", "content": "Second question"},
+    ]
+    served = prompt_ids(tokenizer, messages, None)
+    sample = TrainSample(
+        sample_id=5,
+        messages=messages,
+        response_text="ok",
+        reward=1,
+        prompt_token_ids=served,
+        response_token_ids=[tokenizer.eos_token_id],
+        response_logprobs=[-0.1],
+    )
+    enc = encode_sample(tokenizer, sample, max_seq_len=4096)
+    teacher, how = teacher_prompt_ids(tokenizer, enc, "Be brief.", max_seq_len=4096)
+    hint = tokenizer.encode(HINT_TEMPLATE.format(hint="Be brief."), add_special_tokens=False)
+    assert how == "hint inserted into the served ids"
+    k = next(i for i in range(len(served)) if teacher[i] != served[i])
+    # Student and teacher differ by exactly the hint's tokens, right after the last user message's text.
+    assert teacher[:k] + teacher[k + len(hint) :] == served and teacher[k : k + len(hint)] == hint
+    assert tokenizer.decode(teacher[:k]).endswith("Second question")
 
 
 def test_encode_batch_separates_kept_and_dropped(tokenizer):
