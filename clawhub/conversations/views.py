@@ -38,7 +38,7 @@ def _shown(turn: Turn, messages: list | None, index_of: dict[int, int]) -> dict:
     linked_to = turn.regenerate_of_id if turn.link == Turn.Link.REGENERATE else turn.parent_id
     source, why = turn_training_source(turn=turn)
     return {
-        "ended": turn.get_ended_display() if turn.ended else "",
+        "ended": turn.ended,
         "cut": turn.cut,
         "link": describe(turn),
         "linked_to": linked_to,

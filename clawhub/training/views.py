@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from clawhub.adapters import selectors as adapter_selectors
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.selectors import tenant_access, tenant_label, tenants_for_user
+from clawhub.conversations.selectors import training_sources_for_tenant
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ValidationFailed
 from clawhub.core.views import page_errors, post_and_redirect
@@ -60,6 +61,8 @@ def training_tenant(request, tenant_id: int):
             "batch_size": selectors.batch_size_for(ts),
             "overrides": json.dumps(ts.overrides or {}),
             "trainable": trainable_count(tenant=access.tenant),
+            # Fidelity at a glance: samples built from the ids vLLM served vs re-rendered, and why.
+            "sources": training_sources_for_tenant(tenant_id=access.tenant.pk),
             "methods": Method.values,
             "backends": Backend.values,
         },

@@ -1,0 +1,69 @@
+"""What the pages show about fidelity: per turn how it ended, what it is linked to and what its training
+sample is built from; per tenant on the training page, samples from served ids vs re-rendered (and why)."""
+
+import pytest
+from django.test import Client
+
+from clawhub.conversations.capture import capture_store
+from clawhub.conversations.models import Session, Turn
+from clawhub.feedback.models import Judgment
+from clawhub.review.models import Sample
+from tests.conversations.conftest import assistant, make_record, user
+
+pytestmark = pytest.mark.django_db
+
+
+def _sample(turn: Turn) -> Sample:
+    judgment = Judgment.objects.create(
+        turn=turn,
+        tenant=turn.tenant,
+        reward=1,
+        votes=[1, 1, 1],
+        hints=[],
+        judge="rule",
+        prompt_version="t",
+        raw_outputs={},
+        status="ok",
+    )
+    return Sample.objects.create(
+        turn=turn,
+        judgment=judgment,
+        tenant=turn.tenant,
+        user=turn.user,
+        key=turn.key,
+        reward=1,
+        state=Sample.State.APPROVED,
+    )
+
+
+def test_turns_show_ending_link_and_training_source(key):
+    first = make_record(
+        key, [user("name a colour")], reply="Blue.", prompt_token_ids=[1, 2], token_ids=[5, 6]
+    )
+    regen = make_record(key, [user("name a colour")], reply="Red.")  # served without ids (another backend)
+    cut = make_record(key, [user("name a colour"), assistant("Red."), user("a long story")], reply="Once")
+    cut.choices[0]["finish_reason"] = "length"
+    capture_store([first, regen, cut])
+    browser = Client()
+    browser.force_login(key.owner)
+    page = browser.get(f"/conversations/{Session.objects.get(user=key.owner).pk}/").text
+    turns = {r.request_id: Turn.objects.get(request_id=r.request_id) for r in (first, regen, cut)}
+    article = {rid: page.split(f'id="turn-{t.pk}"')[1].split("</article>")[0] for rid, t in turns.items()}
+    assert "ended: stop" in article[first.request_id] and "starts a conversation" in article[first.request_id]
+    assert "training sample: served ids" in article[first.request_id]
+    assert (
+        "regenerate of" in article[regen.request_id]
+        and f"#turn-{turns[first.request_id].pk}" in article[regen.request_id]
+    )
+    assert "training sample: re-rendered (served without prompt token ids)" in article[regen.request_id]
+    assert "ended: length" in article[cut.request_id] and "cut: not judged" in article[cut.request_id]
+    assert "next state of" in article[cut.request_id]
+
+    for turn in turns.values():
+        _sample(turn)
+    training = browser.get(f"/training/{key.owner.tenant.pk}/").text
+    assert "Samples from served token ids: <strong>1</strong>" in training
+    assert (
+        "re-rendered with the chat template: <strong>2</strong> (served without prompt token ids: 2)"
+        in training
+    )

