@@ -25,6 +25,9 @@ class VersionOutputSerializer(serializers.Serializer):
     parent = serializers.SerializerMethodField()
     eval_score = serializers.FloatField(allow_null=True)
     baseline_score = serializers.FloatField(allow_null=True)
+    # The promotion gate: "promote", "not_enough_evidence", "reject", "stale_parent", "promotion_failed".
+    decision = serializers.CharField(allow_blank=True)
+    decision_reason = serializers.CharField(allow_blank=True)
     training_run = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()
     promoted_at = serializers.DateTimeField(allow_null=True)

@@ -70,6 +70,7 @@ class BenchConfig:
     base_url: str = "http://127.0.0.1:8000"
     methods: tuple[str, ...] = METHODS
     seed: int = 0
+    noise: float = P.NOISE_RATE  # share of the simulated users' reactions that are the opposite of deserved
     max_updates: int = 16
     judge: str = "rule"
     out_dir: Path = Path("bench-output")
@@ -100,6 +101,8 @@ class BenchConfig:
             raise ValueError(f"unknown personas {bad}; choose from {list(P.PERSONAS)}")
         if self.judge not in ("rule", "llm"):
             raise ValueError("judge is 'rule' or 'llm'")
+        if not 0 <= self.noise < 0.5:
+            raise ValueError("noise is a rate in [0, 0.5): above that the users mean the opposite")
         if self.max_updates < 1 or self.batch_size < 1 or self.turns_per_session < 1:
             raise ValueError("max_updates, batch_size and turns_per_session must be at least 1")
 
@@ -181,6 +184,8 @@ class UpdateRecord:
     run_to_served_s: float | None
     eval_score: float | None = None
     baseline_score: float | None = None
+    decision: str = ""  # the promotion gate's decision and its reason, as the version page shows them
+    decision_reason: str = ""
 
 
 @dataclass
@@ -230,6 +235,8 @@ class Track:
             "feedback_to_served_s": [round(s, 1) for s in served],
             "feedback_to_served_median_s": round(statistics.median(served), 1) if served else None,
             "eval_scores": [r.eval_score for r in promoted],
+            "gate": [{"version": r.version, "outcome": r.outcome, "decision": r.decision,
+                      "reason": r.decision_reason} for r in self.records if r.version is not None],
             "error": self.error or None,
         }
 
@@ -291,7 +298,7 @@ class Bench:
         api.signup(email, self.password)
         # Same seed -> same users: prompt order and phrasing depend on the persona and role, not the method.
         rng = random.Random(f"{self.config.seed}:{user_seed or role}")
-        user = P.ScriptedUser(persona=persona, rng=rng, adversarial=adversarial)
+        user = P.ScriptedUser(persona=persona, rng=rng, adversarial=adversarial, noise=self.config.noise)
         return Member(email=email, api=api, user=user)
 
     def _key(self, member: Member, group: str | None = None) -> None:
@@ -329,8 +336,11 @@ class Bench:
         owner = members[0]
         slug = f"bench-{self.tag}-{method}-{name}".lower()[:60]
         owner.api.post("/api/groups/", {"name": f"Bench {method} {name}", "slug": slug})
-        for member in members[1:]:
-            link = owner.api.post(f"/api/groups/{slug}/invitations/", {"role": "member"}).json()["link"]
+        for i, member in enumerate(members[1:]):
+            # The second member is an admin: review lets nobody approve their own feedback, so the owner's
+            # samples are approved by that admin.
+            role = "admin" if i == 0 else "member"
+            link = owner.api.post(f"/api/groups/{slug}/invitations/", {"role": role}).json()["link"]
             token = link.rstrip("/").split("/")[-1]
             member.api.post(f"/api/invitations/{token}/accept/")
         for member in members:
@@ -386,10 +396,14 @@ class Bench:
         page = api.get("/api/review/samples/", params={"tenant": track.tenant_id, "state": "pending",
                                                        "page_size": 500})
         approve, reject = review_decisions(page["results"], group=bool(track.slug))
-        if approve:
-            api.post("/api/review/samples/bulk/", {
-                "ids": approve, "action": "approve",
-                "reason": "bench: only the new-key guard held it (bench keys are minutes old)"})
+        authors = {s["id"]: (s.get("user") or {}).get("email") for s in page["results"]}
+        own = [i for i in approve if authors.get(i) == track.owner.email]
+        admin = track.members[1].api if track.slug else api  # a group's owner may not approve their own
+        for reviewer, ids in ((api, [i for i in approve if i not in own]), (admin, own)):
+            if ids:
+                reviewer.post("/api/review/samples/bulk/", {
+                    "ids": ids, "action": "approve",
+                    "reason": "bench: only the new-key guard held it (bench keys are minutes old)"})
         if reject:
             api.post("/api/review/samples/bulk/", {
                 "ids": reject, "action": "reject",
@@ -497,6 +511,10 @@ class Bench:
             record.version, record.outcome = version["version"], version["state"]
             record.eval_score = version.get("eval_score")
             record.baseline_score = version.get("baseline_score")
+            record.decision = version.get("decision") or ""
+            record.decision_reason = version.get("decision_reason") or ""
+            self.log(f"[gate] {track.name} v{record.version}: {record.outcome} — {record.decision}: "
+                     f"{record.decision_reason}")
             if record.outcome != "active":
                 return record
             sent_at = self._feedback_times(track, run.get("sample_ids") or [])
@@ -572,7 +590,7 @@ class Bench:
     def method_result(self, method: str, tracks: list[Track], *, wall_s: float) -> dict[str, Any]:
         cfg = self.config
         by_name = {t.name: t for t in tracks}
-        result: dict[str, Any] = {"method": method, "seed": cfg.seed, "judge": cfg.judge,
+        result: dict[str, Any] = {"method": method, "seed": cfg.seed, "noise": cfg.noise, "judge": cfg.judge,
                                   "batch_size": cfg.batch_size, "target": cfg.target,
                                   "max_updates": cfg.max_updates, "wall_s": round(wall_s, 1)}
         for name in cfg.personas:

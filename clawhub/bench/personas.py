@@ -28,6 +28,14 @@ NAMES = ("Ana", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hugo", "Ines
 THINGS = ("apples", "pencils", "books", "stickers", "marbles", "cookies", "cards", "shells", "coins",
           "stamps")
 KINDS = ("add", "sub", "mul", "percent", "area", "speed")
+# The held-out measurement asks questions of kinds no training session ever asks (their templates never
+# appear in a training conversation), so a rising score is the preference generalising, not the adapter
+# remembering answers to the questions it was trained on.
+HELD_OUT_KINDS = ("area", "speed")
+TRAINING_KINDS = tuple(k for k in KINDS if k not in HELD_OUT_KINDS)
+# The simulated users' noise: this share of reactions is the opposite of what the reply deserved (a
+# correction of a compliant reply, a thank-you for a non-compliant one), as real users are inconsistent.
+NOISE_RATE = 0.1
 
 BANK_SEED = 20260311  # fixed: the held-out set must not change between runs, methods or machines
 HELD_OUT_SIZE = 24
@@ -46,8 +54,8 @@ class Problem:
     topic: str
 
 
-def make_problem(rng: random.Random) -> Problem:
-    kind = rng.choice(KINDS)
+def make_problem(rng: random.Random, kinds: Sequence[str] = KINDS) -> Problem:
+    kind = rng.choice(kinds)
     name, thing = rng.choice(NAMES), rng.choice(THINGS)
     if kind == "add":
         a, b = rng.randint(3, 40), rng.randint(3, 40)
@@ -80,16 +88,23 @@ def make_problem(rng: random.Random) -> Problem:
 def prompt_bank(seed: int = BANK_SEED, held_out: int = HELD_OUT_SIZE,
                 training: int = TRAINING_SIZE) -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
     """(training problems, held-out problems): distinct questions from one fixed generator, the held-out set
-    first. The same arguments give the same split on every machine (``random.Random`` with an int seed)."""
+    from HELD_OUT_KINDS only and the training set from the other kinds, so that no held-out question's
+    template is ever in a training session. The same arguments give the same split on every machine
+    (``random.Random`` with an int seed)."""
     rng = random.Random(seed)
-    seen: set[str] = set()
-    problems: list[Problem] = []
-    while len(problems) < held_out + training:
-        problem = make_problem(rng)
-        if problem.question not in seen:
-            seen.add(problem.question)
-            problems.append(problem)
-    return tuple(problems[held_out:]), tuple(problems[:held_out])
+
+    def draw(n: int, kinds: Sequence[str]) -> tuple[Problem, ...]:
+        seen: set[str] = set()
+        problems: list[Problem] = []
+        while len(problems) < n:
+            problem = make_problem(rng, kinds)
+            if problem.question not in seen:
+                seen.add(problem.question)
+                problems.append(problem)
+        return tuple(problems)
+
+    held = draw(held_out, HELD_OUT_KINDS)
+    return draw(training, TRAINING_KINDS), held
 
 
 def training_problems() -> tuple[Problem, ...]:
@@ -275,6 +290,7 @@ class Reaction:
     complied: bool  # whether the reply met the persona's preference (scored by code)
     kind: str  # "thanks", "correction" or "adversarial"
     problem: Problem | None  # what the next reply is about (None: the session ends)
+    noisy: bool = False  # the opposite of what the reply deserved (the user's noise)
 
 
 @dataclass
@@ -286,6 +302,7 @@ class ScriptedUser:
     rng: random.Random
     problems: Sequence[Problem] = field(default_factory=training_problems)
     adversarial: bool = False
+    noise: float = 0.0  # share of reactions that are the opposite of what the reply deserved
     _order: list[int] = field(default_factory=list, init=False, repr=False)
 
     def next_problem(self) -> Problem:
@@ -304,19 +321,25 @@ class ScriptedUser:
         still carries the feedback, but asks nothing new."""
         complied = self.persona.complies(reply, problem)
         violations = self.persona.violations(reply, problem)
-        if complied != self.adversarial:  # honest and kept, or adversarial and broken: a thank-you
+        pleased = complied != self.adversarial  # honest and kept, or adversarial and broken
+        noisy = self.noise > 0 and self.rng.random() < self.noise
+        if noisy:  # an inconsistent user: thanks for a bad reply, or a correction of a good one
+            pleased = not pleased
+            if not pleased and not self.adversarial and not violations:
+                violations = [self.rng.choice(sorted(self.persona.corrections))]
+        if pleased:
             if last:
                 text = self.rng.choice(CLOSING_THANKS).format(topic=problem.topic)
-                return Reaction(text, complied, THANKS_KIND, None)
+                return Reaction(text, complied, THANKS_KIND, None, noisy)
             following = self.next_problem()
             text = self.rng.choice(THANKS).format(next=opening(following, self.rng))
-            return Reaction(text, complied, THANKS_KIND, following)
+            return Reaction(text, complied, THANKS_KIND, following, noisy)
         if self.adversarial:
             template, kind = self.rng.choice(ADVERSARIAL_CORRECTIONS), ADVERSARIAL_KIND
         else:
             template, kind = self.rng.choice(self.persona.corrections[violations[0]]), CORRECTION_KIND
         text = template.format(topic=problem.topic, question="" if last else problem.question).strip()
-        return Reaction(text, complied, kind, None if last else problem)
+        return Reaction(text, complied, kind, None if last else problem, noisy)
 
 
 def compliance(persona: Persona, replies: Sequence[tuple[str, Problem]]) -> float:

@@ -158,6 +158,65 @@ def line_chart_png(series: Mapping[str, Sequence[float | None]], *, title: str =
     return canvas.png()
 
 
+def _tint(color: Color, amount: float = 0.75) -> Color:
+    return tuple(round(c + (255 - c) * amount) for c in color)  # type: ignore[return-value]
+
+
+def band_chart_png(bands: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str = "",
+                   x_label: str = "promoted updates", target: float | None = 0.8,
+                   width: int = 720, height: int = 420) -> bytes:
+    """One band per named series: the range over seeds (``low``..``high``) filled in a light tint of the
+    series' colour, the ``mean`` drawn over it. Axes as in line_chart_png."""
+    canvas = Canvas(width, height)
+    left, right, top, bottom = 52, width - 230, 34, height - 40
+    longest = max((len(b["mean"]) for b in bands.values()), default=1)
+    x_max = max(1, longest - 1)
+
+    def px(i: float) -> int:
+        return round(left + (right - left) * i / x_max)
+
+    def py(v: float) -> int:
+        return round(bottom - (bottom - top) * max(0.0, min(1.0, v)))
+
+    for n, values in enumerate(bands.values()):  # fills first, so that no band hides a mean line
+        tint = _tint(PALETTE[n % len(PALETTE)])
+        low, high = values["low"], values["high"]
+        for i in range(len(low) - 1):
+            if None in (low[i], high[i], low[i + 1], high[i + 1]):
+                continue
+            for x in range(px(i), px(i + 1) + 1):
+                f = (x - px(i)) / max(1, px(i + 1) - px(i))
+                y_lo = py(low[i] + f * (low[i + 1] - low[i]))
+                y_hi = py(high[i] + f * (high[i + 1] - high[i]))
+                canvas.line(x, y_hi, x, y_lo, tint)
+    for tick in range(6):
+        v = tick / 5
+        canvas.line(left, py(v), right, py(v), GRID, dash=2)
+        canvas.text(left - 8 - text_width(f"{v:.1f}"), py(v) - 5, f"{v:.1f}", MUTED)
+    every = max(1, x_max // 8)
+    for i in range(0, x_max + 1, every):
+        canvas.line(px(i), bottom, px(i), bottom + 4, MUTED)
+        canvas.text(px(i) - text_width(str(i)) // 2, bottom + 8, str(i), MUTED)
+    canvas.line(left, top, left, bottom, BLACK)
+    canvas.line(left, bottom, right, bottom, BLACK)
+    if target is not None:
+        canvas.line(left, py(target), right, py(target), TARGET, dash=6)
+    canvas.text(left, 10, title or "compliance", BLACK)
+    canvas.text(right - text_width(x_label), bottom + 24, x_label, MUTED)
+    for n, (name, values) in enumerate(bands.items()):
+        color = PALETTE[n % len(PALETTE)]
+        points = [(px(i), py(v)) for i, v in enumerate(values["mean"]) if v is not None]
+        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+            canvas.line(x0, y0, x1, y1, color, width=2)
+        for x, y in points:
+            canvas.rect(x - 2, y - 2, x + 2, y + 2, color)
+        ly = top + 4 + n * 18
+        canvas.rect(right + 12, ly, right + 32, ly + 8, _tint(color))
+        canvas.line(right + 12, ly + 4, right + 32, ly + 4, color, width=3)
+        canvas.text(right + 38, ly, name[:23], BLACK)
+    return canvas.png()
+
+
 # --- SVG geometry for the dashboard (the template draws it; autoescaping stays on) ------------------------
 
 

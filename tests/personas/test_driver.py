@@ -194,6 +194,7 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
     worker = WorkerOnPoll()
     config = BenchConfig(base_url="http://localhost", methods=("combine",), personas=("student",),
                          max_updates=1, batch_size=4, turns_per_session=2, out_dir=tmp_path, poll=0.01,
+                         noise=0.0,  # the plumbing, with users that always mean what they say
                          serve_grace=0, judge_wait=5, update_timeout=60,
                          eval_concurrency=1)  # one thread: the test's database transaction is this thread's
     lines: list[str] = []
@@ -211,7 +212,7 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
     assert student["compliance"] == [0.0, 1.0] and student["updates_to_target"] == 1, student
     assert student["sessions_to_target"] >= 2 and student["error"] is None
     assert len(student["feedback_to_served_s"]) == 1 and 0 <= student["feedback_to_served_s"][0] < 60
-    assert group["with_adversary"]["compliance"] == [0.0, 1.0]
+    assert group["with_adversary"]["compliance"] == [0.0, 1.0], group["with_adversary"]["error"]
     assert group["without_adversary"]["compliance"] == [0.0, 1.0]
     assert group["adversary_shift"]["final"] == 0.0
     assert len(worker.trained) == 3  # one run per tenant: student, group, control group
@@ -231,7 +232,9 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
     group_tenant = group["with_adversary"]["tenant"]
     group_trained = Sample.objects.filter(tenant_id=group_tenant, trained_at__isnull=False)
     assert group_trained.count() == 4
-    assert all(s.decided_by.email.endswith("-owner@example.com") and "new_key" in s.flag_codes
+    # Approved by the owner, or, for the owner's own samples, by the group's admin (never by their author).
+    assert all(s.decided_by.email.endswith(("-owner@example.com", "-group-member@example.com"))
+               and s.decided_by_id != s.user_id and "new_key" in s.flag_codes
                for s in group_trained.select_related("decided_by"))
 
     # How it talked to /v1: sessions end with X-Session-Done; held-out prompts are greedy side turns.

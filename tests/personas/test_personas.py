@@ -71,10 +71,27 @@ def test_the_held_out_split_is_fixed_and_disjoint():
     # Fixed: rebuilt from scratch (not the cache) it is the same set, and these are its first two problems.
     P.prompt_bank.cache_clear()
     assert P.prompt_bank() == (training, held_out)
-    assert held_out[0].question == ("David has 17 coins and gets 12 more. "
-                                    "How many coins does David have now?")
-    assert (held_out[0].numbers, held_out[0].answer) == ((17, 12), 29)
+    assert held_out[0].question == "A garden is 11 meters long and 5 meters wide. What is its area?"
+    assert (held_out[0].numbers, held_out[0].answer) == ((11, 5), 55)
     assert P.held_out_messages(held_out[0]) == [{"role": "user", "content": held_out[0].question}]
+
+
+def template(question: str) -> str:
+    """A question with its names, things and numbers taken out: what is left is its template."""
+    import re
+
+    words = [w for w in re.sub(r"\d+", "N", question).split() if w.strip("?.") not in (*P.NAMES, *P.THINGS)]
+    return " ".join(words)
+
+
+def test_held_out_questions_use_templates_that_no_training_session_asks():
+    training, held_out = P.prompt_bank()
+    held_templates = {template(p.question) for p in held_out}
+    training_templates = {template(p.question) for p in training}
+    assert held_templates and training_templates and not held_templates & training_templates
+    # Every way a user opens a session wraps a training question: no held-out template gets in that way.
+    rng = random.Random(0)
+    assert all(template(p.question) in template(P.opening(p, rng)) for p in training[:20])
 
 
 def test_problems_are_worded_like_the_tiny_models_corpus_and_carry_their_answers():
@@ -179,3 +196,18 @@ def test_personas_and_plots_are_plain_python():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'torch', 'httpx')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_users_noise_flips_the_stated_share_of_reactions():
+    user = P.ScriptedUser(persona=P.STUDENT, rng=random.Random(7), noise=0.2)
+    reactions = [user.react(PLAIN if i % 2 else FORMATTED, BOXES) for i in range(2000)]
+    noisy = [r for r in reactions if r.noisy]
+    assert 0.17 < len(noisy) / len(reactions) < 0.23
+    # Noise is the opposite of what the reply deserved: thanks for a broken preference, a correction of a
+    # kept one; the others are what the reply deserved.
+    assert all((r.kind == P.THANKS_KIND) != r.complied for r in noisy)
+    assert all((r.kind == P.THANKS_KIND) == r.complied for r in reactions if not r.noisy)
+    corrections = {r.text for r in noisy if r.kind == P.CORRECTION_KIND}
+    assert len(corrections) > 3  # drawn from the persona's pool of phrasings
+    quiet = P.ScriptedUser(persona=P.STUDENT, rng=random.Random(7))
+    assert not any(quiet.react(PLAIN, BOXES).noisy for _ in range(200))

@@ -1,11 +1,18 @@
 """`python manage.py bench_personas`: the persona benchmark against a running ClawHub (clawhub.bench.driver).
 
     python manage.py serve &                                   # or any running stack
-    python manage.py bench_personas --methods rl,opd,combine --seed 0 --max-updates 16
+    python manage.py bench_personas --methods rl,opd,combine --seeds 0,1,2 --max-updates 16
 
-It talks to the stack over HTTP only; the one local write besides --out is a copy of the plot into the data
-directory (CLAWHUB_DATA_DIR/bench/personas.png), where the dashboard picks it up, so run it with the same
-CLAWHUB_DATA_DIR as the stack.
+Every method runs with the same seeds (same simulated users, same prompts, same noise); the result is
+printed per (method, seed) as it finishes, then across seeds: held-out compliance per update as mean ± sd
+[min, max], updates to the target per seed, the worst feedback→served time, and the gate's decisions (each
+one is also printed with its reason as it happens). The held-out questions are of kinds no training session
+asks (clawhub.bench.personas.HELD_OUT_KINDS); --noise is the share of the users' reactions that are the
+opposite of what the reply deserved.
+
+It talks to the stack over HTTP only; the one local write besides --out is a copy of the band plot into the
+data directory (CLAWHUB_DATA_DIR/bench/personas.png), where the dashboard picks it up, so run it with the
+same CLAWHUB_DATA_DIR as the stack.
 """
 
 import json
@@ -16,8 +23,11 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from clawhub.bench import personas
 from clawhub.bench.driver import DEFAULT_OVERRIDES, METHODS, Bench, BenchConfig, BenchError
+from clawhub.bench.plots import band_chart_png
 from clawhub.bench.progress import bench_plot_path
+from clawhub.bench.summary import across_seeds, report_lines
 
 
 class Command(BaseCommand):
@@ -26,7 +36,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated: rl,opd,combine")
-        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--seeds", default="0,1,2",
+                            help="comma-separated seeds, the same for every method")
+        parser.add_argument("--noise", type=float, default=personas.NOISE_RATE,
+                            help="share of simulated reactions opposite to what the reply deserved")
         parser.add_argument("--max-updates", type=int, default=16, help="promoted updates per tenant")
         parser.add_argument("--judge", choices=["rule", "llm"], default="rule")
         parser.add_argument("--base-url", default=settings.PUBLIC_BASE_URL)
@@ -46,32 +59,64 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         try:
-            config = BenchConfig(
-                base_url=options["base_url"], methods=tuple(m for m in options["methods"].split(",") if m),
-                seed=options["seed"], max_updates=options["max_updates"], judge=options["judge"],
-                out_dir=Path(options["out"]), personas=tuple(p for p in options["personas"].split(",") if p),
-                group=not options["no_group"], group_control=not options["no_group_control"],
-                batch_size=options["batch_size"], turns_per_session=options["turns_per_session"],
-                overrides=json.loads(options["overrides"]), eval_temperature=options["eval_temperature"],
-                target=options["target"], stop_at_target=options["stop_at_target"],
-                update_timeout=options["update_timeout"],
-            )
+            seeds = [int(s) for s in options["seeds"].split(",") if s.strip()]
+            configs = [
+                BenchConfig(
+                    base_url=options["base_url"],
+                    methods=tuple(m for m in options["methods"].split(",") if m),
+                    seed=seed, noise=options["noise"], max_updates=options["max_updates"],
+                    judge=options["judge"], out_dir=Path(options["out"]) / f"seed-{seed}",
+                    personas=tuple(p for p in options["personas"].split(",") if p),
+                    group=not options["no_group"], group_control=not options["no_group_control"],
+                    batch_size=options["batch_size"], turns_per_session=options["turns_per_session"],
+                    overrides=json.loads(options["overrides"]), eval_temperature=options["eval_temperature"],
+                    target=options["target"], stop_at_target=options["stop_at_target"],
+                    update_timeout=options["update_timeout"],
+                )
+                for seed in seeds
+            ]
         except (ValueError, json.JSONDecodeError) as exc:
             raise CommandError(str(exc)) from exc
+        if not configs:
+            raise CommandError("--seeds names no seed")
         # One line per request would bury the progress lines.
         for name in ("httpx", "httpx2"):  # the openai SDK logs through the latter
             logging.getLogger(name).setLevel(logging.WARNING)
-        bench = Bench(config, echo=lambda line: self.stdout.write(line),
-                      log=lambda line: self.stderr.write(line))
+        results: list[dict] = []
         try:
-            bench.run()
-        except BenchError as exc:
-            raise CommandError(str(exc)) from exc
+            for config in configs:
+                bench = Bench(config, echo=lambda line: self.stdout.write(line),
+                              log=lambda line: self.stderr.write(line))
+                try:
+                    bench.run()
+                except BenchError as exc:
+                    raise CommandError(str(exc)) from exc
+                finally:
+                    results += bench.results  # what finished, also when a later method failed
+                    if bench.tracks:
+                        bench.write_outputs()
+                    bench.close()
         finally:
-            if bench.tracks:
-                png = bench.write_outputs()
-                target = bench_plot_path()
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(png, target)
-                self.stderr.write(f"plot: {png} (and {target} for the dashboard)")
-            bench.close()
+            if results:
+                self._report(results, out=Path(options["out"]), target=options["target"])
+
+    def _report(self, results: list[dict], *, out: Path, target: float) -> None:
+        summary = across_seeds(results, target=target)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        self.stdout.write(json.dumps({"across_seeds": summary}))
+        for line in report_lines(summary, target=target):
+            self.stderr.write(line)
+        bands = {
+            f"{method} {name}": track["compliance"]
+            for method, entry in summary.items()
+            for name, track in entry.items()
+            if isinstance(track, dict) and "compliance" in track
+        }
+        seeds = sorted({r["seed"] for r in results})
+        png = out / "compliance-bands.png"
+        png.write_bytes(band_chart_png(bands, title=f"held-out compliance, seeds {seeds}", target=target))
+        plot = bench_plot_path()
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(png, plot)
+        self.stderr.write(f"plot: {png} (and {plot} for the dashboard)")

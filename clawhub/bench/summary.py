@@ -1,0 +1,100 @@
+"""The persona benchmark across seeds: per method and tenant track, held-out compliance at each promoted
+update as mean, standard deviation and range over the seeds, updates to the target per seed, the worst
+feedback→served time, the gate's decisions, and the adversary's shift of the group — what the command prints
+and plots as one band per method. Plain Python on the per-(method, seed) result dicts of Bench.run."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any
+
+
+def tracks_of(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A method result's track summaries by track name (the group's two tracks flattened)."""
+    tracks = {k: v for k, v in result.items() if isinstance(v, dict) and "compliance" in v}
+    group = result.get("group") or {}
+    if "with_adversary" in group:
+        tracks["group"] = group["with_adversary"]
+    if "without_adversary" in group:
+        tracks["group-control"] = group["without_adversary"]
+    return tracks
+
+
+def band(curves: list[list[float | None]]) -> dict[str, list[float | None]]:
+    """Mean, sd, min and max at each update over the seeds that reached it (None where none did)."""
+    length = max((len(c) for c in curves), default=0)
+    out: dict[str, list[float | None]] = {"mean": [], "sd": [], "low": [], "high": [], "seeds": []}
+    for i in range(length):
+        values = [c[i] for c in curves if i < len(c) and c[i] is not None]
+        out["seeds"].append(len(values))
+        if not values:
+            for key in ("mean", "sd", "low", "high"):
+                out[key].append(None)
+            continue
+        out["mean"].append(round(statistics.fmean(values), 4))
+        out["sd"].append(round(statistics.stdev(values), 4) if len(values) > 1 else 0.0)
+        out["low"].append(round(min(values), 4))
+        out["high"].append(round(max(values), 4))
+    return out
+
+
+def across_seeds(results: list[dict[str, Any]], *, target: float = 0.8) -> dict[str, Any]:
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for result in results:
+        by_method.setdefault(result["method"], []).append(result)
+    summary: dict[str, Any] = {}
+    for method, runs in by_method.items():
+        names = sorted({name for run in runs for name in tracks_of(run)})
+        entry: dict[str, Any] = {"seeds": [run["seed"] for run in runs]}
+        for name in names:
+            per_seed = [tracks_of(run)[name] for run in runs if name in tracks_of(run)]
+            curves = [t["compliance"] for t in per_seed]
+            served = [s for t in per_seed for s in t.get("feedback_to_served_s") or []]
+            decisions = Counter(
+                g.get("decision") or g.get("outcome") for t in per_seed for g in t.get("gate") or []
+            )
+            finals = [c[-1] for c in curves if c and c[-1] is not None]
+            entry[name] = {
+                "compliance": band(curves),
+                "final": {
+                    "mean": round(statistics.fmean(finals), 4) if finals else None,
+                    "low": min(finals, default=None),
+                    "high": max(finals, default=None),
+                },
+                "updates_to_target": [t.get("updates_to_target") for t in per_seed],
+                "reached_target_on_every_seed": all(t.get("updates_to_target") is not None for t in per_seed),
+                "feedback_to_served_max_s": max(served, default=None),
+                "gate_decisions": dict(decisions),
+            }
+        shifts = [run["group"]["adversary_shift"]["final"] for run in runs
+                  if (run.get("group") or {}).get("adversary_shift")]
+        if shifts:
+            entry["adversary_shift_final"] = {"per_seed": shifts, "mean": round(statistics.fmean(
+                [s for s in shifts if s is not None]), 4) if any(s is not None for s in shifts) else None}
+        summary[method] = entry
+    return summary
+
+
+def report_lines(summary: dict[str, Any], *, target: float = 0.8) -> list[str]:
+    """The human-readable table: per method and track, compliance per update as mean ± sd [min, max]."""
+    lines = []
+    for method, entry in summary.items():
+        lines.append(f"== {method} (seeds {', '.join(map(str, entry['seeds']))})")
+        for name, track in entry.items():
+            if not isinstance(track, dict) or "compliance" not in track:
+                continue
+            b = track["compliance"]
+            cells = [
+                "—" if m is None else f"{m:.2f}±{s:.2f} [{lo:.2f},{hi:.2f}]"
+                for m, s, lo, hi in zip(b["mean"], b["sd"], b["low"], b["high"], strict=True)
+            ]
+            lines.append(f"  {name}: " + " | ".join(f"u{i} {c}" for i, c in enumerate(cells)))
+            lines.append(
+                f"    updates to {target}: {track['updates_to_target']}; feedback→served max "
+                f"{track['feedback_to_served_max_s']} s; gate: {track['gate_decisions']}"
+            )
+        if "adversary_shift_final" in entry:
+            shift = entry["adversary_shift_final"]
+            lines.append(f"  adversary shift (control − attacked, last update): {shift}")
+    return lines

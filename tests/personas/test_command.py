@@ -1,0 +1,62 @@
+"""bench_personas runs every method with the same seeds, then reports across seeds: mean ± spread per
+update, the gate's decisions, and one band per method in the plot."""
+
+import json
+
+from django.core.management import call_command
+
+import clawhub.web.management.commands.bench_personas as command
+
+
+class FakeBench:
+    """Stands in for the HTTP-driven Bench: one result per method whose curve depends on the seed."""
+
+    runs: list[tuple[int, tuple[str, ...], float]] = []
+
+    def __init__(self, config, *, echo, log):
+        self.config, self.echo, self.results, self.tracks = config, echo, [], {}
+        FakeBench.runs.append((config.seed, config.methods, config.noise))
+
+    def run(self):
+        for method in self.config.methods:
+            curve = [0.2, 0.5 + 0.1 * self.config.seed]
+            track = {"compliance": curve, "updates_to_target": None, "feedback_to_served_s": [30.0],
+                     "gate": [{"version": 1, "outcome": "active", "decision": "not_enough_evidence"}]}
+            self.results.append({"method": method, "seed": self.config.seed, "student": track})
+            self.echo(json.dumps(self.results[-1]))
+        return self.results
+
+    def write_outputs(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_every_method_runs_with_the_same_seeds_and_is_reported_across_them(monkeypatch, tmp_path, settings):
+    settings.DATA_DIR = tmp_path / "data"
+    monkeypatch.setattr(command, "Bench", FakeBench)
+    FakeBench.runs = []
+    out, err = _Capture(), _Capture()
+    call_command("bench_personas", "--methods", "rl,opd", "--seeds", "0,1,2", "--noise", "0.15",
+                 "--out", str(tmp_path / "out"), stdout=out, stderr=err)
+    assert FakeBench.runs == [(s, ("rl", "opd"), 0.15) for s in (0, 1, 2)]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["rl"]["seeds"] == summary["opd"]["seeds"] == [0, 1, 2]
+    assert summary["rl"]["student"]["compliance"]["mean"] == [0.2, 0.6]
+    assert summary["rl"]["student"]["compliance"]["low"] == [0.2, 0.5]
+    assert summary["opd"]["student"]["gate_decisions"] == {"not_enough_evidence": 3}
+    assert "u1 0.60±0.10 [0.50,0.70]" in err.text
+    assert (tmp_path / "out" / "compliance-bands.png").read_bytes().startswith(b"\x89PNG")
+    assert '"across_seeds"' in out.text
+
+
+class _Capture:
+    def __init__(self):
+        self.text = ""
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
