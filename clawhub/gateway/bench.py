@@ -163,6 +163,7 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
     headers = {"Authorization": f"Bearer {target.api_key}"}
     url = f"{target.base_url}/chat/completions"
     latencies, ttfts, failures = [], [], 0
+    statuses: dict[str, int] = {}
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     counter = iter(range(10**9))
     shaped = body_shape != "short"
@@ -187,12 +188,15 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
             ok = response.status_code == 200
         latencies.append((time.perf_counter() - t0) * 1000)
         failures += not ok
+        if not ok:
+            statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
 
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         for _ in range(min(50, requests)):  # warm connections, caches and the adapter load
             await one(client)
         latencies.clear()
         ttfts.clear()
+        statuses.clear()
         failures = 0
         remaining = [requests]
 
@@ -228,7 +232,8 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
                        "gateway_plus_consumer_cpu_ms_per_request": round((cpu + ccpu) * 1000 / requests, 3)}
     return {
         "mode": target.name, "stream": stream, "requests": requests, "concurrency": concurrency,
-        "failures": failures, "rps": round(requests / elapsed, 1),
+        "failures": failures, **({"failed_statuses": statuses} if statuses else {}),
+        "rps": round(requests / elapsed, 1),
         "p50_ms": round(percentile(latencies, 0.5), 2), "p99_ms": round(percentile(latencies, 0.99), 2),
         "ttft_p50_ms": round(percentile(ttfts, 0.5), 2) if ttfts else None,
         "cpu_ms_per_request": round(cpu * 1000 / requests, 3) if target.pid else None,

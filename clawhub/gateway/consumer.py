@@ -42,6 +42,7 @@ logger = logging.getLogger("clawhub.gateway.consumer")
 BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
 HEARTBEAT_EVERY = 2.0
 BLOCK_MS = 500
+CALL_TIMEOUT = 5.0
 
 
 @dataclass
@@ -99,9 +100,10 @@ class RedisSource:
         import redis
 
         self.cfg, self.name = cfg, name
-        # Reads block for BLOCK_MS; every other call is bounded by the hand-off's timeout.
-        self.client = redis.Redis.from_url(cfg.redis_url, socket_timeout=cfg.redis_timeout + BLOCK_MS / 1000,
-                                           socket_connect_timeout=cfg.redis_timeout)
+        # Bounded, but not by the gateway's tight hot-path timeout: an acknowledgement that times out on a
+        # busy host is delivered again (harmless, but wasted work). Reads block for BLOCK_MS on top.
+        self.client = redis.Redis.from_url(cfg.redis_url, socket_timeout=CALL_TIMEOUT + BLOCK_MS / 1000,
+                                           socket_connect_timeout=CALL_TIMEOUT)
         self._group_ready = False
         self._next_claim = 0.0
 
