@@ -1,12 +1,32 @@
 """Production settings: secrets and hosts come from the environment and have no defaults."""
 
 import os
+from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
 for _name in ("DJANGO_SECRET_KEY", "DATABASE_URL", "DJANGO_ALLOWED_HOSTS"):
     if not os.environ.get(_name):
         raise ImproperlyConfigured(f"{_name} must be set in production")
+
+# Shipped examples are not secrets: refuse to start on one, or on a secret short enough to guess.
+_PLACEHOLDERS = ("change-me", "changeme", "example", "embedded-default", "not-for-production", "secret-key")
+
+
+def _refuse_weak(name: str, value: str, *, min_length: int) -> None:
+    if any(p in value.lower() for p in _PLACEHOLDERS):
+        raise ImproperlyConfigured(f"{name} is a placeholder from the examples; set a random value "
+                                   f"(python -c 'import secrets; print(secrets.token_urlsafe(50))')")
+    if len(value) < min_length or len(set(value)) < 8:
+        raise ImproperlyConfigured(f"{name} must be a random string of at least {min_length} characters")
+
+
+_refuse_weak("DJANGO_SECRET_KEY", os.environ["DJANGO_SECRET_KEY"], min_length=50)
+if os.environ.get("METRICS_TOKEN"):
+    _refuse_weak("METRICS_TOKEN", os.environ["METRICS_TOKEN"], min_length=24)
+_db_password = urlsplit(os.environ["DATABASE_URL"]).password
+if _db_password:
+    _refuse_weak("the DATABASE_URL password", unquote(_db_password), min_length=12)
 
 from clawhub.core.logging import build_logging  # noqa: E402
 

@@ -88,7 +88,7 @@ def production_server(tmp_path, redis_server, upstream):
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "clawhub.settings.production",
-        "DJANGO_SECRET_KEY": "production-server-test-" + os.urandom(8).hex(),
+        "DJANGO_SECRET_KEY": "production-server-test-" + os.urandom(24).hex(),  # >= 50 chars
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
         "DATABASE_URL": database_url(),
         "REDIS_URL": f"{redis_server.url}/0",

@@ -133,7 +133,7 @@ def app_env(pg: ThrowawayPostgres, rds: DurableRedis, upstream_url: str, spool: 
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "clawhub.settings.production",
-        "DJANGO_SECRET_KEY": "durability-test-" + os.urandom(8).hex(),
+        "DJANGO_SECRET_KEY": "durability-test-" + os.urandom(24).hex(),  # production wants >= 50 chars
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
         "DATABASE_URL": pg.url,
         "DATABASE_CONNECT_TIMEOUT": "2",
