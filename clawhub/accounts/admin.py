@@ -1,10 +1,39 @@
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.contrib.auth.forms import BaseUserCreationForm, UserChangeForm
+from django.core.exceptions import ValidationError
 
 from clawhub.accounts.models import AuditLog, User
-from clawhub.accounts.services import audit_record, user_insert
+from clawhub.accounts.services import audit_record, login_failed, user_insert
+from clawhub.accounts.throttle import login_failures_clear, login_throttle_check
+from clawhub.core.api import client_ip
+from clawhub.core.exceptions import RateLimited
+
+
+class ThrottledAdminLoginForm(AdminAuthenticationForm):
+    """Django admin's login under the site login's brute-force throttle (clawhub.accounts.throttle): the same
+    counters per email and per IP, so guesses spread over both forms add up, and the same lock-out, the right
+    password included."""
+
+    def clean(self):
+        email, ip = (self.cleaned_data.get("username") or "").strip().lower(), client_ip(self.request)
+        try:
+            login_throttle_check(email=email, ip=ip)
+        except RateLimited as exc:
+            raise ValidationError(exc.message, code="rate_limited") from None
+        try:
+            cleaned = super().clean()
+        except ValidationError as exc:
+            if getattr(exc, "code", None) == "invalid_login":
+                login_failed(email=email, ip=ip)
+            raise
+        login_failures_clear(email=email)
+        return cleaned
+
+
+admin.site.login_form = ThrottledAdminLoginForm
 
 
 class UserCreationForm(BaseUserCreationForm):

@@ -169,8 +169,7 @@ def user_login(*, request: HttpRequest, email: str, password: str) -> User:
     login_throttle_check(email=email, ip=ip)
     user = authenticate(request, username=email, password=password)
     if user is None:
-        for scope in login_failure_record(email=email, ip=ip):
-            _audit_lockout(email=email, ip=ip, scope=scope)
+        login_failed(email=email, ip=ip)
         raise AuthenticationFailed("Wrong email or password.", code="invalid_credentials")
     # The password was right: whatever the outcome below, these were not guesses.
     login_failures_clear(email=email)
@@ -183,6 +182,13 @@ def user_login(*, request: HttpRequest, email: str, password: str) -> User:
         )
     login(request, user)
     return user
+
+
+def login_failed(*, email: str, ip: str | None) -> None:
+    """Counts one wrong password for the email and the IP (the site's and Django admin's logins alike), and
+    audits the lock-outs it starts."""
+    for scope in login_failure_record(email=email_normalize(email), ip=ip):
+        _audit_lockout(email=email_normalize(email), ip=ip, scope=scope)
 
 
 def _audit_lockout(*, email: str, ip: str | None, scope: str) -> None:
