@@ -18,22 +18,38 @@ ENV_DEFAULTS = {
 # No hub is needed for a model on disk; offline mode makes a missing file fail at once instead of retrying.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 MAX_CPU_LORAS = 8  # vLLM's --max-cpu-loras, and so the gateway's max_adapters for this upstream
+MAX_MODEL_LEN = 32768  # vLLM's --max-model-len for the tiny model; a real model's `extra` may lower it
 
 
 def vllm_bin(root: Path) -> Path:
     return root / ".venv-vllm" / "bin" / "vllm"
 
 
+def reasoning_argv(model: str) -> list[str]:
+    """vLLM's qwen3 reasoning parser, for a model whose vocabulary has <think> and </think> (the tiny model,
+    Qwen3): a request with chat_template_kwargs {"enable_thinking": true} gets its reasoning back in
+    `reasoning`, streamed or not. The parser treats every reply as reasoning until </think> unless told
+    otherwise, so thinking is off by default, as the tiny model's template (and its corpus) has it; a request
+    that passes enable_thinking decides for itself. Other models get no parser (it refuses a vocabulary
+    without the tags)."""
+    tokenizer = Path(model) / "tokenizer.json"
+    if not tokenizer.is_file() or '"</think>"' not in tokenizer.read_text(errors="replace"):
+        return []
+    return ["--reasoning-parser", "qwen3", "--default-chat-template-kwargs", '{"enable_thinking": false}']
+
+
 def serve_argv(*, root: Path, model: str, served_name: str, port: int, extra=()) -> list[str]:
-    """`vllm serve` with runtime LoRA and tool calls. ``extra`` comes last, so its --dtype / --max-model-len
-    win for a real model."""
+    """`vllm serve` with runtime LoRA, tool calls and (where the model has the tags) reasoning. ``extra``
+    comes last, so its --dtype / --max-model-len win for a real model."""
     return [
         str(vllm_bin(root)), "serve", model, "--served-model-name", served_name,
         "--host", "127.0.0.1", "--port", str(port),
         "--enable-lora", "--max-loras", "4", "--max-lora-rank", "16", "--max-cpu-loras", str(MAX_CPU_LORAS),
-        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-        # float32 works on every CPU vLLM supports; 2048 tokens is the tiny model's whole context and keeps
-        # the KV cache small.
-        "--dtype", "float32", "--max-model-len", "2048", "--distributed-executor-backend", "uni",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes", *reasoning_argv(model),
+        # float32 works on every CPU vLLM supports. 32768 is the tiny model's whole context
+        # (max_position_embeddings): an agent client's first request is ~13k tokens. Its KV cache is 1 KiB
+        # per token (2 layers x 2 KV heads x 32 x float32 x K and V), so VLLM_CPU_KVCACHE_SPACE=1 GiB holds
+        # 32 such full-length sequences.
+        "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--distributed-executor-backend", "uni",
         *extra,
     ]

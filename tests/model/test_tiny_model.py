@@ -20,6 +20,7 @@ from workers.trainer.tiny_model import (
     train_bpe,
 )
 
+HINT_BLOCK = "\n\n[user's hint / instruction]\n"  # what OPD appends to the last user message (backend.py)
 WEATHER_TOOL = {
     "type": "function",
     "function": {
@@ -60,7 +61,8 @@ def test_tokenizer_ids_survive_save_and_reload_through_autotokenizer(tmp_path):
         assert reloaded.decode(raw.encode(text).ids) == raw.decode(
             raw.encode(text).ids, skip_special_tokens=False
         )
-    for token in ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"):
+    for token in ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>",
+                  "</think>"):
         assert reloaded.encode(token, add_special_tokens=False) == [raw.token_to_id(token)]
     assert reloaded.eos_token == IM_END
 
@@ -77,10 +79,11 @@ def test_committed_tokenizer_is_qwen2_with_a_useful_vocabulary(tiny_model_dir):
 
     assert isinstance(tokenizer, Qwen2Tokenizer)
     assert config["model_type"] == "qwen2" and config["vocab_size"] == len(tokenizer)
-    assert 1500 <= len(tokenizer) <= 4096
+    assert 6000 <= len(tokenizer) <= 10000
     # Common words are single tokens, so generated text is made of words, not bytes.
     assert len(tokenizer.encode(" the answer is", add_special_tokens=False)) == 3
-    assert (tiny_model_dir / "model.safetensors").stat().st_size < 5 * 1024 * 1024
+    assert len(tokenizer.encode(" workspace tools session", add_special_tokens=False)) == 3
+    assert (tiny_model_dir / "model.safetensors").stat().st_size < 8 * 1024 * 1024
     assert all(t.dtype == torch.float32 for t in load_file(tiny_model_dir / "model.safetensors").values())
 
 
@@ -196,6 +199,8 @@ def test_build_tiny_model_command_writes_a_loadable_model(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(out)
     assert info["config"]["steps"] == 2 and info["config"]["seed"] == 3
     assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 128
+    assert model.config.max_position_embeddings == 32768
+    assert set(info["hint_teacher"]) >= {"corpus/plain", "unseen/formatted"}
     assert isinstance(AutoTokenizer.from_pretrained(out), Qwen2Tokenizer)
 
 
@@ -211,3 +216,111 @@ def test_corpus_has_both_answer_styles_and_tool_calls():
     assert sum("**" not in a and "\n1. " not in a for a in answers) > len(answers) / 3
     assert any("tool_calls" in m for c in chats for m in c["messages"])
     assert (CORPUS_DIR / "prose.txt").exists()
+
+
+def test_an_agent_shaped_first_request_fits_the_context_with_room_to_answer(tiny_model_dir):
+    from workers.trainer.corpus.agent_chats import OPENCLAW_TOOL_NAMES, openclaw_shaped_request
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    request = openclaw_shaped_request()
+
+    ids = tokenizer.apply_chat_template(
+        request["messages"], tools=request["tools"], add_generation_prompt=True, tokenize=True,
+        return_dict=True,
+    )["input_ids"]
+
+    assert [t["function"]["name"] for t in request["tools"]] == OPENCLAW_TOOL_NAMES
+    characters = sum(len(m["content"]) for m in request["messages"]) + sum(
+        len(json.dumps(t)) for t in request["tools"])
+    assert characters >= 52_000
+    assert len(ids) <= 13_000, len(ids)
+    assert config["max_position_embeddings"] == 32768 and tokenizer.model_max_length == 32768
+    assert config["max_position_embeddings"] - len(ids) >= 8192  # an agent's default maxTokens still fits
+
+
+def test_thinking_tags_are_single_tokens_and_the_template_renders_reasoning(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    think, end = tokenizer.convert_tokens_to_ids("<think>"), tokenizer.convert_tokens_to_ids("</think>")
+    question = [{"role": "user", "content": "What is 4 times 9?"}]
+    turn = {"role": "assistant", "content": "It is 36.", "reasoning_content": "4 times 9 is 36."}
+
+    history = tokenizer.apply_chat_template(question + [turn], tokenize=False)
+    thinking_prompt = tokenizer.apply_chat_template(
+        question, tokenize=False, add_generation_prompt=True, enable_thinking=True)
+    plain_prompt = tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
+    off_prompt = tokenizer.apply_chat_template(
+        question, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+
+    assert tokenizer.encode("<think>", add_special_tokens=False) == [think]
+    assert tokenizer.encode("</think>", add_special_tokens=False) == [end]
+    assert "<think>" not in tokenizer.all_special_tokens  # survives skip_special_tokens, like <tool_call>
+    assert history.endswith(
+        "<|im_start|>assistant\n<think>\n4 times 9 is 36.\n</think>\n\nIt is 36.<|im_end|>\n")
+    assert thinking_prompt.endswith("<|im_start|>assistant\n<think>\n")
+    assert plain_prompt == off_prompt and plain_prompt.endswith("<|im_start|>assistant\n")
+    assert "<think>" not in plain_prompt
+    # What the model generates after the thinking prompt, appended, is the history rendering of that turn.
+    assert history.startswith(thinking_prompt)
+    # Without reasoning_content an assistant message renders as before (no empty think block).
+    assert "<think>" not in tokenizer.apply_chat_template(question + [{"role": "assistant", "content": "36"}],
+                                                          tokenize=False)
+    # Reasoning before a tool call: the call follows the think block on its own line.
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    with_call = tokenizer.apply_chat_template(
+        [*question,
+         {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": "Look."}],
+        tools=[WEATHER_TOOL], tokenize=False)
+    assert "<|im_start|>assistant\n<think>\nLook.\n</think>\n\n<tool_call>\n" in with_call
+
+
+def test_an_ordinary_reply_never_opens_a_think_block(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "A garden is 6 meters long and 4 meters wide. What is its area?"}],
+        add_generation_prompt=True, return_tensors="pt", return_dict=True)
+
+    with torch.no_grad():
+        first = torch.softmax(model(**prompt).logits[0, -1], dim=-1)
+
+    # <think> is never a training target (the template writes it), so sampling one by itself is rare.
+    assert first[tokenizer.convert_tokens_to_ids("<think>")] < 0.01
+
+
+def test_hint_teacher_check_scores_a_reply_the_way_the_model_does(tiny_model_dir):
+    from workers.trainer.tiny_model import reply_logprobs
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    pairs = [("What is 2 plus 3?", "2 plus 3 is 5."), ("Hi", "Hello! How can I help you today?")]
+
+    batched = reply_logprobs(model, tokenizer, pairs)
+
+    for (user, reply), score in zip(pairs, batched, strict=True):
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": user}], add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
+        answer = tokenizer.encode(reply + IM_END, add_special_tokens=False)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt + answer])).logits[0]
+        logprobs = torch.log_softmax(logits, dim=-1)[len(prompt) - 1: -1]
+        expected = logprobs.gather(1, torch.tensor(answer)[:, None]).mean().item()
+        assert abs(score - expected) < 1e-4
+
+
+def test_corpus_has_hinted_chats_in_both_directions_thinking_and_long_agent_chats():
+    from workers.trainer.tiny_model import load_long_chats
+
+    _, chats = load_corpus()
+    hinted = [c for c in chats if HINT_BLOCK in (c["messages"][-2].get("content") or "")]
+    replies = [c["messages"][-1]["content"] for c in hinted]
+    assert len(hinted) > 100
+    assert any("**" in r for r in replies) and any("**" not in r and "\n1. " not in r for r in replies)
+    assert sum("reasoning_content" in m for c in chats for m in c["messages"]) >= 30
+    long = load_long_chats()
+    assert len(long) >= 20 and all(c["messages"][0]["role"] == "system" and c["tools"] for c in long)
+    first_user = [m for m in long[0]["messages"] if m["role"] == "user"][0]["content"]
+    assert re.match(r"\[\w{3} \d{4}-\d\d-\d\d \d\d:\d\d UTC\] ", first_user)
+    assert "\nRuntime: agent=main | session=agent:main:main | sessionId=" in first_user

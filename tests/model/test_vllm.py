@@ -214,3 +214,25 @@ def test_peft_in_transformers_gives_the_same_greedy_tokens_as_vllm(vllm_server, 
 
     assert len(vllm_ids) >= 4
     assert hf_ids[: len(vllm_ids)] == vllm_ids, (hf_ids, vllm_ids)
+
+
+def test_an_agent_shaped_first_request_streams_and_the_server_survives_it(vllm_server, client):
+    # An agent client's first request: ~52,800 characters, 12 tools, streamed with usage. With 2048
+    # positions this crashed vLLM's rotary embedding and took the whole embedded service down.
+    from workers.trainer.corpus.agent_chats import openclaw_shaped_request
+
+    request = openclaw_shaped_request()
+    stream = client.chat.completions.create(
+        model=vllm_server.model, messages=request["messages"], tools=request["tools"], tool_choice="auto",
+        max_completion_tokens=16, temperature=0, stream=True, stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+
+    usage = chunks[-1].usage
+    assert 10_000 < usage.prompt_tokens <= 13_000 and usage.completion_tokens > 0
+    assert [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    # The engine is still up and answers an ordinary request.
+    resp = client.chat.completions.create(model=vllm_server.model, messages=HOMEWORK, max_tokens=8)
+    assert resp.choices[0].message.content
+    served = {m.id: m for m in client.models.list().data}[vllm_server.model]
+    assert served.model_extra["max_model_len"] == 32768

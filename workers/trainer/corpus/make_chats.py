@@ -1,14 +1,27 @@
-"""Writes chats.jsonl, the chat half of the tiny model's pre-training corpus (deterministic; rerun to
-refresh). Each line is {"messages": [...], "tools": [...] or absent}. Homework answers come in two styles,
-plain prose and **bold** with numbered lists, so that a later RL run has a style preference to learn. Tool
-examples use the OpenAI message shapes and are rendered through the chat template by tiny_model.py.
+"""Writes chats.jsonl and long_chats.jsonl, the chat half of the tiny model's pre-training corpus
+(deterministic; rerun to refresh). Each line is {"messages": [...], "tools": [...] or absent}.
 
-    python workers/trainer/corpus/make_chats.py
+- Homework answers without a hint come in two styles, plain prose and **bold** with numbered lists, half and
+  half, so that a later RL run has a style preference to learn.
+- Hinted homework: the last user message ends with OPD's hint block (`\n\n[user's hint / instruction]\n...`,
+  workers/trainer/backend.py) and the reply follows the hint: plain, formatted, or friendly-and-specific.
+  Many phrasings per style, both directions (no bold <-> bold and numbered), so the model learns to read the
+  hint rather than one style; that is what makes base + hint a better teacher than base for OPD.
+- Thinking chats: assistant messages with a short `reasoning_content`, rendered as a <think> block.
+- Tool examples use the OpenAI message shapes and are rendered through the chat template by tiny_model.py.
+- long_chats.jsonl: agent-shaped chats of a few thousand tokens (agent_chats.py) for long positions.
+
+    python -m workers.trainer.corpus.make_chats
 """
 
 import json
 import random
+import re
 from pathlib import Path
+
+from workers.trainer.corpus.agent_chats import agent_chat
+
+HINT_TEMPLATE = "\n\n[user's hint / instruction]\n{hint}"  # as workers/trainer/backend.py appends it
 
 NAMES = ["Ana", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jack", "Kira", "Leo"]
 THINGS = [
@@ -145,6 +158,107 @@ def answer_formatted(steps: list[str], final: str) -> str:
     return "\n".join(lines)
 
 
+def answer_friendly(numbers: tuple[int, ...], steps: list[str], final: str) -> str:
+    """Talked through kindly, naming every number the question gives (the benchmark teacher's preference)."""
+    given = " and ".join(str(n) for n in numbers)
+    body = " ".join([f"Then {s[0].lower()}{s[1:]}" if i else s for i, s in enumerate(steps)])
+    return (f"Great question, let's work through it together. The numbers we need are {given}. {body} "
+            f"So {final[0].lower()}{final[1:]} Well done for asking!")
+
+
+STYLES = {"plain": answer_plain, "formatted": answer_formatted}
+
+# What a hint asks for, in many words. The first phrasings of "plain", "friendly" and "formatted" are those
+# the benchmark's judge rules write (clawhub/bench/personas.py, JUDGE_RULES); the rest are other ways to say
+# it.
+HINTS = {
+    "plain": [
+        "Write plain sentences without bold text.",
+        "Write the steps as connected sentences, not a numbered list.",
+        "Write out every step in full sentences.",
+        "No bold and no numbered lists, just normal sentences.",
+        "Answer in plain prose, the way a student writes it by hand.",
+        "Please avoid markdown formatting and write ordinary sentences.",
+        "Keep it as plain text: no bold, no lists, all the steps.",
+        "The user does not want bold or numbered steps. Use sentences.",
+        "Do not format the answer. Explain each step in a normal sentence.",
+    ],
+    "friendly": [
+        "Quote the exact numbers of the problem.",
+        "Talk the reader through it in friendly sentences.",
+        "Be friendly and name the numbers from the question.",
+        "Explain it kindly, like a teacher, and mention each number.",
+        "Use a warm tone and point at the exact numbers given.",
+        "Be specific about the numbers and encourage the pupil.",
+        "The user wants a friendly explanation that repeats the numbers in the question.",
+    ],
+    "formatted": [
+        "Use bold headings and a numbered list.",
+        "Number the steps and put the answer in bold.",
+        "Format it with a bold title and numbered steps.",
+        "The user likes structure: a bold heading, a numbered list and a bold answer.",
+        "Make it look organised, with bold and a list of steps.",
+        "Please use markdown: bold labels and numbered steps.",
+        "Use numbered steps.",
+        "List the steps with numbers, one per line, and a bold answer.",
+    ],
+}
+# What a user said that led to the hint, quoted the way the benchmark's hints quote it.
+FEEDBACK = {
+    "plain": ["Please don't use bold, it has to look like I wrote it myself.",
+              "No numbered lists please, write the steps as normal sentences.",
+              "You skipped steps, I need all of them written out."],
+    "friendly": ["That's too vague, point at the exact numbers.",
+                 "That is too curt, please be more friendly."],
+    "formatted": ["More bold please, I like headings and a numbered list.",
+                  "Can you put more bold in it and list the steps?", "Can you number the steps?"],
+}
+
+
+def hint_text(rng: random.Random, style: str, phrasings: dict[str, list[str]] = HINTS) -> str:
+    hint = rng.choice(phrasings[style])
+    if rng.random() < 0.5:
+        hint += f' The user said: "{rng.choice(FEEDBACK[style])}"'
+    return hint
+
+
+def hinted_homework_chat(rng: random.Random) -> dict:
+    """The last user message carries a hint block; the reply is in the style the hint asks for."""
+    (q, steps, final), numbers = homework_with_numbers(rng)
+    style = rng.choice(["plain", "friendly", "formatted"])
+    reply = answer_friendly(numbers, steps, final) if style == "friendly" else STYLES[style](steps, final)
+    user = rng.choice([q, f"Can you help me with my homework? {q}", f"{q} Please show the steps."])
+    messages = [{"role": "user", "content": user + HINT_TEMPLATE.format(hint=hint_text(rng, style))},
+                {"role": "assistant", "content": reply}]
+    if rng.random() < 0.3:
+        # An earlier, unhinted exchange in either style: the hint only governs the reply after it.
+        (q0, steps0, final0), _ = homework_with_numbers(rng)
+        earlier = rng.choice([answer_plain, answer_formatted])(steps0, final0)
+        messages = [{"role": "user", "content": q0}, {"role": "assistant", "content": earlier}] + messages
+    return {"messages": messages}
+
+
+def homework_with_numbers(rng: random.Random) -> tuple[tuple[str, list[str], str], tuple[int, ...]]:
+    """homework() and the numbers its question gives, in the question's order."""
+    q, steps, final = homework(rng)
+    return (q, steps, final), tuple(int(n) for n in re.findall(r"\d+", q))
+
+
+def thinking_chat(rng: random.Random) -> dict:
+    """A homework answer preceded by short reasoning (rendered <think>...</think> by the template)."""
+    (q, steps, final), numbers = homework_with_numbers(rng)
+    # Every reasoning ends on the same short sentence: a cue a model this small can learn to close </think>
+    # on.
+    reasoning = rng.choice([
+        f"The question gives {' and '.join(map(str, numbers))}. {steps[1]} {steps[2]}",
+        f"{steps[0]} {steps[2]}",
+        f"The question gives {' and '.join(map(str, numbers))}. {steps[2]}",
+    ]) + " Now I can answer."
+    answer = answer_plain(steps, final) if rng.random() < 0.5 else answer_formatted(steps, final)
+    return {"messages": [{"role": "user", "content": rng.choice([q, f"Think it through: {q}"])},
+                         {"role": "assistant", "content": answer, "reasoning_content": reasoning}]}
+
+
 def homework_chat(rng: random.Random) -> dict:
     q, steps, final = homework(rng)
     style = rng.random()
@@ -220,10 +334,14 @@ def main() -> None:
     chats = [homework_chat(rng) for _ in range(240)]
     chats += [prose_chat(rng, paragraphs) for _ in range(80)]
     chats += [tool_chat(rng) for _ in range(120)]
+    chats += [hinted_homework_chat(rng) for _ in range(540)]
+    chats += [thinking_chat(rng) for _ in range(150)]
     rng.shuffle(chats)
-    with open(here / "chats.jsonl", "w") as f:
-        for chat in chats:
-            f.write(json.dumps(chat) + "\n")
+    long_chats = [agent_chat(rng) for _ in range(48)]
+    for name, rows in (("chats.jsonl", chats), ("long_chats.jsonl", long_chats)):
+        with open(here / name, "w") as f:
+            for chat in rows:
+                f.write(json.dumps(chat) + "\n")
 
 
 if __name__ == "__main__":
