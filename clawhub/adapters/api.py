@@ -44,7 +44,13 @@ class VersionOutputSerializer(serializers.Serializer):
 
 class VersionDetailOutputSerializer(VersionOutputSerializer):
     metrics = serializers.JSONField()
-    artifact_path = serializers.CharField()
+    artifact_path = serializers.SerializerMethodField(
+        help_text="Where the weights are on the servers: site staff only (null for everyone else).")
+
+    def get_artifact_path(self, version) -> str | None:
+        # A server path tells a viewer about the operator's layout, and nothing they need.
+        viewer = self.context.get("viewer")
+        return version.artifact_path if viewer is not None and viewer.is_staff else None
 
 
 class PinOutputSerializer(serializers.Serializer):
@@ -86,7 +92,7 @@ class VersionDetailApi(APIView):
     )
     def get(self, request, version_id: int):
         version, _ = selectors.adapter_version_get(actor=request.user, version_id=version_id)
-        return Response(VersionDetailOutputSerializer(version).data)
+        return Response(VersionDetailOutputSerializer(version, context={"viewer": request.user}).data)
 
 
 class VersionRollbackApi(APIView):

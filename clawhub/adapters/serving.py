@@ -13,6 +13,7 @@ import httpx
 from django.conf import settings
 
 from clawhub.core.exceptions import ClawHubError
+from workers.judge.judges import body_shape  # plain httpx: what an error body looked like, not its text
 
 logger = logging.getLogger("clawhub.adapters")
 
@@ -76,7 +77,7 @@ def load_adapter(up: UpstreamTarget, *, name: str, path: str) -> None:
     if response.status_code == 200 or (response.status_code == 400 and "already" in response.text):
         return
     raise UpstreamUnavailable(
-        f"{up.url} refused to load {name}: {response.status_code} {response.text[:300]}", upstream=up.url
+        f"{up.url} refused to load {name}: {response.status_code} {body_shape(response)}", upstream=up.url
     )
 
 
@@ -94,7 +95,7 @@ def unload_adapter(up: UpstreamTarget, *, name: str) -> bool:
         return True
     if response.status_code == 400 and ("not found" in response.text or "cannot be found" in response.text):
         return True
-    logger.warning("unloading %s on %s: %s %s", name, up.url, response.status_code, response.text[:300])
+    logger.warning("unloading %s on %s: %s %s", name, up.url, response.status_code, body_shape(response))
     return False
 
 
@@ -129,7 +130,7 @@ def generate(
             client.close()
     if response.status_code != 200:
         raise UpstreamUnavailable(
-            f"{up.url} answered {response.status_code} for {model}: {response.text[:300]}", upstream=up.url
+            f"{up.url} answered {response.status_code} for {model}: {body_shape(response)}", upstream=up.url
         )
     choice = (response.json().get("choices") or [{}])[0]
     return ((choice.get("message") or {}).get("content")) or ""

@@ -15,6 +15,7 @@ import httpx
 from clawhub.core.metrics import ADAPTER_EVICTIONS, ADAPTER_LOAD_DURATION, ADAPTER_LOADS
 from clawhub.gateway.errors import upstream_refused
 from clawhub.gateway.limits import max_model_len_of
+from workers.judge.judges import body_shape  # what an error body looked like, never its text
 
 logger = logging.getLogger("clawhub.gateway")
 
@@ -202,7 +203,7 @@ class UpstreamPool:
             if response.status_code != 200 and not already:
                 ADAPTER_LOADS.labels(outcome="error").inc()
                 logger.error("loading adapter %s on %s failed: %s %s", adapter.name, up.url,
-                             response.status_code, response.text[:500])
+                             response.status_code, body_shape(response))
                 raise upstream_refused("The model server could not load this model's adapter.")
             ADAPTER_LOADS.labels(outcome="ok").inc()
             up.adapters[adapter.name] = Loaded(version_id=adapter.id)

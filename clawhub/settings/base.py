@@ -200,6 +200,12 @@ CLAWHUB_UPSTREAMS = env.json(
     "CLAWHUB_UPSTREAMS",
     default=[{"url": "http://127.0.0.1:8100", "base_model": "tiny", "max_adapters": 8, "api_key": ""}],
 )
+# vLLM's --api-key, for every upstream above whose own api_key is empty: a secret, so it can come from a
+# Secret while CLAWHUB_UPSTREAMS stays in a ConfigMap.
+CLAWHUB_UPSTREAM_API_KEY = env.str("CLAWHUB_UPSTREAM_API_KEY", default="")
+if CLAWHUB_UPSTREAM_API_KEY:
+    CLAWHUB_UPSTREAMS = [{**u, "api_key": u.get("api_key") or CLAWHUB_UPSTREAM_API_KEY}
+                         for u in CLAWHUB_UPSTREAMS]
 GATEWAY_MAX_BODY_BYTES = env.int("GATEWAY_MAX_BODY_BYTES", default=4 * 1024 * 1024)
 # Agents wait a long time for long generations; connecting should fail fast so another upstream can answer.
 GATEWAY_UPSTREAM_CONNECT_TIMEOUT = env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=5.0)

@@ -122,3 +122,23 @@ def test_the_app_answers_metrics_on_the_exact_path_only(db):
         response = client.get(other, **auth)
         assert response.status_code == 404 and b"# HELP" not in response.content, other
     assert client.get("/metrics").status_code == 403
+
+
+def test_nginx_logs_token_paths_without_the_token():
+    payload = crossplane.parse(str(DEPLOY / "nginx.conf"), single=True, check_ctx=True, check_args=True,
+                               comments=False)
+    http = next(d for d in payload["config"][0]["parsed"] if d["directive"] == "http")["block"]
+    log_format = " ".join(next(d for d in http if d["directive"] == "log_format")["args"])
+    assert '"uri":"$clawhub_log_uri"' in log_format and "$request_uri" not in log_format
+    mapping = next(d for d in http if d["directive"] == "map" and d["args"] == ["$uri", "$clawhub_log_uri"])
+    rules = {d["directive"]: d["args"][0] for d in mapping["block"]}
+    nginx_pattern = next(k for k in rules if k.startswith("~"))
+    pattern = nginx_pattern[1:].replace("(?<", "(?P<")  # PCRE's named group, in Python's spelling
+    links = [("/password-reset/MQ/abc-123def/", "abc-123def"), ("/verify-email/eyJ1Ijo.sig/", "eyJ1Ijo"),
+             ("/invitations/Zt0k3n/", "Zt0k3n"), ("/api/invitations/Zt0k3n/accept/", "Zt0k3n")]
+    for uri, token in links:
+        match = re.match(pattern, uri)
+        assert match, uri
+        logged = rules[nginx_pattern].replace("${clawhub_route}", match.group("clawhub_route"))
+        assert logged.endswith("/[token]") and token not in logged, (uri, logged)
+    assert rules["default"] == "$uri"

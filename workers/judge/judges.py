@@ -268,10 +268,10 @@ class LLMJudge(Judge):
             else:
                 status = response.status_code
                 if status == 429 or status >= 500:
-                    error = TransientJudgeError(f"judge endpoint answered {status}: {response.text[:300]}")
+                    error = TransientJudgeError(f"judge endpoint answered {status}: {body_shape(response)}")
                     delay = max(delay, _retry_after(response))
                 elif status >= 400:
-                    raise JudgeError(f"judge endpoint refused the request ({status}): {response.text[:500]}")
+                    raise JudgeError(f"judge endpoint refused the request ({status}): {body_shape(response)}")
                 else:
                     return _answer_text(response)
             if attempt < self.max_retries:
@@ -279,6 +279,27 @@ class LLMJudge(Judge):
                 time.sleep(min(delay, 30.0))
         assert error is not None
         raise error
+
+
+def body_shape(response: httpx.Response) -> str:
+    """What an upstream's error body looked like, without what it said: OpenAI-compatible servers echo the
+    prompt (a user's conversation) in their messages, and these strings end up in logs and stored errors."""
+    kind = response.headers.get("content-type", "").split(";")[0] or "no content type"
+    shape = f"{kind}, {len(response.content)} bytes"
+    try:
+        data = response.json()
+    except ValueError:
+        return shape
+    if not isinstance(data, dict):
+        return shape
+    shape += f", keys {sorted(str(k) for k in data)[:8]}"
+    error = data.get("error")
+    if isinstance(error, dict):
+        # Short machine codes only (type, code): never the message.
+        codes = [f"{k}={error[k]}" for k in ("type", "code")
+                 if isinstance(error.get(k), (str, int)) and len(str(error[k])) <= 40]
+        shape += "".join(f", {c}" for c in codes)
+    return shape
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -292,7 +313,7 @@ def _answer_text(response: httpx.Response) -> str:
     try:
         message = response.json()["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise JudgeError(f"judge endpoint answered without a message: {response.text[:300]}") from exc
+        raise JudgeError(f"judge endpoint answered without a message: {body_shape(response)}") from exc
     # Reasoning models served with a reasoning parser may leave content empty and put everything in reasoning.
     return content_text(message.get("content")) or str(message.get("reasoning_content") or "")
 
