@@ -1,0 +1,97 @@
+"""The promotion gate on the tiny model: candidates trained with LocalBackend, scored by
+workers.trainer.gate against the base model on held-out judged turns (never trained on), decided by
+clawhub.adapters.evaluation.decide. A candidate trained on the tenant's feedback passes, one trained on
+inverted rewards is rejected, one collapsed to repetition is rejected, and too little held-out data says
+so."""
+
+import pytest
+
+from clawhub.adapters.evaluation import NOT_ENOUGH, PROMOTE, REJECT, decide
+from tests.trainer.conftest import sampled_batch
+from tests.trainer.test_local import started
+from workers.trainer.backend import TrainSample
+from workers.trainer.gate import repeated_ngram_share, score_versions
+
+pytestmark = pytest.mark.slow
+RULE = {"min_samples": 6, "confidence": 0.9, "resamples": 1000}
+
+
+@pytest.fixture(scope="module")
+def tenant(tiny_model_dir, prompts, tmp_path_factory):
+    """The tenant's judged turns as the base model served them: a training batch and a held-out set on other
+    prompts (the style rule plays the judge)."""
+    import torch
+
+    torch.set_num_threads(1)
+    probe = started(tiny_model_dir, tmp_path_factory.mktemp("probe"))
+    pool = sampled_batch(probe, prompts[:48], seed=21)
+    # A balanced batch: as many corrected replies as accepted ones, so the update is about the preference.
+    train = [s for s in pool if s.reward < 0][:8] + [s for s in pool if s.reward > 0][:8]
+    heldout = sampled_batch(probe, prompts[100:164], seed=22, first_id=1000)
+    assert sum(s.reward < 0 for s in heldout) >= 3 and sum(s.reward > 0 for s in heldout) >= 3
+    return {"train": train, "heldout": heldout}
+
+
+def candidate(tiny_model_dir, tmp_path, batch, **config):
+    config = {"method": "rl", "mini_batches": 2, "epochs": 3, "micro_batch_size": 8, **config}
+    backend = started(tiny_model_dir, tmp_path / "run", **config)
+    backend.train(batch)
+    return backend.export_adapter(str(tmp_path / "candidate"))
+
+
+def gate(tiny_model_dir, adapter, heldout):
+    scores = score_versions(
+        base_model=str(tiny_model_dir), adapters={"candidate": adapter, "parent": None}, samples=heldout,
+        device="cpu",
+    )
+    rewards = {str(s.sample_id): s.reward for s in heldout}
+    return decide(candidate=scores["candidate"].to_dict(), parent=scores["parent"].to_dict(), rewards=rewards,
+                  **RULE)
+
+
+def test_trained_on_the_tenants_feedback_passes(tiny_model_dir, tmp_path, tenant):
+    adapter = candidate(tiny_model_dir, tmp_path, tenant["train"], lr=5e-3)
+    decision = gate(tiny_model_dir, adapter, tenant["heldout"])
+    print("feedback:", decision.outcome, decision.reason)
+    assert decision.outcome == PROMOTE, decision.reason
+    assert decision.numbers["margin"]["low"] > 0
+
+
+def test_trained_on_inverted_rewards_is_rejected(tiny_model_dir, tmp_path, tenant):
+    inverted = [TrainSample(**{**vars(s), "reward": -s.reward}) for s in tenant["train"]]
+    adapter = candidate(tiny_model_dir, tmp_path, inverted, lr=5e-3)
+    decision = gate(tiny_model_dir, adapter, tenant["heldout"])
+    print("inverted:", decision.outcome, decision.reason)
+    assert decision.outcome == REJECT and "preference margin fell" in decision.reason
+    assert decision.numbers["margin"]["high"] < 0
+
+
+def test_collapsed_to_repetition_is_rejected(tiny_model_dir, tmp_path, tenant, prompts):
+    loop = [
+        TrainSample(sample_id=i, messages=p, response_text="the the the the the the the the the the the " * 4,
+                    reward=1)
+        for i, p in enumerate(prompts[:16])
+    ]
+    adapter = candidate(tiny_model_dir, tmp_path, loop, lr=5e-3, epochs=6)
+    decision = gate(tiny_model_dir, adapter, tenant["heldout"])
+    print("collapsed:", decision.outcome, decision.reason)
+    # The canaries caught it: its replies repeat ("the the the ...") and its own corpus became unlikely; which
+    # of the two degeneration rules fires first depends on how far the collapse went.
+    assert decision.outcome == REJECT
+    assert "repetition" in decision.reason or "perplexity on the model's own corpus rose" in decision.reason
+    canary = decision.numbers["canary"]
+    assert canary["repetition"]["candidate"] > 3 * canary["repetition"]["parent"] + 0.01
+
+
+def test_too_little_held_out_data_says_so(tiny_model_dir, tmp_path, tenant):
+    adapter = candidate(tiny_model_dir, tmp_path, tenant["train"][:8], lr=1e-3, epochs=1)
+    negatives = [s for s in tenant["heldout"] if s.reward < 0]
+    few = negatives[:1] + [s for s in tenant["heldout"] if s.reward > 0][:2]
+    decision = gate(tiny_model_dir, adapter, few)
+    assert decision.outcome == NOT_ENOUGH and decision.passed
+    assert decision.reason.startswith("not enough evidence yet: 2 positive and 1 negative")
+
+
+def test_repetition_share_counts_repeated_trigrams():
+    assert repeated_ngram_share([1, 2, 3, 4, 5, 6]) == 0.0
+    assert repeated_ngram_share([7] * 12) == pytest.approx(0.9)
