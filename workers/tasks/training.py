@@ -110,20 +110,41 @@ def train_sample(sample: Sample) -> TrainSample:
     if path == SERVED_IDS and prompt_ids is None:
         path, why = RERENDERED, "stored prompt ids could not be rebuilt"
     kwargs = request.get("chat_template_kwargs")
+    logprobs = turn.logprobs or None
+    constrained = constrained_decoding(request)
+    if constrained and path == SERVED_IDS:
+        # vLLM masks the logits with the grammar before it computes log-probs, so the recorded ones are of the
+        # constrained distribution, not the policy's: the trainer recomputes pi_old instead.
+        logprobs, why = None, f"pi_old recomputed: sampled under constrained decoding ({constrained})"
     return TrainSample(
         sample_id=sample.pk,
         messages=request.get("messages") or [{"role": "user", "content": str(request.get("prompt") or "")}],
         tools=request.get("tools") or None,
         response_text=response_text(message),
         response_token_ids=turn.token_ids or None,
-        response_logprobs=turn.logprobs or None,
+        response_logprobs=logprobs,
         reward=sample.reward,
         hints=[h for h in (sample.judgment.hints or []) if isinstance(h, str) and h.strip()],
         member_id=sample.user_id,
         prompt_token_ids=prompt_ids,
         chat_template_kwargs=kwargs if isinstance(kwargs, dict) else None,
-        source=path if path == SERVED_IDS else f"{path}: {why}",
+        source=(f"{path}; {why}" if why else path) if path == SERVED_IDS else f"{path}: {why}",
     )
+
+
+def constrained_decoding(request: dict[str, Any]) -> str:
+    """Why the reply was sampled under a grammar (a forced or required tool call, a JSON format, vLLM's
+    structured outputs), or "" when it was sampled from the model's own distribution."""
+    choice = request.get("tool_choice")
+    if request.get("tools") and (choice == "required" or isinstance(choice, dict)):
+        return "tool_choice " + (choice if isinstance(choice, str) else "named function")
+    fmt = request.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema", "structural_tag"):
+        return f"response_format {fmt['type']}"
+    for field in ("structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"):
+        if request.get(field):
+            return field
+    return ""
 
 
 def make_backend(name: str) -> TrainingBackend:

@@ -195,7 +195,8 @@ def encode_sample(
         alignment = SERVED
         if logprobs is None or len(logprobs) != len(response):
             logprobs = None
-            alignment += "; pi_old recomputed (no recorded logprobs for every sampled token)"
+            given = sample.source.partition("; ")[2] if sample.source.startswith(SERVED) else ""
+            alignment += "; " + (given or "pi_old recomputed: no recorded logprob for every sampled token")
         else:
             logprobs = list(logprobs)
     else:
