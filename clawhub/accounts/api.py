@@ -88,7 +88,8 @@ class SignupApi(CsrfProtectedAnonymousApi):
 
     @extend_schema(tags=TAGS, request=InputSerializer, responses={
         201: inline_serializer(name="SignupOutput", fields={
-            "user": UserOutputSerializer(),
+            "user": UserOutputSerializer(allow_null=True, help_text="The new account once signed in; null "
+                                                                    "while a mailed link must be followed."),
             "logged_in": serializers.BooleanField(),
             "email_verification_required": serializers.BooleanField(
                 help_text="True when the account must confirm its address before it can log in."),
@@ -96,19 +97,19 @@ class SignupApi(CsrfProtectedAnonymousApi):
         }),
         400: INVALID,
         403: CSRF_FAILED,
-        409: openapi_error("An account with this email already exists (email_taken)."),
     })
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         user = services.user_signup(ip=client_ip(request), **data.validated_data)
-        needs_verification = settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION
-        if not needs_verification:
+        # A taken address (user None) is answered exactly like a new account that waits for its link.
+        logged_in = user is not None and not settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION
+        if logged_in:
             login(request, user)
         return Response({
-            "user": UserOutputSerializer(user).data,
-            "logged_in": not needs_verification,
-            "email_verification_required": needs_verification,
+            "user": UserOutputSerializer(user).data if logged_in else None,
+            "logged_in": logged_in,
+            "email_verification_required": not logged_in,
             # Login rotates the CSRF token; the caller needs the new one for its next write.
             "csrf_token": get_token(request),
         }, status=status.HTTP_201_CREATED)
@@ -283,7 +284,7 @@ class VerifyEmailResendApi(CsrfProtectedAnonymousApi):
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        services.email_verification_resend(email=data.validated_data["email"])
+        services.email_verification_resend(email=data.validated_data["email"], ip=client_ip(request))
         return Response({"detail": _VERIFICATION_SENT}, status=status.HTTP_202_ACCEPTED)
 
 

@@ -27,7 +27,12 @@ from clawhub.accounts.selectors import (
     user_for_password_reset,
     user_get_by_email,
 )
-from clawhub.accounts.throttle import login_failure_record, login_failures_clear, login_throttle_check
+from clawhub.accounts.throttle import (
+    account_mail_allowed,
+    login_failure_record,
+    login_failures_clear,
+    login_throttle_check,
+)
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import AuthenticationFailed, Conflict, ValidationFailed
 
@@ -129,11 +134,25 @@ def user_insert(*, user: User) -> User:
     return user
 
 
-def user_signup(*, email: str, password: str, display_name: str = "", ip: str | None = None) -> User:
-    """Self-service sign-up. Sends the verification link when the site requires verified addresses."""
+def user_signup(*, email: str, password: str, display_name: str = "", ip: str | None = None) -> User | None:
+    """Self-service sign-up. Sends the verification link when the site requires verified addresses.
+
+    An address that already has an account gets None, and that account's owner a mail saying someone tried
+    (within the account-mail limits); callers answer as for a sign-up waiting on its link, so the form does
+    not tell who has an account. With verification off a new account is signed in at once, which still sets
+    it apart; sites that care turn CLAWHUB_REQUIRE_EMAIL_VERIFICATION on.
+    """
     email = _clean_email(email)
     display_name = (display_name or "").strip()
     _check_password_rules(password, user=User(email=email, display_name=display_name), field="password")
+    existing = user_get_by_email(email=email)
+    if existing is not None:
+        if existing.is_active and account_mail_allowed(email=email, ip=ip):
+            _send(user=existing, subject="Someone tried to sign up to ClawHub with your address",
+                  template="accounts/email/signup_exists.txt",
+                  link=settings.PUBLIC_BASE_URL + reverse("password_reset"))
+        audit_record(actor=None, action="user.signup_existing", target=existing, subject_user=existing, ip=ip)
+        return None
     with transaction.atomic():
         user = user_create(email=email, password=password, display_name=display_name)
         audit_record(actor=user, action="user.signup", target=user, subject_user=user, ip=ip)
@@ -249,7 +268,8 @@ def password_reset_request(*, email: str, ip: str | None = None) -> None:
     """Mails a reset link if the address belongs to an active account. Callers answer the same either way,
     so the form cannot be used to find out who has an account."""
     user = user_get_by_email(email=email)
-    if user is None or not user.is_active:
+    if not account_mail_allowed(email=email, ip=ip) or user is None or not user.is_active:
+        # Counted before the lookup, so known and unknown addresses are limited alike.
         return
     link = settings.PUBLIC_BASE_URL + reverse("password_reset_confirm", kwargs={
         "uidb64": urlsafe_base64_encode(force_bytes(user.pk)),
@@ -302,9 +322,12 @@ def email_verification_send(*, user: User) -> None:
           valid_hours=settings.ACCOUNTS_EMAIL_VERIFICATION_TIMEOUT // 3600)
 
 
-def email_verification_resend(*, email: str) -> None:
-    """Sends a new link to an unverified account; like the password reset, silent about unknown addresses."""
+def email_verification_resend(*, email: str, ip: str | None = None) -> None:
+    """Sends a new link to an unverified account; like the password reset, silent about unknown addresses,
+    and under the same per-address and per-IP mail limits."""
     user = user_get_by_email(email=email)
+    if not account_mail_allowed(email=email, ip=ip):
+        return
     if user is not None and user.is_active and user.email_verified_at is None:
         email_verification_send(user=user)
 

@@ -74,3 +74,27 @@ def login_failures_clear(*, email: str) -> None:
     """Forgets the failures and any lock of one email (after a successful login or a password reset)."""
     value = email.strip().lower()
     cache.delete_many([_key("count", EMAIL, value), _key("lock", EMAIL, value)])
+
+
+# Account mails (password reset, verification resend) -----------------------------------------------------
+
+def account_mail_allowed(*, email: str, ip: str | None) -> bool:
+    """Counts one account mail asked for this address and from this IP, and says whether it may go: at most
+    ACCOUNT_MAIL_PER_ADDRESS per address and ACCOUNT_MAIL_PER_IP per IP in ACCOUNT_MAIL_WINDOW. Beyond that
+    the request is answered as always (it reveals nothing) but no mail is sent, so the forms cannot be used to
+    flood a mailbox or to make the site a spam relay."""
+    window = max(1, int(settings.ACCOUNT_MAIL_WINDOW.total_seconds()))
+    allowed = True
+    for scope, value, limit in ((EMAIL, email.strip().lower(), settings.ACCOUNT_MAIL_PER_ADDRESS),
+                                (IP, ip or "", settings.ACCOUNT_MAIL_PER_IP)):
+        if not value or not limit:
+            continue
+        key = _key("mail", scope, value)
+        cache.add(key, 0, timeout=window)
+        try:
+            count = cache.incr(key)
+        except ValueError:
+            cache.set(key, 1, timeout=window)
+            count = 1
+        allowed = allowed and count <= limit
+    return allowed

@@ -47,8 +47,10 @@ def signup(request):
         except ClawHubError as exc:
             form_add_service_error(form, exc)
         else:
-            if settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION:
-                return render(request, "accounts/verify_sent.html", {"email": user.email})
+            if user is None or settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION:
+                # A taken address sees the same page as a new account waiting for its link.
+                shown = user.email if user else selectors.email_normalize(form.cleaned_data["email"])
+                return render(request, "accounts/verify_sent.html", {"email": shown})
             login(request, user)
             return redirect("onboarding")  # "connect OpenClaw": a key, the config, a test request
     return render(request, "accounts/signup.html", {"form": form})
@@ -162,7 +164,7 @@ def verify_email(request, token: str):
 def verify_email_resend(request):
     form = EmailForm(request.POST)
     if form.is_valid():
-        services.email_verification_resend(email=form.cleaned_data["email"])
+        services.email_verification_resend(email=form.cleaned_data["email"], ip=client_ip(request))
     messages.info(request, _VERIFICATION_SENT)
     return redirect("login")
 

@@ -122,6 +122,10 @@ ACCOUNTS_REQUIRE_EMAIL_VERIFICATION = env.bool("CLAWHUB_REQUIRE_EMAIL_VERIFICATI
 LOGIN_FAILURE_LIMIT = env.int("CLAWHUB_LOGIN_FAILURE_LIMIT", default=5)
 LOGIN_FAILURE_WINDOW = timedelta(seconds=env.int("CLAWHUB_LOGIN_FAILURE_WINDOW_SECONDS", default=900))
 PASSWORD_RESET_TIMEOUT = env.int("CLAWHUB_PASSWORD_RESET_TIMEOUT_SECONDS", default=3 * 24 * 3600)
+# Password-reset and verification mails: at most this many per address and per client IP in the window.
+ACCOUNT_MAIL_PER_ADDRESS = env.int("CLAWHUB_ACCOUNT_MAIL_PER_ADDRESS", default=3)
+ACCOUNT_MAIL_PER_IP = env.int("CLAWHUB_ACCOUNT_MAIL_PER_IP", default=20)
+ACCOUNT_MAIL_WINDOW = timedelta(seconds=env.int("CLAWHUB_ACCOUNT_MAIL_WINDOW_SECONDS", default=3600))
 # accounts: how long an email-verification link stays valid.
 ACCOUNTS_EMAIL_VERIFICATION_TIMEOUT = env.int("CLAWHUB_EMAIL_VERIFICATION_TIMEOUT_SECONDS",
                                               default=7 * 24 * 3600)

@@ -19,7 +19,7 @@ from clawhub.accounts.services import (
     user_signup,
     user_update,
 )
-from clawhub.core.exceptions import AuthenticationFailed, Conflict, RateLimited, ValidationFailed
+from clawhub.core.exceptions import AuthenticationFailed, RateLimited, ValidationFailed
 from clawhub.tenants.models import Tenant
 from tests.factories import PASSWORD, make_user
 
@@ -72,11 +72,11 @@ def test_signup_rejects_a_malformed_email():
     assert "email" in caught.value.data["fields"]
 
 
-def test_signup_rejects_a_taken_email_whatever_its_case():
+def test_signup_creates_nothing_for_a_taken_email_whatever_its_case(mailoutbox):
     make_user("taken@example.com")
-    with pytest.raises(Conflict) as caught:
-        user_signup(email="TAKEN@example.com", password=PASSWORD)
-    assert caught.value.code == "email_taken"
+    assert user_signup(email="TAKEN@example.com", password=PASSWORD) is None
+    assert User.objects.filter(email__iexact="taken@example.com").count() == 1
+    assert [m.to for m in mailoutbox] == [["taken@example.com"]]
 
 
 def test_user_insert_gives_admin_made_users_a_tenant():
