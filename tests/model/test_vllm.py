@@ -236,3 +236,14 @@ def test_an_agent_shaped_first_request_streams_and_the_server_survives_it(vllm_s
     assert resp.choices[0].message.content
     served = {m.id: m for m in client.models.list().data}[vllm_server.model]
     assert served.model_extra["max_model_len"] == 32768
+
+
+def test_an_ordinary_turn_keeps_its_content_with_the_reasoning_parser_on(vllm_server, client):
+    for extra in ({}, {"chat_template_kwargs": {"enable_thinking": False}}):
+        resp = client.chat.completions.create(
+            model=vllm_server.model, messages=HOMEWORK, max_tokens=60, temperature=0,
+            extra_body={**extra, "return_token_ids": True})
+        message = resp.choices[0].message
+        assert message.content and not message.model_extra.get("reasoning"), (extra, message)
+        tokenizer = AutoTokenizer.from_pretrained(vllm_server.model_dir)
+        assert tokenizer.decode(resp.choices[0].token_ids, skip_special_tokens=True) == message.content
