@@ -213,7 +213,11 @@ def test_parent_adapter_trained_on_tinker_continues_from_its_state(
 
     child = make_tinker()
     child.start(str(tokenizer.name_or_path), parent, small_config(method="rl"), str(tmp_path / "v2"))
-    assert fake_tinker.loads[-1]["path"] == state_path
+    # Optimizer continuity on Tinker: the next version's run restores the parent's weights AND its Adam state
+    # (save_state / create_training_client_from_state_with_optimizer), so it continues that optimisation.
+    assert fake_tinker.loads[-1]["path"] == state_path and fake_tinker.loads[-1]["optimizer"] is True
+    child.train([chat_sample(tokenizer, 2, "Hi again", "Hello again.", reward=1)])
+    assert [o["step"] for o in fake_tinker.optim_steps][-1] == 2  # the remote run's second Adam step
 
 
 # ---------------------------------------------------------------------------------------------- faults
