@@ -381,18 +381,17 @@ class Gateway:
                       logprobs=bool(body.get("logprobs")) if chat else body.get("logprobs") is not None,
                       token_ids=bool(body.get("return_token_ids")), usage=False)
         upstream_body = self._upstream_body(body, identity, chat, wants)
-        name = adapter.name if adapter else None
         requested = limits.requested_output(upstream_body)
+        name = adapter.name if adapter else None
         candidates = self.pool.candidates(name)
         for up in candidates:
             upstream_body["model"] = name or up.base_model
             record.upstream, record.upstream_model = up.url, upstream_body["model"]
-            try:
             if requested is not None:
                 upstream_body[requested[0]] = requested[1]  # each upstream clamps to its own context
             forwarded = limits.clamp_output(upstream_body, up.max_model_len)
+            try:
                 response = await self._open(up, adapter, scope["path"], orjson.dumps(upstream_body))
-            except CONNECT_ERRORS:
                 if response.status_code == 400 and requested is not None and forwarded is None:
                     # The upstream did not list its context length: its refusal names it. Learn, retry once.
                     learned = limits.too_many_output_tokens(await response.aread())
@@ -401,6 +400,7 @@ class Gateway:
                         up.max_model_len = learned
                         forwarded = limits.clamp_output(upstream_body, learned)
                         response = await self._open(up, adapter, scope["path"], orjson.dumps(upstream_body))
+            except CONNECT_ERRORS:
                 UPSTREAM_ERRORS.labels(kind="connect").inc()
                 self.pool.mark_unhealthy(up)
                 continue
@@ -413,10 +413,10 @@ class Gateway:
             finally:
                 self.pool.end(up, name)
                 await response.aclose()
-            return
                 record.clamped_max_tokens = limits.applied_cap(
                     requested=requested[1] if requested else None, forwarded=forwarded,
                     max_model_len=up.max_model_len, prompt_tokens=record.prompt_tokens)
+            return
         UPSTREAM_ERRORS.labels(kind="no_upstream").inc()
         raise no_upstream()
 
