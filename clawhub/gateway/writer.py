@@ -464,9 +464,10 @@ class CaptureWriter:
         for op in ops:
             try:
                 op()
-            except Exception:
+            except Exception as exc:
+                # The database may be down: the registry is written again at the next sync or health change.
                 STATS["op_failures"] += 1
-                logger.exception("gateway registry write failed")
+                logger.warning("gateway registry write failed: %s: %s", type(exc).__name__, exc)
         if records:
             self._touch_keys(records)
 
