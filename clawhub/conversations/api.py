@@ -6,8 +6,10 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from clawhub.adapters.selectors import tenant_access
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import (
+    conversation_settings_for,
     session_get_for_user,
     sessions_for_user,
     turn_request,
@@ -15,6 +17,7 @@ from clawhub.conversations.selectors import (
     turns_for_session,
     turns_messages,
 )
+from clawhub.conversations.services import conversation_settings_update
 
 
 class SessionOutputSerializer(serializers.Serializer):
@@ -118,3 +121,36 @@ class SessionDetailApi(APIView):
             turns, many=True, context={"messages": turns_messages(turns=turns)}
         ).data
         return Response({**self.OutputSerializer(session).data, "turns": turns_data})
+
+
+class ConversationSettingsApi(APIView):
+    """GET/PATCH /api/conversations/tenants/<tenant_id>/settings/ — which cut turns a tenant judges. Replies
+    cut by a client disconnect or an upstream error are never judged; ``include_length_turns`` brings back
+    the ones that stopped at max_tokens (off by default)."""
+
+    class InputSerializer(serializers.Serializer):
+        include_length_turns = serializers.BooleanField()
+
+        class Meta:
+            ref_name = "ConversationSettingsInput"
+
+    class OutputSerializer(serializers.Serializer):
+        tenant_id = serializers.IntegerField()
+        include_length_turns = serializers.BooleanField()
+
+        class Meta:
+            ref_name = "ConversationSettingsOutput"
+
+    @extend_schema(operation_id="conversation_settings_get", responses={200: OutputSerializer})
+    def get(self, request, tenant_id: int):
+        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+        return Response(self.OutputSerializer(conversation_settings_for(tenant_id=access.tenant.pk)).data)
+
+    @extend_schema(operation_id="conversation_settings_update", request=InputSerializer,
+                   responses={200: OutputSerializer})
+    def patch(self, request, tenant_id: int):
+        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        row = conversation_settings_update(access=access, **data.validated_data)
+        return Response(self.OutputSerializer(row).data)

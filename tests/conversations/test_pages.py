@@ -67,3 +67,23 @@ def test_turns_show_ending_link_and_training_source(key):
         "re-rendered with the chat template: <strong>2</strong> (served without prompt token ids: 2)"
         in training
     )
+
+
+def test_the_length_setting_through_the_api(key):
+    from rest_framework.test import APIClient
+
+    from tests.factories import make_user
+
+    api_client = APIClient()  # CSRF is the API's business, tested there
+
+    url = f"/api/conversations/tenants/{key.owner.tenant.pk}/settings/"
+    api_client.force_login(key.owner)
+    assert api_client.get(url).json() == {"tenant_id": key.owner.tenant.pk, "include_length_turns": False}
+    response = api_client.patch(url, {"include_length_turns": True}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["include_length_turns"] is True
+    from clawhub.conversations.models import ConversationSettings
+
+    assert ConversationSettings.objects.get(tenant=key.owner.tenant).include_length_turns
+    api_client.force_login(make_user())
+    assert api_client.patch(url, {"include_length_turns": False}, format="json").status_code in (403, 404)
