@@ -58,6 +58,7 @@ class TurnOutputSerializer(serializers.Serializer):
     next_state_at = serializers.DateTimeField()
     closed_without_next = serializers.BooleanField()
     ended = serializers.CharField()
+    clamped_max_tokens = serializers.IntegerField(allow_null=True)
     link = serializers.CharField()
     parent_id = serializers.IntegerField(allow_null=True)
     regenerate_of_id = serializers.IntegerField(allow_null=True)

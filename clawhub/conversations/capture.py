@@ -859,8 +859,7 @@ def _turn(it: _Item, *, index: int) -> Turn:
         ended=ended_reason(r),
     )
     clamped = getattr(r, "clamped_max_tokens", None)
-    if clamped is not None and hasattr(turn, "clamped_max_tokens"):
-        turn.clamped_max_tokens = clamped
+    turn.clamped_max_tokens = max(int(clamped), 0) if isinstance(clamped, int) else None
     turn.retry_hashes = it.retry_hashes
     turn.parent_ref = None
     return turn

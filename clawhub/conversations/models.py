@@ -139,6 +139,8 @@ class Turn(models.Model):
     # turn is its first continuation.
     follows = models.JSONField(null=True, blank=True)
     ended = models.CharField(max_length=17, choices=Ended.choices, blank=True)
+    # The output limit the gateway sent upstream when the client's max_tokens did not fit the context.
+    clamped_max_tokens = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["session_id", "index"]

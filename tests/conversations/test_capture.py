@@ -69,9 +69,11 @@ def test_turn_fields_are_stored_as_recorded(key):
         logprobs=[-0.1, -0.2, -0.3],
         stream=True,
         ttft_ms=12.5,
+        clamped_max_tokens=100,
     )
     capture_store([record])
     stored = turn(record.request_id)
+    assert stored.clamped_max_tokens == 100
     assert stored.token_ids == [5, 6, 7] and stored.logprobs == [-0.1, -0.2, -0.3]
     assert stored.response[0]["message"]["content"] == "hello"
     # The messages are stored apart from the rest of the request (O(n) per session): read back through the
