@@ -119,3 +119,44 @@ def test_rows_written_before_the_split_storage_still_read(key):
     )
     legacy.refresh_from_db()
     assert turn_request(turn=legacy) == {"messages": [user("old")], "temperature": 0.6}
+
+
+@pytest.mark.django_db
+def test_the_migration_moves_existing_messages_out_and_links_by_continuation(key):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("clawhub.conversations.migrations.0003_turn_messages_apart")
+    records = [
+        make_record(key, [system(), user("one")], reply="1", session_id="old"),
+        make_record(key, [system(), user("one"), assistant("1"), user("two")], reply="2", session_id="old"),
+        make_record(
+            key,
+            [system(), user("one"), assistant("1"), user("two"), assistant("2"), user("three")],
+            session_id="old",
+        ),
+    ]
+    capture_store(records)
+    # Back to the shape rows had before: whole messages in request, nothing else.
+    for r in records:
+        Turn.objects.filter(request_id=r.request_id).update(
+            request={**r.request},
+            messages_added="",
+            messages_shared=0,
+            prompt_base=None,
+            parent=None,
+            link="",
+            prompt_hash="",
+            parent_hash="",
+            follows=None,
+            ended="",
+        )
+    migration.forwards(apps, None)
+    turns = [Turn.objects.get(request_id=r.request_id) for r in records]
+    assert [t.messages_shared for t in turns] == [0, 2, 4]
+    assert [len(orjson.loads(t.messages_added)) for t in turns] == [2, 2, 2]
+    assert [t.parent_id for t in turns] == [None, turns[0].pk, turns[1].pk]
+    assert all("messages" not in t.request and t.ended == "stop" for t in turns)
+    rebuilt = turns_messages(turns=turns)
+    assert [rebuilt[t.pk] for t in turns] == [r.request["messages"] for r in records]
