@@ -315,8 +315,8 @@ class Bench:
         api.request("PATCH", f"/api/training/tenants/{track.tenant_id}/settings/",
                     {"method": method, "overrides": cfg.overrides, "batch_size": cfg.batch_size,
                      "auto_start": True}, ok=(200,))
-        # The tiny model often runs into chat_max_tokens; such replies are cut ("length") and, by default, kept
-        # out of judging. The benchmark counts them, as it always has.
+        # The tiny model often runs into chat_max_tokens; such replies are cut ("length") and, by default,
+        # kept out of judging. The benchmark counts them, as it always has.
         api.request("PATCH", f"/api/conversations/tenants/{track.tenant_id}/settings/",
                     {"include_length_turns": True}, ok=(200,))
 

@@ -7,9 +7,9 @@ Per model, on the same held-out samples:
                 negatively judged ones)
   kl[id]        on samples that carry a hint: mean over the reply's tokens of KL(model || hint-teacher), the
                 teacher being the base model (adapter off) with the hint in the last user message, as in OPD
-  away[id]      (every model but "parent") KL(model||T) - KL(parent||T) - KL(model||parent), which is exactly
-                mean_t sum_v (pi_model - pi_parent)(log pi_parent - log pi_T): how much of the growth of the KL
-                to the teacher T the update's own size does not explain, i.e. whether it moved probability
+  away[id]      (every model but "parent") KL(model||T) - KL(parent||T) - KL(model||parent), which is
+                exactly mean_t sum_v (pi_model - pi_parent)(log pi_parent - log pi_T): the growth of the KL to
+                the teacher T that the update's own size does not explain, i.e. whether it moved probability
                 towards tokens the teacher likes less than the parent does (> 0) or more (< 0)
   canaries      replies sampled (fixed seed) to a few fixed prompts: empty-output share and repeated-3-gram
                 share of the tokens
