@@ -35,7 +35,7 @@ def test_the_qwen3_path_works_scaled_down(tmp_path):
     Qwen3 so it runs on CPU."""
     loader = bench.qwen3_4b_loader(
         bench.TINY_MODEL_DIR,
-        vocab_size=4096,
+        vocab_size=8192,  # covers the tiny model's tokenizer, whose ids these samples use
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -54,7 +54,7 @@ def test_the_qwen3_path_works_scaled_down(tmp_path):
     assert bench.reference_step(backend, samples) > 0
     lengths = [(100, 48)] * 4
     layers, head, attn = bench.matmul_params(backend.model)
-    assert head == 4096 * 64 and attn == 2 * 2 * 32
+    assert head == 8192 * 64 and attn == 2 * 2 * 32
     assert bench.forward_flops(backend.model, lengths, False) == 4 * (
         2 * layers * 148 + 2 * head * 48 + 2 * 148 * 148 * attn
     )
