@@ -397,13 +397,6 @@ CLAWHUB_TRAIN_SOFT_TIME_LIMIT = env.int("CLAWHUB_TRAIN_SOFT_TIME_LIMIT", default
 CLAWHUB_TRAIN_TIME_LIMIT = env.int("CLAWHUB_TRAIN_TIME_LIMIT", default=3300)
 # How often celery beat looks for tenants with a full batch ("clawhub.train.kick").
 CLAWHUB_TRAIN_KICK_SECONDS = env.float("CLAWHUB_TRAIN_KICK_SECONDS", default=30.0)
-# Eval gate: the N most recent main-turn prompts not in the batch, greedy answers of at most this many tokens,
-# scored by CLAWHUB_EVAL_REWARD ("module:function(messages, text) -> float"); a candidate is promoted only if
-# its mean is >= the active version's (or the base model's) minus the margin.
-CLAWHUB_EVAL_PROMPTS = env.int("CLAWHUB_EVAL_PROMPTS", default=16)
-CLAWHUB_EVAL_MAX_TOKENS = env.int("CLAWHUB_EVAL_MAX_TOKENS", default=64)
-CLAWHUB_EVAL_REWARD = env.str("CLAWHUB_EVAL_REWARD", default="clawhub.adapters.evaluation:style_reward")
-CLAWHUB_EVAL_MARGIN = env.float("CLAWHUB_EVAL_MARGIN", default=0.0)
 # The promotion gate (clawhub.adapters.evaluation): every Nth sample of a batch is held out (never trained on;
 # 0 = none); candidate and parent are compared on the tenant's held-out judged turns, deciding with a
 # one-sided bootstrap interval at this confidence; fewer held-out pairs than the minimum promote with the
