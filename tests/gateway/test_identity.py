@@ -93,8 +93,8 @@ def test_headers_are_coerced_the_same_way():
 
 
 HEARTBEAT = ("Follow the heartbeat monitor scratch context when provided. Recurring tasks are automations; "
-             "create or change their schedules with the automations tool, not heartbeat scratch. Do not infer "
-             "or repeat old tasks from prior chats. If nothing needs attention, reply NO_REPLY.")
+             "create or change their schedules with the automations tool, not heartbeat scratch. Do not "
+             "infer or repeat old tasks from prior chats. If nothing needs attention, reply NO_REPLY.")
 MEMORY_FLUSH = ("Pre-compaction memory flush. Store durable memories now (use memory/2026-12-01.md). "
                 "If nothing to store, reply with NO_REPLY.")
 

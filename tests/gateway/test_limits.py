@@ -17,10 +17,11 @@ MSGS = [{"role": "user", "content": "Say hello."}]
 TOO_MANY = (b'{"error":{"message":"max_completion_tokens=40000 cannot be greater than max_model_len=32768. '
             b'Please request fewer output tokens. (parameter=max_completion_tokens, value=40000)",'
             b'"type":"BadRequestError","param":"max_completion_tokens","code":400}}')
-PROMPT_TOO_LONG = (b'{"error":{"message":"This model\'s maximum context length is 32768 tokens. However, your '
-                   b'prompt contains at least 32769 input tokens, which exceeds this limit even without any '
-                   b'output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, '
-                   b'value=32769)","type":"BadRequestError","param":"input_tokens","code":400}}')
+PROMPT_TOO_LONG = (b'{"error":{"message":"This model\'s maximum context length is 32768 tokens. However, '
+                   b'your prompt contains at least 32769 input tokens, which exceeds this limit even without '
+                   b'any output tokens. Please reduce the length of the input prompt. '
+                   b'(parameter=input_tokens, value=32769)","type":"BadRequestError",'
+                   b'"param":"input_tokens","code":400}}')
 
 
 def test_vllm_refusals_are_parsed():
@@ -29,9 +30,9 @@ def test_vllm_refusals_are_parsed():
     error = limits.context_length_error(PROMPT_TOO_LONG)
     assert (error.status, error.code, error.type) == (400, "context_length_exceeded", "invalid_request_error")
     assert "32768 tokens" in error.message
-    assert limits.context_length_error(b'{"error":{"message":"The decoder prompt (length 2048) plus the number '
-                                       b'of requested output tokens (at least 1) is longer than the maximum '
-                                       b'model length of 2048."}}').code == "context_length_exceeded"
+    equal = (b'{"error":{"message":"The decoder prompt (length 2048) plus the number of requested output '
+             b'tokens (at least 1) is longer than the maximum model length of 2048."}}')
+    assert limits.context_length_error(equal).code == "context_length_exceeded"
     assert limits.context_length_error(TOO_MANY) is None
     assert limits.context_length_error(b'{"error":{"message":"tool_choice must be auto"}}') is None
 
@@ -39,15 +40,15 @@ def test_vllm_refusals_are_parsed():
 def test_clamp_and_applied_cap():
     body = {"max_tokens": 10, "max_completion_tokens": 5000}
     assert limits.clamp_output(body, 2048) == 2048
-    assert body == {"max_tokens": 10, "max_completion_tokens": 2048}  # the field vLLM reads is the one clamped
+    assert body == {"max_tokens": 10, "max_completion_tokens": 2048}  # the field vLLM reads is clamped
     assert limits.clamp_output({"max_tokens": 100}, 2048) is None
     assert limits.clamp_output({"max_tokens": 5000}, None) is None  # unknown context: forwarded as sent
     assert limits.applied_cap(requested=5000, forwarded=2048, max_model_len=2048, prompt_tokens=48) == 2000
     assert limits.applied_cap(requested=100, forwarded=None, max_model_len=2048, prompt_tokens=48) is None
     assert limits.applied_cap(requested=2040, forwarded=None, max_model_len=2048, prompt_tokens=48) == 2000
     assert limits.applied_cap(requested=None, forwarded=None, max_model_len=2048, prompt_tokens=48) is None
-    assert limits.max_model_len_of([{"id": "t1-v1", "max_model_len": 4096}, {"id": "tiny", "max_model_len": 2048}],
-                                   "tiny") == 2048
+    listed = [{"id": "t1-v1", "max_model_len": 4096}, {"id": "tiny", "max_model_len": 2048}]
+    assert limits.max_model_len_of(listed, "tiny") == 2048
     assert limits.max_model_len_of([{"id": "x"}], "tiny") is None
 
 
@@ -77,7 +78,8 @@ def test_an_output_limit_above_the_context_is_clamped_and_served(vgw, vllm_serve
     # What OpenClaw sends with its default maxTokens (4096), only more: always above the context.
     asked = context + 4096
     stream = client.chat.completions.create(model="base", messages=MSGS, max_completion_tokens=asked,
-                                            temperature=0, stream=True, stream_options={"include_usage": True})
+                                            temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
     chunks = list(stream)
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
     record = vgw.spy.last()
