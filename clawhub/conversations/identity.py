@@ -120,6 +120,10 @@ def canonical_message(message: Any) -> dict:
 
 
 def _encoded(message: Any) -> bytes:
+    # OpenClaw's internal context is not part of the conversation: OpenClaw sends it after the newest user
+    # message and leaves it out when it resends that history with the reply, so it must not change a hash.
+    if is_internal_context(message):
+        return b""
     # orjson escapes newlines inside strings, so "\n" cleanly separates messages in the hashed stream.
     return orjson.dumps(canonical_message(message), option=orjson.OPT_SORT_KEYS) + b"\n"
 

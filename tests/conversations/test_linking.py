@@ -386,6 +386,27 @@ def test_openclaw_shaped_turns(key):
     assert turn(failed).ended == "upstream_error"
 
 
+def test_openclaw_drops_the_internal_context_when_it_resends_the_history(key):
+    """As OpenClaw 2026.9.6 does: each request ends with an internal-context message, and the next request
+    resends the history without it (prompt, reply, the user's new message, a new internal context)."""
+    sys = system("You are OpenClaw. " * 200)
+    first = user(f"[Tue 2026-12-01 08:27 UTC] say hi\n\n{RUNTIME}")
+    internal = {"role": "user", "content": INTERNAL}
+    t1 = make_record(key, [sys, first, internal], reply="hi")
+    t2 = make_record(key, [sys, first, assistant("hi"), user("[Tue 2026-12-01 08:28 UTC] again"), internal],
+                     reply="hi again")
+    t3 = make_record(key, [sys, first, assistant("hi"), user("[Tue 2026-12-01 08:28 UTC] again"),
+                           assistant("hi again"), user("[Tue 2026-12-01 08:29 UTC] thanks"), internal])
+    capture_store([t1])
+    capture_store([t2, t3])
+    assert pairs(t1, t2) == {
+        t1.request_id: [user("[Tue 2026-12-01 08:28 UTC] again")],
+        t2.request_id: [user("[Tue 2026-12-01 08:29 UTC] thanks")],
+    }
+    assert links(t2, t3) == {t2.request_id: ("next", t1.request_id), t3.request_id: ("next", t2.request_id)}
+    assert len({turn(r).session_id for r in (t1, t2, t3)}) == 1
+
+
 def test_only_internal_context_after_a_reply_is_no_next_state(key):
     t1 = make_record(key, [user("hi")], reply="hello")
     t2 = make_record(key, [user("hi"), assistant("hello"), {"role": "user", "content": INTERNAL}])
