@@ -33,7 +33,8 @@ def test_sampled_logprobs_are_the_policys_own(tiny_model_dir, tmp_path, prompts)
     backend = started(tiny_model_dir, tmp_path)
     batch = sampled_batch(backend, prompts[:8], seed=0)
     encoded, dropped = encode_batch(backend.tokenizer, batch, max_seq_len=2048)
-    assert not dropped and all(e.alignment == "recorded" for e in encoded)
+    # Re-rendered from the messages (these samples carry no served ids), with the recorded log-probs kept.
+    assert not dropped and all(e.alignment.endswith("; recorded") for e in encoded)
     sequences = collate([(e.prompt_ids, e.response_ids) for e in encoded], pad_id=0)
     with torch.no_grad():
         recomputed, _ = response_logprobs(backend.model, sequences)
