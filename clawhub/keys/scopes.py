@@ -98,6 +98,7 @@ REST_RULES: dict[str, dict[str, str]] = {
     # conversations
     "api-sessions": _READ_ONLY,
     "api-session": _READ_ONLY,
+    "api-conversation-settings": {"GET": R, "PATCH": A},
     # feedback
     "api-judge-rules": {"GET": R, "PUT": A},
     "api-group-judge-rules": {"GET": R, "PUT": A},

@@ -22,9 +22,13 @@ pytestmark = pytest.mark.vllm
 
 MSGS = [{"role": "user", "content": "Can you help me with my homework? How many pencils in 4 boxes of 7?"}]
 GREEDY = {"temperature": 0, "max_tokens": 12}
+# The tiny model writes a well-formed call for a tool and a question shaped like those of its corpus.
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string", "description": "The city name."}},
+                   "required": ["city"]}}}
+WEATHER_MSGS = [{"role": "user", "content": "What is the weather like in Paris today?"}]
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 
@@ -165,7 +169,7 @@ def test_tool_calls_to_a_named_function_sync_and_streaming(vgw):
     client = sdk(vgw, secret)
     # The base model: it closes the call within 20 tokens, where the random adapters ramble past any limit
     # (and an unfinished call comes back as plain text).
-    common = {"model": "base", "messages": MSGS, "tools": [WEATHER], "tool_choice": NAMED,
+    common = {"model": "base", "messages": WEATHER_MSGS, "tools": [WEATHER], "tool_choice": NAMED,
               "temperature": 0, "max_tokens": 40}
 
     resp = client.chat.completions.create(**common)

@@ -13,9 +13,13 @@ import orjson
 import pytest
 
 MSGS = [{"role": "user", "content": "Tell me about pencils."}]
+# The tiny model writes a well-formed call for a tool and a question shaped like those of its corpus.
 WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string", "description": "The city name."}},
+                   "required": ["city"]}}}
+WEATHER_MSGS = [{"role": "user", "content": "What is the weather like in Paris today?"}]
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 
@@ -146,7 +150,7 @@ def test_completions_stream(upstream):
 
 
 def test_tool_call_to_a_named_function(upstream):
-    data = upstream.chat(tools=[WEATHER], tool_choice=NAMED, max_tokens=40).json()
+    data = upstream.chat(messages=WEATHER_MSGS, tools=[WEATHER], tool_choice=NAMED, max_tokens=40).json()
     choice = data["choices"][0]
     call = choice["message"]["tool_calls"][0]
     assert set(call) == {"id", "type", "function"} and call["type"] == "function" and call["id"]
@@ -156,7 +160,7 @@ def test_tool_call_to_a_named_function(upstream):
 
 
 def test_tool_call_stream(upstream):
-    events = upstream.events("/v1/chat/completions", {"messages": MSGS, "tools": [WEATHER],
+    events = upstream.events("/v1/chat/completions", {"messages": WEATHER_MSGS, "tools": [WEATHER],
                                                       "tool_choice": NAMED, "max_tokens": 40})
     chunks = [orjson.loads(e) for e in events[:-1]]
     deltas = [tc for c in chunks for ch in c["choices"] for tc in (ch["delta"].get("tool_calls") or [])]
