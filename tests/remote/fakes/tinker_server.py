@@ -374,12 +374,14 @@ class FakeTinker(FakeServer):
         return self._future({"type": "save_weights_external", "path": path, "size_bytes": size})
 
     def export_lora(self, model: _Model, out: Path) -> Path:
-        """A real PEFT LoRA for the tiny model, seeded by the run and step so each save differs."""
+        """A real PEFT LoRA for the tiny model, seeded by the run and step so each save differs. Its update is
+        small, as one training step's would be: the promotion gate rejects an adapter that wrecks the model."""
         from workers.trainer.tiny_model import make_lora_adapter
 
         seed = int(hashlib.sha256(f"{model.model_id}:{model.steps}".encode()).hexdigest()[:8], 16)
         make_lora_adapter(
-            self.base_model_dir, out, seed=seed, rank=min(model.rank, 16), alpha=2 * min(model.rank, 16)
+            self.base_model_dir, out, seed=seed, rank=min(model.rank, 16), alpha=2 * min(model.rank, 16),
+            b_std=0.002,
         )
         config_path = out / "adapter_config.json"
         config = json.loads(config_path.read_text())
