@@ -241,7 +241,8 @@ def test_real_openclaw_through_what_the_key_shows(shared_stack, driven, setup):
         users = [_text(m.get("content")) for m in turn["request"]["messages"] if m.get("role") == "user"]
         assert message in [u for u in users if INTERNAL not in u][-1]  # the turn answers this message
     for earlier, message in zip(main[:2], MESSAGES[1:], strict=True):
-        next_state = _text((earlier["next_state"] or {}).get("content"))
+        # A list of messages: what the user said next, and no internal context.
+        next_state = "\n".join(_text(m.get("content")) for m in earlier["next_state"] or [])
         assert message in next_state and INTERNAL not in next_state, earlier["next_state"]
     for turn in main:
         assert turn["prompt_tokens"] > 0 and turn["completion_tokens"] > 0 and not turn["usage_estimated"]
