@@ -374,8 +374,8 @@ class FakeTinker(FakeServer):
         return self._future({"type": "save_weights_external", "path": path, "size_bytes": size})
 
     def export_lora(self, model: _Model, out: Path) -> Path:
-        """A real PEFT LoRA for the tiny model, seeded by the run and step so each save differs. Its update is
-        small, as one training step's would be: the promotion gate rejects an adapter that wrecks the model."""
+        """A real PEFT LoRA for the tiny model, seeded by the run and step so each save differs. Its update
+        is small, as one training step's would be: the promotion gate rejects one that wrecks the model."""
         from workers.trainer.tiny_model import make_lora_adapter
 
         seed = int(hashlib.sha256(f"{model.model_id}:{model.steps}".encode()).hexdigest()[:8], 16)
