@@ -2,7 +2,7 @@
 answers like a person (a correction when the preference is broken, a thank-you and the next question when it
 is kept). Plain Python: no Django, no HTTP; ``driver`` puts these users in front of a running stack.
 
-The two personas are those of OpenClaw-RL's evaluation (REFERENCE.md, "Evaluation (openclaw-test)"): a student
+The two personas are those of OpenClaw-RL's published evaluation (its openclaw-test personas): a student
 who wants homework answers that do not look AI-written, and a teacher who wants specific, friendly comments.
 The group is three users sharing one group adapter with the student's preference, one of whom is adversarial.
 

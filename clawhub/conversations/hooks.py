@@ -1,4 +1,4 @@
-"""Where conversations hand turns to the judging issue.
+"""Where conversations hand turns to judging (the judge task).
 
 ``on_turn_ready_for_judging`` runs after the transaction that linked or closed the turns has committed
 (capture and the idle sweep register it with ``transaction.on_commit``), so a task it enqueues always finds

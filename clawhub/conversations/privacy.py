@@ -1,6 +1,6 @@
 """Users' privacy switches as capture sees them, and the retention purge of old turns.
 
-Owned by the review issue; capture (``conversations.capture.capture_store``) is expected to call
+Capture (``conversations.capture.capture_store``) calls
 ``capture_allowed`` / ``capture_allowed_many`` before storing a turn: a user with ``store_turns`` off is
 served and metered (usage), but their turns are not written.
 """

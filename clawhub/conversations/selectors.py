@@ -1,4 +1,4 @@
-"""Reads for sessions and turns. A user sees their own; review by admins belongs to the judging issue."""
+"""Reads for sessions and turns. A user sees their own; admins review samples through clawhub.review."""
 
 from collections.abc import Iterable
 

@@ -125,8 +125,9 @@ def member_cap(limit: int, share: float) -> int:
 
 def initial_state(mode: str, flags: Sequence[Flag]) -> str:
     """Where a new sample starts under a tenant's review mode: ``manual`` holds everything for a human;
-    ``auto`` and ``flagged`` both approve unflagged samples and hold flagged ones, as DESIGN.md defines them
-    (they are kept apart so that each tenant kind's default stays visible and can diverge later)."""
+    ``auto`` and ``flagged`` both approve unflagged samples and hold flagged ones (``auto`` is the personal
+    default, ``flagged`` the group default; they are kept apart so that each tenant kind's default stays
+    visible and can diverge later)."""
     if mode == "manual" or flags:
         return "pending"
     return "approved"

@@ -60,7 +60,7 @@ class Sample(models.Model):
                                    related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)
-    # Set when a training run claims the sample (the training issue turns this into a foreign key).
+    # Set when a training run claims the sample: the claiming run's id.
     training_run_id = models.BigIntegerField(null=True, blank=True)
     trained_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)

@@ -46,7 +46,8 @@ def unload_adapter(vllm_server, name) -> httpx.Response:
 
 
 def unique(prefix: str) -> str:
-    # The server is shared by the whole session: never reuse a name for other weights (DESIGN.md).
+    # The server is shared by the whole session: never reuse a name for other weights (vLLM would
+    # serve the adapter it already holds under that name).
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 

@@ -93,7 +93,7 @@ def test_backend_registry():
 
 
 def test_the_interface_imports_neither_torch_nor_django():
-    # The web process builds samples and configs; it must never pull torch in (DESIGN.md).
+    # The web process builds samples and configs; it must never pull torch in.
     code = (
         "import sys, workers.trainer.backend; "
         "bad = [m for m in ('torch', 'transformers', 'peft', 'django') if m in sys.modules]; "

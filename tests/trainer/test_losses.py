@@ -1,4 +1,4 @@
-"""The objectives against numbers worked out by hand (DESIGN.md "Training": eps_low 0.2, eps_high 0.28)."""
+"""The objectives against numbers worked out by hand (PPO clip eps_low 0.2, eps_high 0.28)."""
 
 import math
 

@@ -2,7 +2,8 @@
 
 Every backend (local torch+peft, Tinker, Fireworks) implements `TrainingBackend` and speaks only the plain
 dataclasses below, so the Celery train task can load samples through Django selectors, hand them over, and
-store what comes back through Django services without the trainer knowing about Django (DESIGN.md, "Workers").
+store what comes back through Django services without the trainer knowing about Django (workers/trainer
+imports nothing from Django or clawhub; the Celery tasks are the only bridge).
 
 This module imports neither torch nor Django on purpose: the web process builds `TrainSample`/`TrainConfig`
 and must never pull torch into `sys.modules`.
@@ -38,7 +39,7 @@ DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "
 # top level, so the state travels with the version without being served).
 OPTIMIZER_STATE_DIR = "optimizer_state"
 
-# How a hint enters the teacher's context (DESIGN.md, "OPD hint"): appended to the last user message.
+# How a hint enters the teacher's context (On-Policy Distillation): appended to the last user message.
 HINT_TEMPLATE = "\n\n[user's hint / instruction]\n{hint}"
 
 
@@ -86,7 +87,8 @@ class TrainSample:
 
 @dataclass
 class TrainConfig:
-    """Hyperparameters of one training run. Defaults follow OpenClaw-RL (REFERENCE.md, "Losses").
+    """Hyperparameters of one training run. Defaults follow OpenClaw-RL's published losses (PPO clip 0.2/0.28,
+    w_opd = w_rl = 1).
 
     Objective
       method: "rl" (Binary RL: A = r, turns with r = 0 masked), "opd" (A = log pi_teacher - log pi_old, only

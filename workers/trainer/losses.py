@@ -1,4 +1,4 @@
-"""The OpenClaw-RL objectives as small pure functions (DESIGN.md "Training", REFERENCE.md "Losses").
+"""The OpenClaw-RL objectives (Binary RL, OPD, Combine; clipped PPO surrogate) as small pure functions.
 
 Shapes: B samples x T response positions. `mask` is 1.0 on real response tokens and 0.0 on padding; the
 advantage functions return a (possibly narrower) mask too, because Binary RL and OPD switch whole turns off.

@@ -13,7 +13,7 @@ first request is ~13k tokens; the model has 32k positions).
 
 Read top to bottom: corpus -> tokenizer -> model config -> pre-training -> teacher check -> save; then
 make_lora_adapter.
-Django-free on purpose (DESIGN.md: workers/trainer imports nothing from clawhub).
+Django-free on purpose: workers/trainer imports nothing from Django or clawhub.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class FireworksBackend(TinkerProtocolBackend):
         return status
 
     # Teacher log-probs (OPD, Combine) come from the inherited _teacher_sampler: on a serverless session,
-    # create_sampling_client(base_model=...) samples the session's base weights (adapter off, DESIGN.md)
+    # create_sampling_client(base_model=...) samples the session's base weights (adapter off)
     # through {base_url}/training/v1/serverless/inference/v1/completions with echo + logprobs.
 
     def _policy_sampler(self) -> Any:

@@ -2,9 +2,9 @@
 SDK).
 
 Read top to bottom: retry policy -> encode the batch (workers.trainer.batching, so remote batches equal local
-ones) -> pi_old and teacher log-probs -> advantages (DESIGN.md, "Training") -> datums ->
-forward_backward("ppo") and optim_step per step,
-with the state saved after each step -> weights out as a PEFT directory.
+ones) -> pi_old and teacher log-probs -> advantages (Binary RL, OPD or Combine: workers.trainer.losses) ->
+datums -> forward_backward("ppo") and optim_step per step, with the state saved after each step -> weights
+out as a PEFT directory.
 
 Datum layout (OpenClaw-RL's Tinker path): model_input = (prompt + response)[:-1], target_tokens = (prompt +
 response)[1:]; logprobs and advantages are 0 on the P - 1 prompt targets and carry pi_old and A_t on the R
@@ -368,7 +368,8 @@ class TinkerProtocolBackend(TrainingBackend):
         return [{token for token, _ in (row or [])} for row in rows]
 
     def _teacher_sampler(self) -> Any:
-        # DESIGN.md: the teacher is the base model with the adapter disabled, never the policy itself.
+        # The teacher is the base model with the adapter disabled, never the policy itself: the policy as
+        # its own teacher collapses within a few updates.
         if self._teacher is None:
             self._teacher = self.call(
                 "create teacher sampling client",
