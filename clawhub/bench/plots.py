@@ -114,48 +114,72 @@ def text_width(text: str, scale: int = 2) -> int:
     return len(text) * 4 * scale
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """The plot area of a compliance chart: 0..1 up, update number across, the legend on the right."""
+
+    canvas: Canvas
+    left: int
+    right: int
+    top: int
+    bottom: int
+    x_max: int
+
+    def px(self, i: float) -> int:
+        return round(self.left + (self.right - self.left) * i / self.x_max)
+
+    def py(self, v: float) -> int:
+        return round(self.bottom - (self.bottom - self.top) * max(0.0, min(1.0, v)))
+
+
+def _frame(width: int, height: int, longest: int) -> _Frame:
+    return _Frame(Canvas(width, height), 52, width - 230, 34, height - 40, max(1, longest - 1))
+
+
+def _axes(f: _Frame, *, title: str, x_label: str, target: float | None, grid_dash: int = 0) -> None:
+    canvas = f.canvas
+    for tick in range(6):
+        v = tick / 5
+        canvas.line(f.left, f.py(v), f.right, f.py(v), GRID, dash=grid_dash)
+        canvas.text(f.left - 8 - text_width(f"{v:.1f}"), f.py(v) - 5, f"{v:.1f}", MUTED)
+    every = max(1, f.x_max // 8)
+    for i in range(0, f.x_max + 1, every):
+        canvas.line(f.px(i), f.bottom, f.px(i), f.bottom + 4, MUTED)
+        canvas.text(f.px(i) - text_width(str(i)) // 2, f.bottom + 8, str(i), MUTED)
+    canvas.line(f.left, f.top, f.left, f.bottom, BLACK)
+    canvas.line(f.left, f.bottom, f.right, f.bottom, BLACK)
+    if target is not None:
+        canvas.line(f.left, f.py(target), f.right, f.py(target), TARGET, dash=6)
+    canvas.text(f.left, 10, title or "compliance", BLACK)
+    canvas.text(f.right - text_width(x_label), f.bottom + 24, x_label, MUTED)
+
+
+def _series(f: _Frame, n: int, name: str, values: Sequence[float | None], *,
+            swatch: Color | None = None) -> None:
+    """One series' line and points, and its legend entry (with a filled swatch behind it for a band)."""
+    canvas, color = f.canvas, PALETTE[n % len(PALETTE)]
+    points = [(f.px(i), f.py(v)) for i, v in enumerate(values) if v is not None]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        canvas.line(x0, y0, x1, y1, color, width=2)
+    for x, y in points:
+        canvas.rect(x - 2, y - 2, x + 2, y + 2, color)
+    ly = f.top + 4 + n * 18
+    if swatch is not None:
+        canvas.rect(f.right + 12, ly, f.right + 32, ly + 8, swatch)
+    canvas.line(f.right + 12, ly + 4, f.right + 32, ly + 4, color, width=3)
+    canvas.text(f.right + 38, ly, name[:23], BLACK)
+
+
 def line_chart_png(series: Mapping[str, Sequence[float | None]], *, title: str = "",
                    x_label: str = "promoted updates", target: float | None = 0.8,
                    width: int = 720, height: int = 420) -> bytes:
     """Compliance (0..1) against update number (0 = the base model) for each named series; None values are
     skipped (a series that stopped early). A dashed red line marks the target."""
-    canvas = Canvas(width, height)
-    left, right, top, bottom = 52, width - 230, 34, height - 40
-    longest = max((len(v) for v in series.values()), default=1)
-    x_max = max(1, longest - 1)
-
-    def px(i: float) -> int:
-        return round(left + (right - left) * i / x_max)
-
-    def py(v: float) -> int:
-        return round(bottom - (bottom - top) * max(0.0, min(1.0, v)))
-
-    for tick in range(6):
-        v = tick / 5
-        canvas.line(left, py(v), right, py(v), GRID)
-        canvas.text(left - 8 - text_width(f"{v:.1f}"), py(v) - 5, f"{v:.1f}", MUTED)
-    every = max(1, x_max // 8)
-    for i in range(0, x_max + 1, every):
-        canvas.line(px(i), bottom, px(i), bottom + 4, MUTED)
-        canvas.text(px(i) - text_width(str(i)) // 2, bottom + 8, str(i), MUTED)
-    canvas.line(left, top, left, bottom, BLACK)
-    canvas.line(left, bottom, right, bottom, BLACK)
-    if target is not None:
-        canvas.line(left, py(target), right, py(target), TARGET, dash=6)
-    canvas.text(left, 10, title or "compliance", BLACK)
-    canvas.text(right - text_width(x_label), bottom + 24, x_label, MUTED)
-
+    f = _frame(width, height, max((len(v) for v in series.values()), default=1))
+    _axes(f, title=title, x_label=x_label, target=target)
     for n, (name, values) in enumerate(series.items()):
-        color = PALETTE[n % len(PALETTE)]
-        points = [(px(i), py(v)) for i, v in enumerate(values) if v is not None]
-        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-            canvas.line(x0, y0, x1, y1, color, width=2)
-        for x, y in points:
-            canvas.rect(x - 2, y - 2, x + 2, y + 2, color)
-        ly = top + 4 + n * 18
-        canvas.line(right + 12, ly + 4, right + 32, ly + 4, color, width=3)
-        canvas.text(right + 38, ly, name[:23], BLACK)
-    return canvas.png()
+        _series(f, n, name, values)
+    return f.canvas.png()
 
 
 def _tint(color: Color, amount: float = 0.75) -> Color:
@@ -167,17 +191,8 @@ def band_chart_png(bands: Mapping[str, Mapping[str, Sequence[float | None]]], *,
                    width: int = 720, height: int = 420) -> bytes:
     """One band per named series: the range over seeds (``low``..``high``) filled in a light tint of the
     series' colour, the ``mean`` drawn over it. Axes as in line_chart_png."""
-    canvas = Canvas(width, height)
-    left, right, top, bottom = 52, width - 230, 34, height - 40
-    longest = max((len(b["mean"]) for b in bands.values()), default=1)
-    x_max = max(1, longest - 1)
-
-    def px(i: float) -> int:
-        return round(left + (right - left) * i / x_max)
-
-    def py(v: float) -> int:
-        return round(bottom - (bottom - top) * max(0.0, min(1.0, v)))
-
+    f = _frame(width, height, max((len(b["mean"]) for b in bands.values()), default=1))
+    px, py = f.px, f.py
     for n, values in enumerate(bands.values()):  # fills first, so that no band hides a mean line
         tint = _tint(PALETTE[n % len(PALETTE)])
         low, high = values["low"], values["high"]
@@ -185,36 +200,14 @@ def band_chart_png(bands: Mapping[str, Mapping[str, Sequence[float | None]]], *,
             if None in (low[i], high[i], low[i + 1], high[i + 1]):
                 continue
             for x in range(px(i), px(i + 1) + 1):
-                f = (x - px(i)) / max(1, px(i + 1) - px(i))
-                y_lo = py(low[i] + f * (low[i + 1] - low[i]))
-                y_hi = py(high[i] + f * (high[i + 1] - high[i]))
-                canvas.line(x, y_hi, x, y_lo, tint)
-    for tick in range(6):
-        v = tick / 5
-        canvas.line(left, py(v), right, py(v), GRID, dash=2)
-        canvas.text(left - 8 - text_width(f"{v:.1f}"), py(v) - 5, f"{v:.1f}", MUTED)
-    every = max(1, x_max // 8)
-    for i in range(0, x_max + 1, every):
-        canvas.line(px(i), bottom, px(i), bottom + 4, MUTED)
-        canvas.text(px(i) - text_width(str(i)) // 2, bottom + 8, str(i), MUTED)
-    canvas.line(left, top, left, bottom, BLACK)
-    canvas.line(left, bottom, right, bottom, BLACK)
-    if target is not None:
-        canvas.line(left, py(target), right, py(target), TARGET, dash=6)
-    canvas.text(left, 10, title or "compliance", BLACK)
-    canvas.text(right - text_width(x_label), bottom + 24, x_label, MUTED)
+                frac = (x - px(i)) / max(1, px(i + 1) - px(i))
+                y_lo = py(low[i] + frac * (low[i + 1] - low[i]))
+                y_hi = py(high[i] + frac * (high[i + 1] - high[i]))
+                f.canvas.line(x, y_hi, x, y_lo, tint)
+    _axes(f, title=title, x_label=x_label, target=target, grid_dash=2)
     for n, (name, values) in enumerate(bands.items()):
-        color = PALETTE[n % len(PALETTE)]
-        points = [(px(i), py(v)) for i, v in enumerate(values["mean"]) if v is not None]
-        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-            canvas.line(x0, y0, x1, y1, color, width=2)
-        for x, y in points:
-            canvas.rect(x - 2, y - 2, x + 2, y + 2, color)
-        ly = top + 4 + n * 18
-        canvas.rect(right + 12, ly, right + 32, ly + 8, _tint(color))
-        canvas.line(right + 12, ly + 4, right + 32, ly + 4, color, width=3)
-        canvas.text(right + 38, ly, name[:23], BLACK)
-    return canvas.png()
+        _series(f, n, name, values["mean"], swatch=_tint(PALETTE[n % len(PALETTE)]))
+    return f.canvas.png()
 
 
 # --- SVG geometry for the dashboard (the template draws it; autoescaping stays on) ------------------------

@@ -41,6 +41,33 @@ def tool(text: str, call_id: str = "call_x") -> dict:
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
+def approved_sample(turn):
+    """A judged (+1) and approved sample of ``turn``, as review would leave it."""
+    from clawhub.feedback.models import Judgment
+    from clawhub.review.models import Sample
+
+    judgment = Judgment.objects.create(
+        turn=turn,
+        tenant=turn.tenant,
+        reward=1,
+        votes=[1, 1, 1],
+        hints=[],
+        judge="rule",
+        prompt_version="t",
+        raw_outputs={},
+        status="ok",
+    )
+    return Sample.objects.create(
+        turn=turn,
+        judgment=judgment,
+        tenant=turn.tenant,
+        user=turn.user,
+        key=turn.key,
+        reward=1,
+        state=Sample.State.APPROVED,
+    )
+
+
 def make_record(
     key: ApiKey,
     messages: list[dict] | None = None,

@@ -6,34 +6,9 @@ from django.test import Client
 
 from clawhub.conversations.capture import capture_store
 from clawhub.conversations.models import Session, Turn
-from clawhub.feedback.models import Judgment
-from clawhub.review.models import Sample
-from tests.conversations.conftest import assistant, make_record, user
+from tests.conversations.conftest import approved_sample, assistant, make_record, user
 
 pytestmark = pytest.mark.django_db
-
-
-def _sample(turn: Turn) -> Sample:
-    judgment = Judgment.objects.create(
-        turn=turn,
-        tenant=turn.tenant,
-        reward=1,
-        votes=[1, 1, 1],
-        hints=[],
-        judge="rule",
-        prompt_version="t",
-        raw_outputs={},
-        status="ok",
-    )
-    return Sample.objects.create(
-        turn=turn,
-        judgment=judgment,
-        tenant=turn.tenant,
-        user=turn.user,
-        key=turn.key,
-        reward=1,
-        state=Sample.State.APPROVED,
-    )
 
 
 def test_turns_show_ending_link_and_training_source(key):
@@ -60,7 +35,7 @@ def test_turns_show_ending_link_and_training_source(key):
     assert "next state of" in article[cut.request_id]
 
     for turn in turns.values():
-        _sample(turn)
+        approved_sample(turn)
     training = browser.get(f"/training/{key.owner.tenant.pk}/").text
     assert "Samples from served token ids: <strong>1</strong>" in training
     assert (

@@ -15,8 +15,7 @@ import torch
 
 from clawhub.conversations.capture import capture_store
 from clawhub.conversations.models import Turn
-from clawhub.feedback.models import Judgment
-from clawhub.review.models import Sample
+from tests.conversations.conftest import approved_sample
 from tests.factories import make_key, make_user
 from tests.gateway.conftest import forget_tenant_adapters, gateway_factory  # noqa: F401
 from tests.vllm_server import TINY_MODEL_DIR
@@ -75,29 +74,6 @@ def _vllm_prompt_ids(vllm_server, body: dict) -> list[int]:
     return response.json()["prompt_token_ids"]
 
 
-def _sample(turn: Turn) -> Sample:
-    judgment = Judgment.objects.create(
-        turn=turn,
-        tenant=turn.tenant,
-        reward=1,
-        votes=[1, 1, 1],
-        hints=[],
-        judge="rule",
-        prompt_version="t",
-        raw_outputs={},
-        status="ok",
-    )
-    return Sample.objects.create(
-        turn=turn,
-        judgment=judgment,
-        tenant=turn.tenant,
-        user=turn.user,
-        key=turn.key,
-        reward=1,
-        state=Sample.State.APPROVED,
-    )
-
-
 def test_samples_are_the_served_tokens_and_ratio_is_one_at_step_0(vgw, vllm_server, tmp_path):
     owner = make_user()
     _, secret = make_key(owner)
@@ -126,7 +102,7 @@ def test_samples_are_the_served_tokens_and_ratio_is_one_at_step_0(vgw, vllm_serv
     try:
         for name, turn in turns.items():
             record = records[turn.request_id]
-            sample = train_sample(_sample(turn))
+            sample = train_sample(approved_sample(turn))
             assert sample.prompt_token_ids == _vllm_prompt_ids(vllm_server, bodies[name]), name
             assert sample.response_token_ids == record.token_ids and record.token_ids, name
             enc = encode_sample(backend.tokenizer, sample, max_seq_len=backend.config.max_seq_len)

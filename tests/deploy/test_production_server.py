@@ -9,7 +9,6 @@ passing again once it is back, and /metrics counters moving after a request thro
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -20,41 +19,11 @@ from django.conf import settings
 
 from tests.factories import make_key
 from tests.gateway.conftest import free_port, start_fake, wait_until
+from tests.gateway.durability import ThrowawayRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
 METRICS_TOKEN = "metrics-token-for-the-test"
-
-
-class ThrowawayRedis:
-    def __init__(self, folder: Path):
-        self.port, self.folder, self.process = free_port(), folder, None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server")
-        assert exe, "redis-server is not installed (apt-get install redis-server)"
-        self.process = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(self._answers, timeout=10)
-
-    def _answers(self) -> bool:
-        import redis
-
-        try:
-            return redis.Redis(port=self.port, socket_connect_timeout=0.2).ping()
-        except redis.RedisError:
-            return False
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
-        self.process = None
 
 
 def database_url() -> str:

@@ -85,12 +85,13 @@ class ThrowawayPostgres:
             return conn.execute(sql, params).fetchall()
 
 
-class DurableRedis:
-    """redis-server on its own port with AOF (as deploy/ runs it), so a restart keeps the capture stream."""
+class ThrowawayRedis:
+    """redis-server on its own port, in its own folder; ``durable`` turns on AOF (as deploy/ runs it), so a
+    restart keeps the capture stream."""
 
-    def __init__(self):
-        self.folder = Path(tempfile.mkdtemp(prefix="clawhub-redis-"))
-        self.port, self.process = free_port(), None
+    def __init__(self, folder: Path | None = None, *, durable: bool = False):
+        self.folder = folder or Path(tempfile.mkdtemp(prefix="clawhub-redis-"))
+        self.port, self.process, self.durable = free_port(), None, durable
 
     @property
     def url(self) -> str:
@@ -100,8 +101,8 @@ class DurableRedis:
         exe = shutil.which("redis-server")
         assert exe, "redis-server is not installed (apt-get install redis-server)"
         self.process = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--appendfsync", "everysec", "--dir", str(self.folder)],
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(self.folder),
+             "--appendonly", *(["yes", "--appendfsync", "everysec"] if self.durable else ["no"])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until(self.answers, timeout=10)
 
@@ -129,7 +130,7 @@ class DurableRedis:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def app_env(pg: ThrowawayPostgres, rds: DurableRedis, upstream_url: str, spool: Path) -> dict[str, str]:
+def app_env(pg: ThrowawayPostgres, rds: ThrowawayRedis, upstream_url: str, spool: Path) -> dict[str, str]:
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "clawhub.settings.production",

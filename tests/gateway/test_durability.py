@@ -16,9 +16,9 @@ import pytest
 from tests.gateway.conftest import start_fake, wait_until
 from tests.gateway.durability import (
     METRICS_TOKEN,
-    DurableRedis,
     PacedLoad,
     ThrowawayPostgres,
+    ThrowawayRedis,
     app_env,
     consumer_process,
     gateway_process,
@@ -32,7 +32,7 @@ from tests.gateway.durability import (
 
 @pytest.fixture(scope="module")
 def stores():
-    pg, rds = ThrowawayPostgres(), DurableRedis()
+    pg, rds = ThrowawayPostgres(), ThrowawayRedis(durable=True)
     try:
         pg.init()
         rds.start()

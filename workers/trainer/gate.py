@@ -29,7 +29,7 @@ from peft import PeftModel
 
 from workers.trainer.backend import TrainSample
 from workers.trainer.batching import collate, encode_batch, teacher_prompt_ids
-from workers.trainer.local import generate_samples, load_pretrained, resolve_device
+from workers.trainer.local import generate_samples, load_pretrained, resolve_device, response_logits
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "chats.jsonl"
 
@@ -77,15 +77,7 @@ class _Scorer:
     def logits(self, sequences: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Log-softmax at each response position (B, T, V), the response mask, and the batch."""
         batch = collate(sequences, pad_id=self.tokenizer.pad_token_id).to(self.device)
-        base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
-        hidden = base.get_decoder()(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            use_cache=False,
-        ).last_hidden_state
-        index = batch.logit_index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-        logp = torch.log_softmax(base.get_output_embeddings()(hidden.gather(1, index)).float(), -1)
+        logp = torch.log_softmax(response_logits(self.model, batch).float(), -1)
         return logp, batch.mask, batch
 
     def mean_logprobs(self, encoded: list, chunk: int = 8) -> dict[str, tuple[float, int]]:

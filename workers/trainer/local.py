@@ -78,8 +78,8 @@ def _key(sample_id: Any) -> str:
 # ------------------------------------------------------------------------------------------ forward passes
 
 
-def response_logprobs(model: Any, batch: Batch, *, topk: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log pi(response token t) on the (B, T) grid, and optionally the top-k token ids at each position.
+def response_logits(model: Any, batch: Batch) -> torch.Tensor:
+    """The logits at the response positions only, (B, T, V).
 
     The LM head runs only at the response positions: for a 150k vocabulary the full (B, L, V) logits would
     dominate memory. Calling the decoder and head separately keeps peft's LoRA layers (they live inside them)
@@ -93,7 +93,12 @@ def response_logprobs(model: Any, batch: Batch, *, topk: int = 0) -> tuple[torch
         use_cache=False,
     ).last_hidden_state
     index = batch.logit_index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-    logits = base.get_output_embeddings()(hidden.gather(1, index))
+    return base.get_output_embeddings()(hidden.gather(1, index))
+
+
+def response_logprobs(model: Any, batch: Batch, *, topk: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log pi(response token t) on the (B, T) grid, and optionally the top-k token ids at each position."""
+    logits = response_logits(model, batch)
     logp = token_logprobs(logits, batch.targets)
     return logp, (topk_ids(logits, topk) if topk else None)
 
