@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import celeryd_after_setup
 from django.conf import settings
 
 from clawhub.accounts.models import User
@@ -70,6 +71,18 @@ app.conf.beat_schedule.update(
 
 class RunCancelled(Exception):
     pass
+
+
+@celeryd_after_setup.connect
+def warm_trainer_imports(sender: str, instance: Any, **kwargs: Any) -> None:
+    """A worker that consumes the train queue imports the trainer (torch, transformers, peft) once, before its
+    pool starts, so that a run's time limits count training and not imports: a soft limit that fires inside an
+    import leaves the module half-made and every later run on that worker fails with an error."""
+    consumed = instance.app.amqp.queues.consume_from  # empty when the worker consumes every queue
+    if consumed and TRAIN_QUEUE not in consumed:
+        return
+    import workers.trainer.local  # noqa: F401
+
 
 
 # --- from rows to plain data --------------------------------------------------------------------------------
