@@ -84,7 +84,6 @@ def warm_trainer_imports(sender: str, instance: Any, **kwargs: Any) -> None:
     import workers.trainer.local  # noqa: F401
 
 
-
 # --- from rows to plain data --------------------------------------------------------------------------------
 
 
