@@ -23,6 +23,7 @@ backend continues after the last completed optimizer step and never repeats one.
 from __future__ import annotations
 
 import importlib
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -30,7 +31,7 @@ from typing import Any, Literal
 
 Method = Literal["rl", "opd", "combine"]
 METHODS = ("rl", "opd", "combine")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 
 # Attention and MLP projections of Qwen2/Qwen3/Llama-style models (OpenClaw-RL's LoRA: all attn + MLP).
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -63,6 +64,9 @@ class TrainSample:
     chat_template_kwargs: what the request passed to the chat template, for that fallback.
     source: which path the caller chose and why ("served ids", or "re-rendered: <why>"); the trainer
         reports what it actually used per sample.
+    weight: how much the sample counts in the loss (>= 0, default 1): its per-sample surrogate and KL terms
+        are multiplied by it, the denominator (the step's sample count) is not. Group tenants use it to bound
+        each member's share of an update's advantage mass; 1.0 everywhere is the unweighted objective.
     """
 
     sample_id: int | str
@@ -77,8 +81,11 @@ class TrainSample:
     prompt_token_ids: list[int] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     source: str = ""
+    weight: float = 1.0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.weight, int | float) or not math.isfinite(self.weight) or self.weight < 0:
+            raise ValueError(f"sample {self.sample_id}: weight must be a finite number >= 0, got {self.weight!r}")
         if self.reward not in (-1, 0, 1):
             raise ValueError(f"sample {self.sample_id}: reward must be -1, 0 or +1, got {self.reward!r}")
         if not self.messages:
@@ -102,7 +109,12 @@ class TrainConfig:
           adapter, whose own config is kept so the new version stays loadable next to it).
       lr, betas, weight_decay, max_grad_norm: AdamW and gradient clipping.
     Batching
-      micro_batch_size: samples per forward/backward. grad_accum: micro-batches per optimizer step; None = the
+      micro_batch_tokens: token budget of one forward/backward: a step's samples are packed end to end into
+          rows of at most this many tokens (no padding, no attention across samples, position ids restarting
+          per sample; a longer sample gets a row alone). 0 = micro_batch_size samples per forward/backward,
+          padded to the longest.
+      micro_batch_size: samples per forward/backward when micro_batch_tokens is 0. grad_accum: micro-batches
+          of micro_batch_size samples per optimizer step (also with packing: it sizes the step); None = the
           batch is split into `mini_batches` optimizer steps instead.
       mini_batches: optimizer steps per pass over the batch when grad_accum is None (1 = OpenClaw-RL's one
           update per batch of 16; PPO uses several, so that the clip bounds the later steps of a run).
@@ -113,13 +125,16 @@ class TrainConfig:
           trust region).
           "recorded" = the log-probs vLLM recorded when it served the turn (the behaviour policy; it may be an
           older version than the parent, so rho can start outside the clip range and train nothing).
-      max_seq_len: prompt + response tokens; longer samples are dropped with a reason, or their response cut
-          to fit when truncate_response is True.
+      max_seq_len: prompt + response tokens; a longer sample loses the start of its prompt (left truncation,
+          recorded in its alignment); only one whose response alone does not fit is dropped with a reason, or
+          its response cut to fit when truncate_response is True.
       padding_side: "right" or "left" (positions are derived from the attention mask, so both give the same
           log-probs).
     Runtime
-      seed; dtype: "auto" = bfloat16 on CUDA, float32 on CPU; device: "auto" = cuda if available, else cpu;
-      gradient_checkpointing: trade compute for activation memory on long sequences.
+      seed; dtype: "auto" = bfloat16 on CUDA, float32 on CPU (float64 for exactness tests);
+      device: "auto" = cuda if available, else cpu;
+      gradient_checkpointing: trade compute for activation memory on long sequences; None = on for CUDA,
+          off on CPU (where the tiny model's activations are small).
     """
 
     method: Method = "combine"
@@ -138,18 +153,19 @@ class TrainConfig:
     kl_coef: float = 0.0
     topk_overlap: int = 4
     micro_batch_size: int = 4
+    micro_batch_tokens: int = 8192
     grad_accum: int | None = None
     mini_batches: int = 1
     epochs: int = 1
     old_policy: Literal["start", "recorded"] = "start"
     max_steps: int | None = None
-    max_seq_len: int = 4096
+    max_seq_len: int = 32768
     truncate_response: bool = False
     padding_side: Literal["left", "right"] = "right"
     seed: int = 0
     dtype: str = "auto"
     device: str = "auto"
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool | None = None
 
     def __post_init__(self) -> None:
         self.target_modules = tuple(self.target_modules)
@@ -187,6 +203,10 @@ class TrainConfig:
             yield f"topk_overlap={self.topk_overlap}: must be >= 1 (OpenClaw-RL uses 4)"
         if self.micro_batch_size < 1:
             yield f"micro_batch_size={self.micro_batch_size}: must be >= 1"
+        if self.micro_batch_tokens < 0:
+            yield f"micro_batch_tokens={self.micro_batch_tokens}: must be >= 0 (0 = micro_batch_size samples)"
+        if self.gradient_checkpointing not in (None, True, False):
+            yield f"gradient_checkpointing={self.gradient_checkpointing!r}: use true, false or null (auto)"
         if self.grad_accum is not None and self.grad_accum < 1:
             yield f"grad_accum={self.grad_accum}: must be >= 1, or None for one optimizer step per batch"
         if self.mini_batches < 1:
@@ -248,11 +268,12 @@ class TrainConfig:
 # operator changes them with CLAWHUB_TRAIN_UPPER_BOUNDS (a JSON object of field -> maximum).
 LOWER_BOUNDS: dict[str, int] = {
     "epochs": 1, "lora_r": 1, "lora_alpha": 1, "micro_batch_size": 1, "grad_accum": 1, "mini_batches": 1,
-    "max_steps": 1, "max_seq_len": 16, "topk_overlap": 1,
+    "max_steps": 1, "max_seq_len": 16, "topk_overlap": 1, "micro_batch_tokens": 0,
 }
 DEFAULT_UPPER_BOUNDS: dict[str, int] = {
     "epochs": 10, "lora_r": 128, "lora_alpha": 512, "micro_batch_size": 64, "grad_accum": 64,
     "mini_batches": 64, "max_steps": 2000, "max_seq_len": 32768, "topk_overlap": 64,
+    "micro_batch_tokens": 65536,
 }
 
 
@@ -289,6 +310,7 @@ class StepMetrics:
     clip_fraction: float = 0.0
     kl: float = 0.0
     grad_norm: float = 0.0
+    entropy: float = 0.0  # mean policy entropy per response token (nats), from the same chunked head pass
     dropped: list[DroppedSample] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -316,6 +338,9 @@ class TrainResult:
     # it (None = the run started a fresh optimizer), and why it could not be restored when it was not.
     optimizer_resumed_at: int | None = None
     optimizer_note: str = ""
+    # Where and how it ran (local backend): the resident base model's loads and runs in this worker process,
+    # whether the run trained alone or in a multi-tenant pass, peak memory.
+    runtime: dict[str, Any] = field(default_factory=dict)
 
 
 OnStep = Callable[[StepMetrics], None]

@@ -14,8 +14,15 @@ prompt still trains, on its most recent context. Only a response that alone does
 when truncate_response is set.
 
 Positions: the model's output at sequence position p predicts token p + 1, so the response token t of a sample
-whose prompt has P tokens is predicted at position P - 1 + t. `Batch.logit_index` holds those positions, and
-everything downstream (log-probs, advantages, masks) lives on a (B, T) grid of response tokens.
+whose prompt has P tokens is predicted at position P - 1 + t. `Batch.logit_index` holds those positions (in
+the row `Batch.row_of` names), and everything downstream (log-probs, advantages, masks) lives on a (B, T)
+grid of response tokens, one grid row per sample.
+
+Micro-batches: `collate` pads samples into one row each; `collate_packed` puts them end to end in a single
+row with no padding, position ids restarting at 0 at each sample and no attention mask, from which the model
+builds a block-diagonal causal mask (transformers detects packed rows from the position ids): no token
+attends across samples, so a packed sample's log-probs are those it has alone. `token_budget_groups` forms
+the micro-batches from a token budget instead of a sample count.
 """
 
 from __future__ import annotations
@@ -53,19 +60,42 @@ class EncodedSample:
 
 @dataclass
 class Batch:
-    input_ids: Tensor  # (B, L)
-    attention_mask: Tensor  # (B, L)
-    position_ids: Tensor  # (B, L), counted from each sample's first real token (left padding safe)
-    logit_index: Tensor  # (B, T) position whose output predicts response token t
+    input_ids: Tensor  # (R, L): R rows (one per sample when padded, one in all when packed)
+    attention_mask: Tensor | None  # (R, L), or None for a packed row (the model masks by position ids)
+    position_ids: Tensor  # (R, L), counted from each sample's first real token (left padding safe)
+    logit_index: Tensor  # (B, T) position in row row_of[b] whose output predicts response token t
     targets: Tensor  # (B, T) response token ids
     mask: Tensor  # (B, T) float, 1.0 on real response tokens
+    row_of: Tensor | None = None  # (B,) the row sample b sits in; None = row b
+
+    def __post_init__(self) -> None:
+        if self.row_of is None:
+            self.row_of = torch.arange(self.logit_index.shape[0], device=self.logit_index.device)
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(**{name: value.to(device) for name, value in vars(self).items()})
+        return Batch(
+            **{name: value.to(device) if value is not None else None for name, value in vars(self).items()}
+        )
 
     @property
     def tokens(self) -> int:
+        if self.attention_mask is None:
+            return int(self.input_ids.numel())
         return int(self.attention_mask.sum())
+
+    @property
+    def packed(self) -> bool:
+        return self.attention_mask is None
+
+    def sample_spans(self) -> list[tuple[int, int]]:
+        """(first, last + 1) of each row's tokens in the flattened (R * L) token order, per sample for a
+        packed row (rows when padded): what a per-segment LoRA dispatch slices by."""
+        if self.packed:
+            starts = (self.position_ids[0] == 0).nonzero().flatten().tolist()
+            ends = [*starts[1:], self.input_ids.shape[1]]
+            return list(zip(starts, ends, strict=True))
+        width = self.input_ids.shape[1]
+        return [(r * width, (r + 1) * width) for r in range(self.input_ids.shape[0])]
 
 
 def end_token_ids(tokenizer: Any) -> set[int]:
@@ -272,6 +302,49 @@ def collate(
         mask[i, : len(response)] = 1.0
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     return Batch(input_ids, attention_mask, position_ids, logit_index, targets, mask)
+
+
+def collate_packed(sequences: list[tuple[list[int], list[int]]], *, pad_id: int) -> Batch:
+    """(prompt ids, response ids) pairs end to end in one row, position ids restarting per sample, no
+    padding and no attention mask. The (B, T) response grid is the same as `collate`'s."""
+    width = max(len(r) for _, r in sequences)
+    size = len(sequences)
+    logit_index = torch.zeros((size, width), dtype=torch.long)
+    targets = torch.full((size, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((size, width), dtype=torch.float32)
+    ids: list[int] = []
+    positions: list[int] = []
+    for i, (prompt, response) in enumerate(sequences):
+        first = len(ids) + len(prompt) - 1
+        ids += prompt + response
+        positions += range(len(prompt) + len(response))
+        logit_index[i, : len(response)] = torch.arange(first, first + len(response))
+        targets[i, : len(response)] = torch.tensor(response)
+        mask[i, : len(response)] = 1.0
+    return Batch(
+        input_ids=torch.tensor([ids]),
+        attention_mask=None,
+        position_ids=torch.tensor([positions]),
+        logit_index=logit_index,
+        targets=targets,
+        mask=mask,
+        row_of=torch.zeros(size, dtype=torch.long),
+    )
+
+
+def token_budget_groups(lengths: list[int], budget: int) -> list[list[int]]:
+    """Indices of consecutive items grouped so that each group's lengths sum to at most `budget` (an item
+    longer than the budget forms a group alone). Order is kept: the groups concatenated are 0..n-1."""
+    groups: list[list[int]] = []
+    used = 0
+    for i, n in enumerate(lengths):
+        if groups and used + n <= budget:
+            groups[-1].append(i)
+            used += n
+        else:
+            groups.append([i])
+            used = n
+    return groups
 
 
 def pad_values(rows: list[list[float]], width: int, value: float = 0.0) -> Tensor:

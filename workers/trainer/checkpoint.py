@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,20 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def save_adapter(model: Any, out: Path, adapter: str = "default") -> None:
+    """One adapter of a peft model as a PEFT directory at `out` (peft writes a non-default adapter into a
+    subdirectory named after it: moved up, so every saved adapter looks the same)."""
+    if adapter == "default":
+        model.save_pretrained(out, safe_serialization=True, selected_adapters=["default"])
+        return
+    staging = out.parent / f".{out.name}.{adapter}"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging, safe_serialization=True, selected_adapters=[adapter])
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(staging / adapter, out)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
 def save_checkpoint(
     workdir: Path,
     *,
@@ -64,6 +79,7 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
     prepared: dict[str, Any] | None,
+    adapter: str = "default",
 ) -> Path:
     root = checkpoints_dir(workdir)
     root.mkdir(parents=True, exist_ok=True)
@@ -71,7 +87,7 @@ def save_checkpoint(
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    model.save_pretrained(tmp / "adapter", safe_serialization=True)
+    save_adapter(model, tmp / "adapter", adapter)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(rng_state(), tmp / "rng.pt")
     torch.save(prepared, tmp / "prepared.pt")
@@ -108,23 +124,34 @@ def load_checkpoint(
 OPTIMIZER_FILE = "optimizer.pt"
 
 
-def _trainable(model: Any) -> list[tuple[str, torch.nn.Parameter]]:
-    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+def _trainable(model: Any, adapter: str = "default") -> list[tuple[str, torch.nn.Parameter]]:
+    """One adapter's trainable parameters, named as if the adapter were called "default" (the name peft
+    gives a run's only adapter), so that state saved by a run and restored in a multi-tenant pass, where
+    each tenant's adapter has its own name, or the other way round, finds the same keys."""
+    own = re.compile(rf"\.(lora_[A-Za-z_]+)\.{re.escape(adapter)}\.")
+    out = []
+    for name, p in model.named_parameters():
+        if p.requires_grad and own.search(name):
+            out.append((own.sub(r".\1.default.", name), p))
+    return out
 
 
-def save_optimizer_state(state_dir: Path, *, model: Any, optimizer: torch.optim.Optimizer) -> Path:
+def save_optimizer_state(
+    state_dir: Path, *, model: Any, optimizer: torch.optim.Optimizer, adapter: str = "default"
+) -> Path:
     """The AdamW moments and step of every trainable parameter, keyed by parameter name (not by the
     optimizer's positional index), so that the next run, which builds its own optimizer over a freshly loaded
     adapter, restores each moment onto the same LoRA matrix. Written atomically."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    index = {id(p): name for name, p in _trainable(model)}
+    trainable = _trainable(model, adapter)
+    index = {id(p): name for name, p in trainable}
     by_name = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
             if p in optimizer.state and id(p) in index:
                 by_name[index[id(p)]] = {k: v.detach().cpu().clone() for k, v in optimizer.state[p].items()}
     steps = max((int(s["step"]) for s in by_name.values() if "step" in s), default=0)
-    shapes = {name: list(p.shape) for name, p in _trainable(model)}
+    shapes = {name: list(p.shape) for name, p in trainable}
     tmp = state_dir / f".{OPTIMIZER_FILE}.{os.getpid()}"
     torch.save({"format": 1, "steps": steps, "shapes": shapes, "state": by_name}, tmp)
     os.replace(tmp, state_dir / OPTIMIZER_FILE)
@@ -132,7 +159,7 @@ def save_optimizer_state(state_dir: Path, *, model: Any, optimizer: torch.optim.
 
 
 def restore_optimizer_state(
-    state_dir: Path, *, model: Any, optimizer: torch.optim.Optimizer
+    state_dir: Path, *, model: Any, optimizer: torch.optim.Optimizer, adapter: str = "default"
 ) -> tuple[int | None, str]:
     """Loads what save_optimizer_state wrote onto `optimizer` (whose hyperparameters, e.g. lr, stay the new
     run's). Returns (optimizer steps the state had taken, note); (None, why) when there is nothing usable,
@@ -141,7 +168,7 @@ def restore_optimizer_state(
     if not path.exists():
         return None, "the parent version has no optimizer state for this backend"
     saved = torch.load(path, weights_only=True)
-    params = dict(_trainable(model))
+    params = dict(_trainable(model, adapter))
     shapes = {name: list(p.shape) for name, p in params.items()}
     if saved.get("shapes") != shapes:
         return None, "the parent's optimizer state is for differently shaped LoRA parameters"

@@ -1,10 +1,18 @@
 """LocalBackend: LoRA updates with torch + peft + transformers on this machine (GPU worker, or CPU for small
 models). Reads top to bottom: start (model, adapter, optimizer, resume) -> train (prepare pi_old / teacher /
 reference once, then optimizer steps with gradient accumulation, a checkpoint after each) -> export -> sample.
+
+Real model sizes: micro-batches are token budgets with the samples packed end to end (no padding, no attention
+across samples); log-probs come from the hidden states at the response positions only, through the LM head a
+chunk of positions at a time (the full-vocabulary float32 logits of a batch never exist at once); gradient
+checkpointing is on by default on GPU; bf16 weights on GPU, the loss maths in float32. With resident=True (the
+train worker) the base model stays loaded across runs (workers/trainer/resident.py), and several tenants'
+backends can share one model for a multi-tenant pass (workers/trainer/multitenant.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -19,6 +27,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workers.trainer import checkpoint as ckpt
+from workers.trainer import resident as resident_models
 from workers.trainer.backend import (
     OPTIMIZER_STATE_DIR,
     DroppedSample,
@@ -33,20 +42,23 @@ from workers.trainer.batching import (
     Batch,
     EncodedSample,
     collate,
+    collate_packed,
     encode_batch,
     end_token_ids,
     pad_values,
     teacher_prompt_ids,
+    token_budget_groups,
 )
 from workers.trainer.batching import prompt_ids as render_prompt_ids
-from workers.trainer.hints import choose_hint, dedupe_hints, topk_ids, topk_overlap
+from workers.trainer.hints import choose_hint, dedupe_hints, topk_overlap
 from workers.trainer.losses import (
+    LOGIT_CHUNK_TOKENS,
     aggregate,
     binary_rl_advantages,
+    chunked_token_logprobs,
     combine_advantages,
     opd_advantages,
     policy_loss,
-    token_logprobs,
 )
 
 log = logging.getLogger(__name__)
@@ -56,6 +68,11 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def resolve_gradient_checkpointing(setting: bool | None, device: torch.device) -> bool:
+    """None (the default) = on for CUDA: activation memory, not compute, bounds 16k-token rows of 4B."""
+    return device.type == "cuda" if setting is None else bool(setting)
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -70,6 +87,10 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 RUNTIME_FIELDS = ("device", "dtype", "gradient_checkpointing")
 
 
+def _entry_length(item: tuple[str, dict[str, Any]]) -> int:
+    return len(item[1]["prompt_ids"]) + len(item[1]["response_ids"])
+
+
 def _key(sample_id: Any) -> str:
     # Sample ids round-trip through JSON in the checkpoint; compare them as strings.
     return str(sample_id)
@@ -78,13 +99,12 @@ def _key(sample_id: Any) -> str:
 # ------------------------------------------------------------------------------------------ forward passes
 
 
-def response_logits(model: Any, batch: Batch) -> torch.Tensor:
-    """The logits at the response positions only, (B, T, V).
+def _response_hidden(model: Any, batch: Batch) -> tuple[Any, torch.Tensor]:
+    """(the causal LM under any peft wrapper, the last hidden states at the response positions (B, T, d)).
 
-    The LM head runs only at the response positions: for a 150k vocabulary the full (B, L, V) logits would
-    dominate memory. Calling the decoder and head separately keeps peft's LoRA layers (they live inside them)
-    and peft's disable_adapter() in force.
-    """
+    Calling the decoder and head separately keeps peft's LoRA layers (they live inside them) and peft's
+    disable_adapter() in force. A packed row has no attention mask: the model builds the block-diagonal
+    causal mask from the position ids, which restart at each sample."""
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     hidden = base.get_decoder()(
         input_ids=batch.input_ids,
@@ -92,15 +112,46 @@ def response_logits(model: Any, batch: Batch) -> torch.Tensor:
         position_ids=batch.position_ids,
         use_cache=False,
     ).last_hidden_state
-    index = batch.logit_index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-    return base.get_output_embeddings()(hidden.gather(1, index))
+    return base, hidden[batch.row_of[:, None], batch.logit_index]
+
+
+def response_logits(model: Any, batch: Batch) -> torch.Tensor:
+    """The logits at the response positions only, (B, T, V): for evaluation of small batches (the trainer
+    itself goes through response_stats, which never holds a batch's full-vocabulary logits)."""
+    base, hidden = _response_hidden(model, batch)
+    return base.get_output_embeddings()(hidden)
+
+
+@dataclass
+class ResponseStats:
+    logp: torch.Tensor  # (B, T) log pi(response token), float32 (float64 in float64 runs), 0 off the mask
+    entropy: torch.Tensor  # (B, T) policy entropy at each response position (detached)
+    top: torch.Tensor | None = None  # (B, T, k) top-k token ids, when asked for
+
+
+def response_stats(
+    model: Any, batch: Batch, *, topk: int = 0, chunk: int = LOGIT_CHUNK_TOKENS
+) -> ResponseStats:
+    """Log-probs (and entropy, top-k) of the response tokens on the (B, T) grid, computed only at the real
+    response positions and through the LM head `chunk` positions at a time (losses.chunked_token_logprobs)."""
+    base, hidden = _response_hidden(model, batch)
+    where = batch.mask > 0
+    logp, entropy, top = chunked_token_logprobs(
+        hidden[where], batch.targets[where], base.get_output_embeddings(), chunk=chunk, topk=topk
+    )
+    grid = torch.zeros(batch.mask.shape, dtype=logp.dtype, device=hidden.device)
+    stats = ResponseStats(grid.masked_scatter(where, logp), grid.detach().masked_scatter(where, entropy))
+    if topk:
+        full = torch.zeros((*batch.mask.shape, top.shape[-1]), dtype=torch.long, device=hidden.device)
+        full[where] = top
+        stats.top = full
+    return stats
 
 
 def response_logprobs(model: Any, batch: Batch, *, topk: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(response token t) on the (B, T) grid, and optionally the top-k token ids at each position."""
-    logits = response_logits(model, batch)
-    logp = token_logprobs(logits, batch.targets)
-    return logp, (topk_ids(logits, topk) if topk else None)
+    stats = response_stats(model, batch, topk=topk)
+    return stats.logp, stats.top
 
 
 @dataclass
@@ -186,38 +237,91 @@ def load_pretrained(base_model: str, dtype: torch.dtype, device: torch.device) -
 ModelLoader = Callable[[str, torch.dtype, torch.device], tuple[Any, Any]]
 
 
+@dataclass
+class StepTotals:
+    """A step's figures summed over its micro-batches."""
+
+    loss: float = 0.0
+    clip: float = 0.0
+    kl: float = 0.0
+    advantage: float = 0.0
+    tokens: int = 0
+    entropy: float = 0.0
+    response_tokens: int = 0
+
+
 class LocalBackend(TrainingBackend):
     name = "local"
 
-    def __init__(self, model_loader: ModelLoader = load_pretrained):
+    def __init__(self, model_loader: ModelLoader = load_pretrained, *, resident: bool = False):
         # The benchmark swaps in a loader that builds a randomly initialised large model in place.
         self.model_loader = model_loader
+        # resident: take the base from this process's resident models (loaded once, kept across runs) and
+        # detach the adapter on close(), instead of loading a private copy per run.
+        self.resident = resident
+        self._lease: resident_models.Resident | None = None
+        self.adapter = "default"  # the adapter's name in the peft model (a multi-tenant pass names each)
+        self.shared = False  # in a multi-tenant pass: every forward goes through the per-segment LoRA
+        self.runtime: dict[str, Any] = {}
 
     # -------------------------------------------------------------------------------------- start / resume
 
     def start(
         self, base_model: str, parent_adapter_dir: str | None, config: TrainConfig, workdir: str
     ) -> None:
+        self._setup(base_model, config, workdir)
+        started = time.monotonic()
+        if self.resident:
+            self._lease = resident_models.acquire(self.base_model, self.dtype, self.device, self.model_loader)
+            base, self.tokenizer = self._lease.model, self._lease.tokenizer
+            self.runtime["resident"] = resident_models.stats()
+        else:
+            base, self.tokenizer = self.model_loader(self.base_model, self.dtype, self.device)
+            if self.tokenizer.pad_token_id is None:
+                self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.runtime["base_seconds"] = round(time.monotonic() - started, 3)
+        self._set_checkpointing(base)
+        self._attach(base, parent_adapter_dir)
+        self._begin_run(parent_adapter_dir)
+
+    def _setup(self, base_model: str, config: TrainConfig, workdir: str) -> None:
         self.config = config
         self.base_model = str(base_model)
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
-        torch.manual_seed(config.seed)
+        self.gradient_checkpointing = resolve_gradient_checkpointing(
+            config.gradient_checkpointing, self.device
+        )
 
-        base, self.tokenizer = self.model_loader(self.base_model, self.dtype, self.device)
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        if config.gradient_checkpointing:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    def _set_checkpointing(self, base: Any) -> None:
+        # Set per run: the resident base keeps whatever the previous run asked for otherwise.
+        if not getattr(base, "supports_gradient_checkpointing", False):
+            return
+        if self.gradient_checkpointing:
+            if hasattr(base, "activation_checkpointing_enable"):
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            getattr(base, "activation_checkpointing_disable", base.gradient_checkpointing_disable)()
 
+    def _attach(self, model: Any, parent_adapter_dir: str | None) -> None:
+        """Put this run's adapter on `model` (a bare base, or the peft model of a multi-tenant pass that
+        already carries other tenants' adapters) and build its optimizer over that adapter only."""
+        config = self.config
         latest = ckpt.latest_checkpoint(self.workdir)
-        if latest is not None:
-            self.model = PeftModel.from_pretrained(base, latest / "adapter", is_trainable=True)
-        elif parent_adapter_dir:
+        source = str(latest / "adapter") if latest is not None else parent_adapter_dir
+        # Seeded right before the adapter is made: a fresh LoRA's A matrix is the same whether the base was
+        # loaded just now or long ago, alone or next to other tenants.
+        torch.manual_seed(config.seed)
+        if source:
             # The parent's own LoRA shape is kept: a new version must load wherever the parent did.
-            self.model = PeftModel.from_pretrained(base, parent_adapter_dir, is_trainable=True)
+            if isinstance(model, PeftModel):
+                model.load_adapter(source, adapter_name=self.adapter, is_trainable=True)
+            else:
+                model = PeftModel.from_pretrained(model, source, adapter_name=self.adapter, is_trainable=True)
         else:
             lora = LoraConfig(
                 r=config.lora_r,
@@ -226,13 +330,21 @@ class LocalBackend(TrainingBackend):
                 target_modules=list(config.target_modules),
                 task_type="CAUSAL_LM",
             )
-            self.model = get_peft_model(base, lora)
+            if isinstance(model, PeftModel):
+                model.add_adapter(self.adapter, lora)
+            else:
+                model = get_peft_model(model, lora, adapter_name=self.adapter)
+        self.model = model
+        self.params = resident_models.adapter_weights(model, self.adapter)
+        for p in self.params:  # peft marks only its active adapter trainable; a pass trains all of them
+            p.requires_grad_(True)
         self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad],
-            lr=config.lr,
-            betas=config.betas,
-            weight_decay=config.weight_decay,
+            self.params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
         )
+
+    def _begin_run(self, parent_adapter_dir: str | None) -> None:
+        config = self.config
+        latest = ckpt.latest_checkpoint(self.workdir)
         self.resumed_from_step: int | None = None
         # Optimizer continuity: a run continuing a parent version continues the parent's AdamW as well (its
         # moments and bias-correction step), so that a run of one step is not Adam's first, sign-like step.
@@ -243,6 +355,7 @@ class LocalBackend(TrainingBackend):
                 Path(parent_adapter_dir) / OPTIMIZER_STATE_DIR / self.name,
                 model=self.model,
                 optimizer=self.optimizer,
+                adapter=self.adapter,
             )
             if self.optimizer_note:
                 log.info("%s: fresh optimizer: %s", parent_adapter_dir, self.optimizer_note)
@@ -256,7 +369,13 @@ class LocalBackend(TrainingBackend):
             # A changed config would silently change the remaining steps' plan or maths; where the run
             # executes (device, dtype, activation checkpointing) may change.
             saved = {k: v for k, v in state["config"].items() if k not in RUNTIME_FIELDS}
-            changed = sorted(k for k, v in saved.items() if config.to_dict().get(k) != v)
+            current = config.to_dict()
+            changed = sorted(k for k, v in saved.items() if current.get(k) != v)
+            # A run checkpointed before a field existed ran with what is now that field's default.
+            changed += sorted(
+                k for k in set(current) - set(state["config"]) - set(RUNTIME_FIELDS)
+                if current[k] != TrainConfig.__dataclass_fields__[k].default
+            )
             if changed:
                 raise ValueError(
                     f"workdir {self.workdir} holds a run with a different TrainConfig "
@@ -293,6 +412,7 @@ class LocalBackend(TrainingBackend):
             optimizer=self.optimizer,
             state=self.state,
             prepared=self.prepared,
+            adapter=self.adapter,
         )
 
     @property
@@ -301,15 +421,35 @@ class LocalBackend(TrainingBackend):
         assert latest is not None, "start() writes a checkpoint"
         return str(latest / "adapter")
 
+    def policy(self, spans: list[tuple[str | None, int, int | None]] | None = None):
+        """Context for a forward (and its backward) through this run's policy. Alone, peft's own LoRA forward;
+        in a multi-tenant pass, the per-segment LoRA over the shared model with `spans` (None = every token
+        through this tenant's adapter)."""
+        if not self.shared:
+            return contextlib.nullcontext()
+        from workers.trainer.multitenant import segment_lora
+
+        return segment_lora(self.model, spans or [(self.adapter, 0, None)])
+
     # -------------------------------------------------------------------------------------- train
 
     def train(self, batch: list[TrainSample], on_step: OnStep | None = None) -> TrainResult:
+        begun = self.begin_train(batch)
+        if isinstance(begun, TrainResult):
+            return begun
+        while self.pending_steps():
+            self.finish_step(self._optimizer_step(self.next_step_samples()), on_step)
+        return self.end_train()
+
+    def begin_train(self, batch: list[TrainSample]) -> TrainResult | None:
+        """Prepare a train() call (or find where a resumed one stands). A TrainResult when there is nothing
+        left to do (a redelivered call that already finished)."""
         ids = [_key(s.sample_id) for s in batch]
         current = self.state["current"]
-        resumed = None
+        self._resumed = None
         if current is not None and [_key(k) for k in current["sample_ids"]] == ids:
-            resumed = self.state["step"] if current["done_steps"] < current["total_steps"] else None
-            if resumed is None:  # a redelivered call that already finished: report it, train nothing
+            self._resumed = self.state["step"] if current["done_steps"] < current["total_steps"] else None
+            if self._resumed is None:  # a redelivered call that already finished: report it, train nothing
                 return self._result(current)
         elif current is not None and current["done_steps"] < current["total_steps"]:
             raise RuntimeError(
@@ -320,22 +460,33 @@ class LocalBackend(TrainingBackend):
             )
         else:
             current = self._prepare(batch)
+        self._current = current
+        self._step_plan = self._plan(current["trainable_ids"])
+        self._by_id = {_key(s.sample_id): s for s in batch}
+        return None
 
-        plan = self._plan(current["trainable_ids"])
-        by_id = {_key(s.sample_id): s for s in batch}
-        for step_index in range(current["done_steps"], current["total_steps"]):
-            metrics = self._optimizer_step([by_id[_key(k)] for k in plan[step_index]])
-            current["done_steps"] += 1
-            if step_index == 0:
-                metrics.dropped = [DroppedSample(**d) for d in current["dropped"]]
-            self.state["metrics"].append(metrics.to_dict())
-            if current["done_steps"] == current["total_steps"]:
-                self.state["trained_sample_ids"] += current["trainable_ids"]
-            self._save()
-            if on_step is not None:
-                on_step(metrics)
-        result = self._result(current)
-        result.resumed_from_step = resumed
+    def pending_steps(self) -> bool:
+        return self._current["done_steps"] < self._current["total_steps"]
+
+    def next_step_samples(self) -> list[TrainSample]:
+        return [self._by_id[_key(k)] for k in self._step_plan[self._current["done_steps"]]]
+
+    def finish_step(self, metrics: StepMetrics, on_step: OnStep | None = None) -> None:
+        """Record a finished optimizer step: metrics, checkpoint, then the caller's on_step."""
+        current = self._current
+        if current["done_steps"] == 0:
+            metrics.dropped = [DroppedSample(**d) for d in current["dropped"]]
+        current["done_steps"] += 1
+        self.state["metrics"].append(metrics.to_dict())
+        if current["done_steps"] == current["total_steps"]:
+            self.state["trained_sample_ids"] += current["trainable_ids"]
+        self._save()
+        if on_step is not None:
+            on_step(metrics)
+
+    def end_train(self) -> TrainResult:
+        result = self._result(self._current)
+        result.resumed_from_step = self._resumed
         return result
 
     def _result(self, current: dict[str, Any]) -> TrainResult:
@@ -348,6 +499,7 @@ class LocalBackend(TrainingBackend):
             trained_sample_ids=list(current["trainable_ids"]),
             optimizer_resumed_at=self.optimizer_resumed_at,
             optimizer_note=self.optimizer_note,
+            runtime=dict(self.runtime),
         )
 
     def _plan(self, trainable_ids: list[Any]) -> list[list[Any]]:
@@ -413,8 +565,11 @@ class LocalBackend(TrainingBackend):
             if prepared[_key(e.sample.sample_id)]["old_logprobs"] is None
             or len(prepared[_key(e.sample.sample_id)]["hints"]) > 1
         ]
-        for chunk in self._chunks(need_policy):
-            logp, top = self._forward([(e.prompt_ids, e.response_ids) for e in chunk], topk=cfg.topk_overlap)
+        for chunk in self._chunks(need_policy, lambda e: len(e.prompt_ids) + len(e.response_ids)):
+            with self.policy():
+                logp, top = self._forward(
+                    [(e.prompt_ids, e.response_ids) for e in chunk], topk=cfg.topk_overlap
+                )
             for i, e in enumerate(chunk):
                 entry = prepared[_key(e.sample.sample_id)]
                 n = len(e.response_ids)
@@ -435,7 +590,7 @@ class LocalBackend(TrainingBackend):
 
         if cfg.kl_coef > 0:
             items = [(k, v) for k, v in prepared.items()]
-            for chunk in self._chunks(items):
+            for chunk in self._chunks(items, _entry_length):
                 with self.model.disable_adapter():
                     logp, _ = self._forward([(v["prompt_ids"], v["response_ids"]) for _, v in chunk])
                 for i, (_, v) in enumerate(chunk):
@@ -471,7 +626,7 @@ class LocalBackend(TrainingBackend):
                     pairs.append((key, hint, teacher_prompt, enc.response_ids))
         scored: dict[str, list[tuple[str, list[float], Any]]] = {}
         topk = self.config.topk_overlap if any(len(prepared[k]["hints"]) > 1 for k, *_ in pairs) else 0
-        for chunk in self._chunks(pairs):
+        for chunk in self._chunks(pairs, lambda pair: len(pair[2]) + len(pair[3])):
             with self.model.disable_adapter():
                 logp, top = self._forward([(prompt, response) for _, _, prompt, response in chunk], topk=topk)
             for i, (key, hint, _, response) in enumerate(chunk):
@@ -486,75 +641,109 @@ class LocalBackend(TrainingBackend):
                 entry["overlaps"] = overlaps
             entry["hint"], entry["teacher_logprobs"] = options[best][0], options[best][1]
 
-    def _chunks(self, items: list) -> list[list]:
+    def _chunks(self, items: list, length: Callable[[Any], int]) -> list[list]:
+        """Micro-batches: consecutive items up to micro_batch_tokens tokens each, else micro_batch_size."""
+        budget = self.config.micro_batch_tokens
+        if budget:
+            groups = token_budget_groups([length(x) for x in items], budget)
+            return [[items[i] for i in group] for group in groups]
         size = self.config.micro_batch_size
         return [items[i : i + size] for i in range(0, len(items), size)]
 
+    def _collate(self, sequences: list[tuple[list[int], list[int]]]) -> Batch:
+        if self.config.micro_batch_tokens:
+            return collate_packed(sequences, pad_id=self.tokenizer.pad_token_id)
+        return collate(sequences, pad_id=self.tokenizer.pad_token_id, padding_side=self.config.padding_side)
+
     def _forward(self, sequences: list[tuple[list[int], list[int]]], topk: int = 0):
-        batch = collate(sequences, pad_id=self.tokenizer.pad_token_id, padding_side=self.config.padding_side)
-        logp, top = response_logprobs(self.model, batch.to(self.device), topk=topk)
-        return logp.float().cpu(), (top.cpu() if top is not None else None)
+        stats = response_stats(self.model, self._collate(sequences).to(self.device), topk=topk)
+        return stats.logp.cpu(), (stats.top.cpu() if stats.top is not None else None)
 
     # -------------------------------------------------------------------------------------- one step
 
     def _optimizer_step(self, samples: list[TrainSample]) -> StepMetrics:
-        cfg = self.config
+        """One optimizer step over `samples`: micro-batches (packed up to the token budget) forward and
+        backward with their share of the step's loss, then clipping and AdamW."""
         started = time.monotonic()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total_loss = clip = kl = adv_sum = 0.0
-        tokens = 0
-        for chunk in self._chunks(samples):
+        totals = StepTotals()
+        for chunk in self._chunks(samples, self._length):
             entries = [self.prepared[_key(s.sample_id)] for s in chunk]
-            batch = collate(
-                [(e["prompt_ids"], e["response_ids"]) for e in entries],
-                pad_id=self.tokenizer.pad_token_id,
-                padding_side=cfg.padding_side,
-            ).to(self.device)
-            width = batch.mask.shape[1]
-            logp_new, _ = response_logprobs(self.model, batch)
-            logp_old = pad_values([e["old_logprobs"] for e in entries], width).to(self.device)
-            advantages, mask = self._advantages(entries, logp_old, batch.mask, width)
-            logp_ref = None
-            if cfg.kl_coef > 0:
-                logp_ref = pad_values([e["ref_logprobs"] for e in entries], width).to(self.device)
-            out = policy_loss(
-                logp_new,
-                logp_old,
-                advantages,
-                mask,
-                eps_low=cfg.eps_low,
-                eps_high=cfg.eps_high,
-                kl_coef=cfg.kl_coef,
-                logp_ref=logp_ref,
-                num_samples=len(samples),
-            )
-            out.loss.backward()
-            share = len(chunk) / len(samples)
-            total_loss += float(out.loss.detach())
-            clip += float(out.clip_fraction) * share
-            kl += float(out.kl)
-            adv_sum += float(aggregate(advantages, mask, len(samples)))
-            tokens += int(mask.sum())
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
+            batch = self._collate([(e["prompt_ids"], e["response_ids"]) for e in entries]).to(self.device)
+            with self.policy():
+                stats = response_stats(self.model, batch)
+                loss = self.micro_batch_loss(
+                    chunk, stats.logp, stats.entropy, batch.mask, len(samples), totals
+                )
+                loss.backward()
+        return self.apply_step(samples, totals, started)
+
+    def _length(self, sample: TrainSample) -> int:
+        entry = self.prepared[_key(sample.sample_id)]
+        return len(entry["prompt_ids"]) + len(entry["response_ids"])
+
+    def micro_batch_loss(
+        self,
+        samples: list[TrainSample],
+        logp_new: torch.Tensor,
+        entropy: torch.Tensor,
+        response_mask: torch.Tensor,
+        samples_in_step: int,
+        totals: StepTotals,
+    ) -> torch.Tensor:
+        """This run's loss on some of a step's samples (rows of the micro-batch's (B, T) grid), scaled so the
+        micro-batches' losses add up to the step's; the step's running figures go into `totals`."""
+        cfg = self.config
+        entries = [self.prepared[_key(s.sample_id)] for s in samples]
+        width = response_mask.shape[1]
+        logp_old = pad_values([e["old_logprobs"] for e in entries], width).to(self.device)
+        advantages, mask = self._advantages(entries, logp_old, response_mask, width)
+        logp_ref = None
+        if cfg.kl_coef > 0:
+            logp_ref = pad_values([e["ref_logprobs"] for e in entries], width).to(self.device)
+        out = policy_loss(
+            logp_new,
+            logp_old,
+            advantages,
+            mask,
+            eps_low=cfg.eps_low,
+            eps_high=cfg.eps_high,
+            kl_coef=cfg.kl_coef,
+            logp_ref=logp_ref,
+            num_samples=samples_in_step,
+            weights=torch.tensor([float(s.weight) for s in samples], device=self.device),
         )
+        share = len(samples) / samples_in_step
+        totals.loss += float(out.loss.detach())
+        totals.clip += float(out.clip_fraction) * share
+        totals.kl += float(out.kl)
+        totals.advantage += float(aggregate(advantages, mask, samples_in_step))
+        totals.tokens += int(mask.sum())
+        totals.entropy += float((entropy * response_mask).sum())
+        totals.response_tokens += int(response_mask.sum())
+        return out.loss
+
+    def apply_step(self, samples: list[TrainSample], totals: StepTotals, started: float) -> StepMetrics:
+        """Clip this run's gradient, step its optimizer, and say what the step was."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state["step"] += 1
         rewards = [self.prepared[_key(s.sample_id)]["reward"] for s in samples]
         return StepMetrics(
             step=self.state["step"],
-            loss=total_loss,
+            loss=totals.loss,
             mean_reward=sum(rewards) / len(rewards),
-            mean_advantage=adv_sum,
-            tokens=tokens,
+            mean_advantage=totals.advantage,
+            tokens=totals.tokens,
             seconds=round(time.monotonic() - started, 4),
             samples=len(samples),
             sample_ids=[s.sample_id for s in samples],
-            clip_fraction=clip,
-            kl=kl,
+            clip_fraction=totals.clip,
+            kl=totals.kl,
             grad_norm=float(grad_norm),
+            entropy=totals.entropy / max(totals.response_tokens, 1),
         )
 
     def _advantages(self, entries: list[dict[str, Any]], logp_old, response_mask, width: int):
@@ -578,14 +767,14 @@ class LocalBackend(TrainingBackend):
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.parent / f".{out.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, safe_serialization=True)
+        ckpt.save_adapter(self.model, tmp, self.adapter)
         # vLLM and the registry read the base from the adapter config; point it at what we trained on.
         config_path = tmp / "adapter_config.json"
         config = json.loads(config_path.read_text())
         config["base_model_name_or_path"] = self.base_model
         config_path.write_text(json.dumps(config, indent=2))
         state_dir = tmp / OPTIMIZER_STATE_DIR / self.name
-        ckpt.save_optimizer_state(state_dir, model=self.model, optimizer=self.optimizer)
+        ckpt.save_optimizer_state(state_dir, model=self.model, optimizer=self.optimizer, adapter=self.adapter)
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
         return str(out)
@@ -620,8 +809,15 @@ class LocalBackend(TrainingBackend):
             )
 
     def close(self) -> None:
-        for name in ("model", "optimizer"):
+        """Free the run: its adapter detached from a resident base (which stays loaded, clean, for the next
+        run), or the private model dropped. Safe after a failure at any point of start() or train()."""
+        model = getattr(self, "model", None)
+        for name in ("model", "optimizer", "params", "prepared", "_by_id"):
             if hasattr(self, name):
                 delattr(self, name)
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            resident_models.release(lease, model if isinstance(model, PeftModel) else None)
+        else:
+            del model
+            resident_models.free_memory()
