@@ -1,7 +1,9 @@
 """The Celery app for the kill test's workers, with each recorded training step slowed down by
 $CLAWHUB_TEST_STEP_DELAY seconds, so that the test can kill the worker between two checkpoints however fast
 the machine is; with $CLAWHUB_TEST_DIE_AFTER_SUCCEED the worker process dies right after a run is marked
-succeeded, before the promotion is sent. `celery -A tests.training.slow_worker worker …`"""
+succeeded, before the promotion is sent; with $CLAWHUB_TEST_FAIL_FIRST_RUN the first run this worker process
+trains raises after its first optimizer step (its adapter attached, its optimizer holding state).
+`celery -A tests.training.slow_worker worker …`"""
 
 import os
 import time
@@ -46,3 +48,27 @@ def _die_after_succeed(**_):
 
     succeed_then_die.dying = True
     services.run_succeed = succeed_then_die
+
+
+class InjectedFailure(RuntimeError):
+    pass
+
+
+@task_prerun.connect
+def _fail_first_run(**_):
+    from clawhub.training import services
+
+    record = services.run_record_step
+    if not os.environ.get("CLAWHUB_TEST_FAIL_FIRST_RUN") or getattr(record, "failing", False):
+        return
+    failed: list[int] = []
+
+    def fail_once(**kwargs):
+        state = record(**kwargs)
+        if not failed:
+            failed.append(kwargs["run_id"])
+            raise InjectedFailure("injected failure after the first step")
+        return state
+
+    fail_once.failing = True
+    services.run_record_step = fail_once

@@ -164,6 +164,9 @@ def make_backend(name: str) -> TrainingBackend:
     environment only (never from a row): they live on the backend instance for the run and are not logged."""
     from workers.trainer.remote import backend_for
 
+    if name == "local":
+        # The worker process keeps the base model loaded across runs and only swaps tenants' adapters.
+        return backend_for(name, resident=True)
     if name not in ("tinker", "fireworks"):
         return backend_for(name)
     from workers.trainer.remote.protocol import RetryPolicy
@@ -292,6 +295,8 @@ def _train(run: TrainingRun) -> AdapterVersion | None:
                     # Optimizer continuity: the AdamW steps the parent's state had taken (None = fresh).
                     "optimizer_resumed_at": result.optimizer_resumed_at,
                     "optimizer_note": result.optimizer_note,
+                    # Local backend: the resident base's loads/runs in this worker, a multi-tenant pass.
+                    "trainer": result.runtime,
                 },
             )
             services.run_attach_version(run=run, version=version)
