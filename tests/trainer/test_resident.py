@@ -45,7 +45,9 @@ class Boom(Exception):
 def test_tenants_share_one_load_and_train_as_with_a_private_copy(tiny_model_dir, tmp_path, prompts):
     original = base_logits(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32))
     probe = started(tiny_model_dir, tmp_path / "probe")
-    batches = [sampled_batch(probe, prompts[i * 6 : i * 6 + 6], seed=20 + i, first_id=100 * i) for i in range(2)]
+    batches = [
+        sampled_batch(probe, prompts[i * 6 : i * 6 + 6], seed=20 + i, first_id=100 * i) for i in range(2)
+    ]
 
     a = resident_run(tiny_model_dir, tmp_path / "a")
     base = resident._current.model
@@ -79,7 +81,8 @@ def test_tenants_share_one_load_and_train_as_with_a_private_copy(tiny_model_dir,
     assert len(base.get_input_embeddings()._forward_hooks) == hooks  # no hook left per attach
 
     # The same run with a private copy of the base: identical adapter.
-    private = started(tiny_model_dir, tmp_path / "private", parent=str(tmp_path / "adapters" / "a"), method="rl")
+    parent = str(tmp_path / "adapters" / "a")
+    private = started(tiny_model_dir, tmp_path / "private", parent=parent, method="rl")
     private.train(batches[1])
     for name, w in adapter_weights(private).items():
         assert torch.equal(w, trained_resident[name]), name

@@ -1,0 +1,292 @@
+"""Multi-tenant passes: several tenants' batches trained in one forward/backward over one resident base.
+
+Each tenant keeps what makes its update its own: its adapter (a named peft adapter on the shared model, so it
+saves and loads exactly like a run's), its AdamW with the state of its parent version, its TrainConfig
+(method, clip range, lr, step plan), its workdir and checkpoints, its loss and its gradient clipping. What is
+shared is the base model's forward and backward: the optimizer steps of all tenants that have a step left are
+packed together into token-budget rows, and every linear layer adds each tenant's LoRA only to its tenant's
+tokens.
+
+Per-sample LoRA: grouped per adapter inside each layer. The samples of a pass are packed tenant after tenant,
+so each adapter's tokens are a few contiguous spans of the row; for each span the layer computes
+B_t(A_t(x_span)) * scale_t with plain dense matmuls and the spans are concatenated into one delta added to the
+base output. This is peft's own per-adapter maths (same ops, same float32 casting of the input as
+peft.tuners.lora.Linear), on slices, so a tenant's log-probs and gradients are those it gets training alone;
+no gather of per-token weight matrices (Punica's BGMV needs a custom kernel to be fast, and per-token
+gathering in plain torch materialises an (N, r, d) tensor); the cost over single-tenant LoRA is one small
+matmul pair per (layer, tenant span), and none for the base, which runs once for everyone.
+
+Why the update is identical to training alone: the pass's loss is the sum of the tenants' losses, each
+normalised by its own step's sample count; the tenants' parameters are disjoint, so each adapter's gradient
+is the gradient of its own loss (packing keeps samples from attending to each other); clipping and the AdamW
+step then run per tenant. tests/trainer/test_multitenant.py checks it for tenants A, B, C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import torch
+
+from workers.trainer import resident as resident_models
+from workers.trainer.backend import OnStep, TrainConfig, TrainResult, TrainSample
+from workers.trainer.batching import collate, collate_packed, token_budget_groups
+from workers.trainer.local import (
+    LocalBackend,
+    ModelLoader,
+    StepTotals,
+    load_pretrained,
+    resolve_device,
+    resolve_dtype,
+    response_stats,
+)
+
+Span = tuple[str | None, int, int | None]  # (adapter name or None for the base alone, first token, end)
+
+
+# ------------------------------------------------------------------------------------------ per-span LoRA
+
+
+def _lora_layers(model: Any) -> list[Any]:
+    from peft.tuners.lora import Linear as LoraLinear
+
+    return [m for m in model.modules() if isinstance(m, LoraLinear)]
+
+
+def _add_span_deltas(module: Any, args: tuple, output: torch.Tensor, *, spans: list[Span]) -> torch.Tensor:
+    x = args[0]
+    flat = x.reshape(-1, x.shape[-1])
+    total = flat.shape[0]
+    pieces = []
+    delta_dtype = None
+    for name, start, end in spans:
+        end = total if end is None else end
+        if name is None or name not in module.lora_A:
+            pieces.append(None)
+            continue
+        lora_a, lora_b = module.lora_A[name], module.lora_B[name]
+        part = flat[start:end].to(lora_a.weight.dtype)
+        piece = lora_b(lora_a(module.lora_dropout[name](part))) * module.scaling[name]
+        delta_dtype = piece.dtype
+        pieces.append(piece)
+    if delta_dtype is None:
+        return output
+    filled = []
+    for (_, start, end), piece in zip(spans, pieces, strict=True):
+        end = total if end is None else end
+        if piece is None:
+            piece = flat.new_zeros((end - start, output.shape[-1]), dtype=delta_dtype)
+        filled.append(piece)
+    delta = torch.cat(filled).reshape(output.shape)
+    # As peft: the base output promoted to the adapter's dtype, the delta added, then back.
+    return (output.to(delta_dtype) + delta).to(output.dtype)
+
+
+@contextlib.contextmanager
+def segment_lora(model: Any, spans: list[Span]) -> Iterator[None]:
+    """Forward (and backward: activation checkpointing recomputes inside it) with peft's own adapter
+    dispatch off and each span of the flattened (rows x length) tokens through its named adapter."""
+    spans = sorted(spans, key=lambda s: s[1])
+    layers = _lora_layers(model)
+    # Not peft's disable_adapter(): that also switches requires_grad off on every adapter but the active one.
+    before = [layer._disable_adapters for layer in layers]
+    handles = [layer.register_forward_hook(partial(_add_span_deltas, spans=spans)) for layer in layers]
+    try:
+        for layer in layers:
+            layer._disable_adapters = True
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        for layer, value in zip(layers, before, strict=True):
+            layer._disable_adapters = value
+
+
+# ------------------------------------------------------------------------------------------ the pass
+
+
+@dataclass
+class TenantJob:
+    key: str  # who this is (a run id), for reports
+    config: TrainConfig
+    workdir: str
+    samples: list[TrainSample]
+    parent_adapter_dir: str | None = None
+    on_step: OnStep | None = None
+
+
+@dataclass
+class TenantOutcome:
+    key: str
+    backend: LocalBackend
+    result: TrainResult | None = None
+    error: str | None = None
+    steps: list[int] = field(default_factory=list)
+
+
+class MultiTenantPass:
+    """Train several tenants' batches in shared forward/backward passes over one base model.
+
+        with MultiTenantPass(base_model, jobs) as mt:
+            outcomes = mt.train()
+            outcomes[i].backend.export_adapter(out_dir)
+
+    All jobs must run on the same device and dtype (the scheduler only groups such jobs). A job whose start
+    or step callback fails is dropped from the pass with its error; the others continue.
+    """
+
+    def __init__(
+        self,
+        base_model: str,
+        jobs: list[TenantJob],
+        *,
+        model_loader: ModelLoader = load_pretrained,
+        resident: bool = True,
+        micro_batch_tokens: int | None = None,
+    ):
+        if not jobs:
+            raise ValueError("a multi-tenant pass needs at least one job")
+        devices = {(j.config.device, j.config.dtype) for j in jobs}
+        if len(devices) > 1:
+            raise ValueError(f"the jobs of one pass must share device and dtype, got {sorted(devices)}")
+        self.base_model = str(base_model)
+        self.jobs = jobs
+        self.model_loader = model_loader
+        self.resident = resident
+        first = jobs[0].config
+        self.micro_batch_tokens = micro_batch_tokens or first.micro_batch_tokens or 8192
+        self.device = resolve_device(first.device)
+        self.dtype = resolve_dtype(first.dtype, self.device)
+        self._lease = None
+        self.model: Any = None
+        self.outcomes: list[TenantOutcome] = []
+
+    def __enter__(self) -> MultiTenantPass:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        started = time.monotonic()
+        if self.resident:
+            self._lease = resident_models.acquire(
+                self.base_model, self.dtype, self.device, self.model_loader, runs=len(self.jobs)
+            )
+            base, tokenizer = self._lease.model, self._lease.tokenizer
+        else:
+            base, tokenizer = self.model_loader(self.base_model, self.dtype, self.device)
+            if tokenizer.pad_token_id is None:
+                tokenizer.pad_token = tokenizer.eos_token
+        runtime = {
+            "resident": resident_models.stats() if self.resident else None,
+            "base_seconds": round(time.monotonic() - started, 3),
+            "pass_tenants": len(self.jobs),
+        }
+        model = base
+        for i, job in enumerate(self.jobs):
+            backend = LocalBackend(self.model_loader)
+            backend.adapter, backend.shared, backend.tokenizer = f"t{i}", True, tokenizer
+            backend._setup(self.base_model, job.config, job.workdir)
+            if i == 0:
+                backend._set_checkpointing(base)
+            backend.runtime = dict(runtime)
+            backend._attach(model, job.parent_adapter_dir)
+            model = backend.model
+            self.outcomes.append(TenantOutcome(job.key, backend))
+        self.model = model
+        for outcome, job in zip(self.outcomes, self.jobs, strict=True):
+            backend = outcome.backend
+            backend.model = model
+            # Adding an adapter makes peft mark only the newest one trainable: every tenant's is.
+            for p in backend.params:
+                p.requires_grad_(True)
+            backend._begin_run(job.parent_adapter_dir)
+
+    def train(self) -> list[TenantOutcome]:
+        live: list[tuple[TenantOutcome, TenantJob]] = []
+        for outcome, job in zip(self.outcomes, self.jobs, strict=True):
+            done = self._guard(outcome, lambda b=outcome.backend, j=job: b.begin_train(j.samples))
+            if isinstance(done, TrainResult):
+                outcome.result = done
+            elif outcome.error is None:
+                live.append((outcome, job))
+        while True:
+            live = [(o, j) for o, j in live if o.error is None and o.backend.pending_steps()]
+            if not live:
+                break
+            self._joint_step(live)
+        for outcome, _ in zip(self.outcomes, self.jobs, strict=True):
+            if outcome.error is None and outcome.result is None:
+                outcome.result = outcome.backend.end_train()
+        return self.outcomes
+
+    def _guard(self, outcome: TenantOutcome, call):
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - one tenant's failure must not sink the others' updates
+            outcome.error = f"{type(exc).__name__}: {exc}"
+            return None
+
+    def _joint_step(self, live: list[tuple[TenantOutcome, TenantJob]]) -> None:
+        started = time.monotonic()
+        self.model.train()
+        steps = {id(o): o.backend.next_step_samples() for o, _ in live}
+        totals = {id(o): StepTotals() for o, _ in live}
+        items = [(o, s) for o, _ in live for s in steps[id(o)]]  # tenant after tenant: contiguous spans
+        for outcome, _ in live:
+            outcome.backend.optimizer.zero_grad(set_to_none=True)
+            for p in outcome.backend.params:  # peft's disable_adapter() (the teachers) unmarks all but one
+                p.requires_grad_(True)
+        lengths = [o.backend._length(s) for o, s in items]
+        for group in token_budget_groups(lengths, self.micro_batch_tokens):
+            chunk = [items[i] for i in group]
+            sequences = []
+            for outcome, sample in chunk:
+                entry = outcome.backend.prepared[str(sample.sample_id)]
+                sequences.append((entry["prompt_ids"], entry["response_ids"]))
+            pad = chunk[0][0].backend.tokenizer.pad_token_id
+            batch = (collate_packed(sequences, pad_id=pad) if self.micro_batch_tokens
+                     else collate(sequences, pad_id=pad)).to(self.device)
+            spans = [(o.backend.adapter, start, end)
+                     for (o, _), (start, end) in zip(chunk, batch.sample_spans(), strict=True)]
+            with segment_lora(self.model, spans):
+                stats = response_stats(self.model, batch)
+                loss = None
+                for outcome, _ in live:
+                    rows = [i for i, (o, _) in enumerate(chunk) if o is outcome]
+                    if not rows:
+                        continue
+                    part = outcome.backend.micro_batch_loss(
+                        [chunk[i][1] for i in rows],
+                        stats.logp[rows],
+                        stats.entropy[rows],
+                        batch.mask[rows],
+                        len(steps[id(outcome)]),
+                        totals[id(outcome)],
+                    )
+                    loss = part if loss is None else loss + part
+                loss.backward()
+        for outcome, job in live:
+            backend = outcome.backend
+            metrics = backend.apply_step(steps[id(outcome)], totals[id(outcome)], started)
+            self._guard(outcome, lambda b=backend, m=metrics, j=job: b.finish_step(m, j.on_step))
+            outcome.steps.append(metrics.step)
+
+    def close(self) -> None:
+        model = self.model
+        for outcome in self.outcomes:
+            outcome.backend.close()  # a shared backend holds no lease: this only drops its references
+        self.model = None
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            resident_models.release(lease, model)
+        else:
+            del model
+            resident_models.free_memory()
