@@ -36,9 +36,15 @@ from clawhub.gateway.errors import (
 )
 from clawhub.gateway.identity import Identity, extract_identity
 from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, watch_disconnect
-from clawhub.gateway.quotas import LocalLimiter, RedisLimiter
+from clawhub.gateway.quotas import LocalLimiter, RedisLimiter, reservation
 from clawhub.gateway.records import TurnRecord
-from clawhub.gateway.upstreams import ActiveAdapter, Upstream, UpstreamPool, active_adapter_blocking
+from clawhub.gateway.upstreams import (
+    ActiveAdapter,
+    SharedResidency,
+    Upstream,
+    UpstreamPool,
+    active_adapter_blocking,
+)
 from clawhub.gateway.writer import CaptureWriter
 
 logger = logging.getLogger("clawhub.gateway")
@@ -47,7 +53,9 @@ JSON_HEADER = (b"content-type", b"application/json")
 # Failing to reach an upstream before it answered anything: safe to try the next one.
 CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
                   httpx.WriteError)
-CLIENT_SHARDS = 8
+# What a pooled connection the upstream closed while it sat idle looks like when it is reused: the request
+# went nowhere. Retried once on a fresh connection, without holding it against the upstream.
+STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
 
@@ -153,15 +161,21 @@ class Gateway:
                 httpx_logger.setLevel(logging.WARNING)
             # Several small connection pools instead of one big one: httpcore scans every pooled connection
             # (a poll() each) twice per request, so one pool's cost grows with the concurrency it serves.
+            # Idle connections are dropped before the upstream would drop them (uvicorn, under vLLM, closes
+            # them after 5 s), so a reused one is rarely stale; STALE_ERRORS covers the race that is left.
             self.clients = [
                 httpx.AsyncClient(
                     timeout=httpx.Timeout(cfg.read_timeout, connect=cfg.connect_timeout),
                     limits=httpx.Limits(max_connections=1024, max_keepalive_connections=128,
-                                        keepalive_expiry=60),
+                                        keepalive_expiry=cfg.upstream_keepalive),
                 )
-                for _ in range(CLIENT_SHARDS)
+                for _ in range(cfg.client_shards)
             ]
             self.client = self.clients[0]
+            # The one retry after a stale connection goes out on a connection of its own, never a pooled one.
+            self.fresh_client = httpx.AsyncClient(
+                timeout=httpx.Timeout(cfg.read_timeout, connect=cfg.connect_timeout),
+                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=0))
             self._shard = itertools.count()
             self._ids = itertools.count()
             self._id_prefix = f"{os.urandom(4).hex()}{os.getpid():x}-"  # unique across workers and restarts
@@ -171,11 +185,14 @@ class Gateway:
             self.keys = KeyCache(self.db, ttl=cfg.key_cache_seconds)
             self.adapters = CachedLoader(self._load_adapter, ttl=cfg.adapter_cache_seconds, what="adapter")
             if cfg.redis_url:
-                self.limiter = RedisLimiter(cfg.redis_url, cfg.group_limits, slot_ttl=cfg.read_timeout)
+                self.limiter = RedisLimiter(cfg.redis_url, cfg.group_limits, lease_seconds=cfg.lease_seconds)
+                shared = SharedResidency(cfg.redis_url, timeout=cfg.redis_timeout)
             else:
-                self.limiter = LocalLimiter(cfg.group_limits, slot_ttl=cfg.read_timeout)
+                self.limiter = LocalLimiter(cfg.group_limits, lease_seconds=cfg.lease_seconds)
+                shared = None
+            await self.limiter.start()
             self.pool = UpstreamPool(cfg.upstreams, self.client, health_interval=cfg.health_interval,
-                                     writer=self.writer)
+                                     writer=self.writer, shared=shared)
             await self.pool.start()
             self._started = True
 
@@ -184,7 +201,7 @@ class Gateway:
             return
         self._started = False
         await self.pool.stop()
-        for client in self.clients:
+        for client in (*self.clients, self.fresh_client):
             await client.aclose()
         await self.limiter.close()
         await asyncio.to_thread(self.writer.stop)  # flushes queued turns
@@ -294,8 +311,10 @@ class Gateway:
                 return
         raise model_not_found(model_id)
 
-    async def _admit(self, secret: str, digest: str, entry, request_id: str, model: str) -> KeyInfo:
-        admitted, generation = await self._admit_once(entry.info, request_id, entry.generation)
+    async def _admit(self, secret: str, digest: str, entry, request_id: str, model: str, *, reserve: int,
+                     adapter: str | None) -> KeyInfo:
+        admitted, generation = await self._admit_once(entry.info, request_id, entry.generation, reserve,
+                                                      adapter)
         if not admitted:
             # The key was revoked, rotated or changed since it was cached: look it up again.
             self.keys.forget(digest)
@@ -303,13 +322,14 @@ class Gateway:
             if entry.info is None:
                 raise invalid_key()
             check_model(entry.info, model)
-            admitted, generation = await self._admit_once(entry.info, request_id, None)
+            admitted, generation = await self._admit_once(entry.info, request_id, None, reserve, adapter)
         entry.generation = generation
         return entry.info
 
-    async def _admit_once(self, info: KeyInfo, request_id: str, generation: str | None):
+    async def _admit_once(self, info: KeyInfo, request_id: str, generation: str | None, reserve: int,
+                          adapter: str | None):
         try:
-            return await self.limiter.admit(info, request_id, generation)
+            return await self.limiter.admit(info, request_id, generation, reserve=reserve, adapter=adapter)
         except GatewayError:
             raise
         except Exception:
@@ -322,13 +342,19 @@ class Gateway:
         started_wall, t0 = time.time(), perf_counter()
         secret, digest, entry = await self._authenticate(headers)
         chat = route == "chat"
-        body = parse_request(await read_body(receive, headers, self.config.max_body_bytes), chat)
+        raw = await read_body(receive, headers, self.config.max_body_bytes)
+        body = parse_request(raw, chat)
         identity = extract_identity(headers, body)
         model = served.model = body["model"]
         check_model(entry.info, model)
         adapter = None if model == "base" else await self.adapters.get(entry.info.tenant_id)
         request_id = f"{self._id_prefix}{next(self._ids):x}"
-        info = await self._admit(secret, digest, entry, request_id, model)
+        requested = limits.requested_output(body)
+        context = self.pool.max_model_len()
+        output = requested[1] if requested else context
+        reserve = reservation(body, len(raw), min(output, context) if output and context else output)
+        info = await self._admit(secret, digest, entry, request_id, model, reserve=reserve,
+                                 adapter=adapter.name if adapter else None)
 
         record = TurnRecord(
             request_id=request_id, route=route, key_id=info.key_id, user_id=info.user_id,
@@ -340,8 +366,25 @@ class Gateway:
         )
         self.writer.begin(request_id)  # in flight until the record is handed off (counted after a crash)
         served.recorded = True
+        # From here on a client that goes away cancels the request, streamed or not: the upstream
+        # connection is closed (vLLM aborts the generation) and the concurrency lease is freed at once.
+        task = asyncio.current_task()
+        state = {"done": False, "gone": False}
+        watcher = asyncio.create_task(watch_disconnect(receive, task, state))
         try:
-            await self._forward(scope, receive, send, body, record, identity, adapter, chat)
+            try:
+                await self._forward(scope, send, body, record, identity, adapter, chat, info.tenant_id)
+            except asyncio.CancelledError:
+                if not state["gone"]:
+                    raise
+                task.uncancel()
+                if record.status != "complete":  # not a client that left after the last byte
+                    record.http_status = 499  # nginx's "client closed request"
+                    record.status = "cut" if record.stream else "failed"
+                    record.error = "client disconnected"
+            finally:
+                state["done"] = True
+                watcher.cancel()
         except GatewayError as err:
             record.http_status, record.error = err.status, err.message
             raise
@@ -375,44 +418,47 @@ class Gateway:
             upstream.pop("stream_options", None)  # vLLM refuses stream_options without stream
         return upstream
 
-    async def _forward(self, scope, receive, send, body: dict, record: TurnRecord, identity: Identity,
-                       adapter: ActiveAdapter | None, chat: bool) -> None:
+    async def _forward(self, scope, send, body: dict, record: TurnRecord, identity: Identity,
+                       adapter: ActiveAdapter | None, chat: bool, tenant_id: int) -> None:
         wants = Wants(model=body["model"],
                       logprobs=bool(body.get("logprobs")) if chat else body.get("logprobs") is not None,
                       token_ids=bool(body.get("return_token_ids")), usage=False)
         upstream_body = self._upstream_body(body, identity, chat, wants)
         requested = limits.requested_output(upstream_body)
         name = adapter.name if adapter else None
-        candidates = self.pool.candidates(name)
+        candidates = self.pool.candidates(name, tenant_id)
         for up in candidates:
             upstream_body["model"] = name or up.base_model
             record.upstream, record.upstream_model = up.url, upstream_body["model"]
             if requested is not None:
                 upstream_body[requested[0]] = requested[1]  # each upstream clamps to its own context
             forwarded = limits.clamp_output(upstream_body, up.max_model_len)
+            self.pool.begin(up, name)  # in flight from dispatch: routing sees it for the whole generation
+            response = None
             try:
-                response = await self._open(up, adapter, scope["path"], orjson.dumps(upstream_body))
-                if response.status_code == 400 and requested is not None and forwarded is None:
-                    # The upstream did not list its context length: its refusal names it. Learn, retry once.
-                    learned = limits.too_many_output_tokens(await response.aread())
-                    if learned is not None:
-                        await response.aclose()
-                        up.max_model_len = learned
-                        forwarded = limits.clamp_output(upstream_body, learned)
-                        response = await self._open(up, adapter, scope["path"], orjson.dumps(upstream_body))
-            except CONNECT_ERRORS:
-                UPSTREAM_ERRORS.labels(kind="connect").inc()
-                self.pool.mark_unhealthy(up)
-                continue
-            except httpx.TimeoutException:
-                UPSTREAM_ERRORS.labels(kind="timeout").inc()
-                raise upstream_timeout() from None
-            self.pool.begin(up, name)
-            try:
-                await self._respond(scope, receive, send, response, wants, record, chat)
+                try:
+                    response = await self._open(up, adapter, scope["path"], orjson.dumps(upstream_body))
+                    if response.status_code == 400 and requested is not None and forwarded is None:
+                        # The upstream did not list its context length: its refusal names it. Learn, retry.
+                        learned = limits.too_many_output_tokens(await response.aread())
+                        if learned is not None:
+                            await response.aclose()
+                            up.max_model_len = learned
+                            forwarded = limits.clamp_output(upstream_body, learned)
+                            response = await self._open(up, adapter, scope["path"],
+                                                        orjson.dumps(upstream_body))
+                except CONNECT_ERRORS:
+                    UPSTREAM_ERRORS.labels(kind="connect").inc()
+                    self.pool.mark_unhealthy(up)
+                    continue
+                except httpx.TimeoutException:
+                    UPSTREAM_ERRORS.labels(kind="timeout").inc()
+                    raise upstream_timeout() from None
+                await self._respond(send, response, wants, record, chat)
             finally:
                 self.pool.end(up, name)
-                await response.aclose()
+                if response is not None:
+                    await response.aclose()
                 record.clamped_max_tokens = limits.applied_cap(
                     requested=requested[1] if requested else None, forwarded=forwarded,
                     max_model_len=up.max_model_len, prompt_tokens=record.prompt_tokens)
@@ -422,21 +468,31 @@ class Gateway:
 
     async def _open(self, up: Upstream, adapter: ActiveAdapter | None, path: str, payload: bytes):
         """Sends the request and returns the upstream's response once its headers arrived."""
-        for attempt in (0, 1):
+        reloaded = retried = False
+        while True:
             if adapter is not None:
                 await self.pool.ensure_loaded(up, adapter)
-            client = self.clients[next(self._shard) % CLIENT_SHARDS]
+            client = self.fresh_client if retried else self.clients[next(self._shard) % len(self.clients)]
             request = client.build_request("POST", up.url + path, content=payload, headers=up.headers)
-            response = await client.send(request, stream=True)
-            if response.status_code == 404 and adapter is not None and attempt == 0:
-                # vLLM restarted or another worker unloaded the adapter: load it again, once.
+            try:
+                response = await client.send(request, stream=True)
+            except STALE_ERRORS:
+                if retried:
+                    raise
+                # A pooled connection the upstream had closed: once more on a fresh one (the pool drops
+                # the dead connection), and the upstream stays healthy.
+                retried = True
+                UPSTREAM_ERRORS.labels(kind="stale_connection").inc()
+                continue
+            if response.status_code == 404 and adapter is not None and not reloaded:
+                # vLLM restarted, or the drain sweep unloaded an old version: load it again, once.
                 await response.aclose()
-                self.pool.forget(up, adapter.name)
+                await self.pool.forget(up, adapter.name)
+                reloaded = True
                 continue
             return response
-        raise AssertionError("unreachable")
 
-    async def _respond(self, scope, receive, send, response: httpx.Response, wants: Wants, record: TurnRecord,
+    async def _respond(self, send, response: httpx.Response, wants: Wants, record: TurnRecord,
                        chat: bool) -> None:
         if response.status_code != 200:
             try:
@@ -466,16 +522,4 @@ class Gateway:
             record.status = "complete"
             await send_json(send, 200, orjson.dumps(data))
             return
-        task = asyncio.current_task()
-        state = {"done": False, "gone": False}
-        watcher = asyncio.create_task(watch_disconnect(receive, task, state))
-        try:
-            await relay_stream(response, send, wants, record, chat)
-        except asyncio.CancelledError:
-            if not state["gone"]:
-                raise
-            task.uncancel()
-            record.http_status = 499  # nginx's "client closed request"
-        finally:
-            state["done"] = True
-            watcher.cancel()
+        await relay_stream(response, send, wants, record, chat)

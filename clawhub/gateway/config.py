@@ -17,6 +17,10 @@ class GatewayConfig:
     redis_url: str = ""  # empty: quotas are counted inside this process
     group_limits: GroupLimits = field(default_factory=GroupLimits)
     capture_queue_size: int = 20000
+    upstream_keepalive: float = 4.0  # seconds an idle upstream connection is kept; below vLLM's own 5 s
+    client_shards: int = 8  # connection pools to the upstreams (each scans its connections per request)
+    lease_seconds: float = 30.0  # a concurrency lease's life; renewed every third of it while a request runs
+    redis_timeout: float = 0.5  # every Redis call of residency (quotas have their own, the same setting)
 
     @classmethod
     def from_settings(cls, **overrides) -> "GatewayConfig":
@@ -34,6 +38,9 @@ class GatewayConfig:
             group_limits=GroupLimits(rpm=settings.GATEWAY_GROUP_RPM, tpm=settings.GATEWAY_GROUP_TPM,
                                      concurrency=settings.GATEWAY_GROUP_CONCURRENCY),
             capture_queue_size=settings.GATEWAY_CAPTURE_QUEUE_SIZE,
+            upstream_keepalive=settings.GATEWAY_UPSTREAM_KEEPALIVE_SECONDS,
+            lease_seconds=settings.GATEWAY_LEASE_SECONDS,
+            redis_timeout=settings.GATEWAY_REDIS_TIMEOUT,
         )
         values.update(overrides)
         return cls(**values)

@@ -37,6 +37,7 @@ class State:
         self.requests: dict[str, int] = {}
         self.last_request: dict | None = None
         self.last_headers: dict | None = None
+        self.aborted = 0  # requests whose client disconnected while they slept
 
 
 state = State()
@@ -161,7 +162,16 @@ async def _completion(scope, receive, send, chat: bool) -> None:
         await _send_json(send, 401, {"error": "Unauthorized"})
         return
     if fault == "sleep":
-        await asyncio.sleep(float(body.get("fake_sleep") or headers.get("x-fake-sleep", SLEEP)))
+        # Like vLLM, a request whose client goes away while it is being generated is aborted (and counted).
+        seconds = float(body.get("fake_sleep") or headers.get("x-fake-sleep", SLEEP))
+        sleeper = asyncio.ensure_future(asyncio.sleep(seconds))
+        listener = asyncio.ensure_future(receive())
+        await asyncio.wait({sleeper, listener}, return_when=asyncio.FIRST_COMPLETED)
+        if not sleeper.done():
+            sleeper.cancel()
+            state.aborted += 1
+            return
+        listener.cancel()
     if model != BASE_MODEL and model not in state.adapters and not model.startswith("fault-"):
         # Like vLLM, the message lists every name it serves: other tenants' adapters included.
         names = ", ".join([BASE_MODEL, *state.adapters])
@@ -362,6 +372,7 @@ async def app(scope, receive, send) -> None:
     if path == "/_fake/stats":
         await _send_json(send, 200, {"adapters": state.adapters, "load_calls": state.load_calls,
                                      "unload_calls": state.unload_calls, "requests": state.requests,
+                                     "aborted": state.aborted,
                                      "last_request": state.last_request, "last_headers": state.last_headers})
         return
     if path == "/_fake/reset":

@@ -214,6 +214,12 @@ GATEWAY_MAX_BODY_BYTES = env.int("GATEWAY_MAX_BODY_BYTES", default=4 * 1024 * 10
 # Agents wait a long time for long generations; connecting should fail fast so another upstream can answer.
 GATEWAY_UPSTREAM_CONNECT_TIMEOUT = env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=5.0)
 GATEWAY_UPSTREAM_TIMEOUT = env.float("GATEWAY_UPSTREAM_TIMEOUT", default=600.0)
+# Idle upstream connections are closed after this long: below the upstream's own keep-alive (uvicorn under
+# vLLM closes them after 5 s), so the gateway never reuses one the server is closing.
+GATEWAY_UPSTREAM_KEEPALIVE_SECONDS = env.float("GATEWAY_UPSTREAM_KEEPALIVE_SECONDS", default=4.0)
+# A concurrency lease lives this long and is renewed every third of it while its request runs: a crashed
+# gateway process's slots are free again within it.
+GATEWAY_LEASE_SECONDS = env.float("GATEWAY_LEASE_SECONDS", default=30.0)
 GATEWAY_HEALTH_INTERVAL = env.float("GATEWAY_HEALTH_INTERVAL", default=5.0)
 GATEWAY_KEY_CACHE_SECONDS = env.float("GATEWAY_KEY_CACHE_SECONDS", default=10.0)
 GATEWAY_ADAPTER_CACHE_SECONDS = env.float("GATEWAY_ADAPTER_CACHE_SECONDS", default=2.0)

@@ -138,11 +138,18 @@ def test_rpm_quota_is_429_with_retry_after(gateway, secret):
     still_serving(gateway, secret)  # other keys are not affected
 
 
-def test_tpm_quota_counts_tokens_after_the_response(gateway):
-    _, limited = make_key(make_user(), tpm_limit=5)
-    first = post(gateway, limited, chat())
-    assert first.status_code == 200 and first.json()["usage"]["total_tokens"] >= 5
-    assert_error(post(gateway, limited, chat()), 429, code="rate_limit_exceeded")
+def test_tpm_quota_reserves_at_admission_and_settles_to_the_real_usage(gateway):
+    _, limited = make_key(make_user(), tpm_limit=100)
+    # Reserved: about 31 tokens for the 90-byte body plus max_tokens 50; settled to the 51 really used.
+    first = post(gateway, limited, chat(max_tokens=50))
+    assert first.status_code == 200 and first.json()["usage"]["total_tokens"] == 51
+    # 51 used + another reservation of 82 does not fit in 100.
+    assert_error(post(gateway, limited, chat(max_tokens=50)), 429, code="rate_limit_exceeded")
+    # A request that could use more than the whole limit on its own says so.
+    _, small = make_key(make_user(), tpm_limit=100)
+    response = post(gateway, small, chat(max_tokens=500))
+    assert_error(response, 429, code="rate_limit_exceeded")
+    assert "lower max_tokens" in response.json()["error"]["message"]
 
 
 def test_concurrency_quota_and_release(gateway):
