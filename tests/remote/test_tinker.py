@@ -202,6 +202,21 @@ def test_export_is_a_peft_adapter_that_changes_the_model(
     assert (after - before).abs().max() > 1e-3
 
 
+def test_close_finishes_the_remote_session_with_the_runs_outcome(fake_tinker, make_tinker, tokenizer, tmp_path):
+    exported = make_tinker()
+    exported.start(str(tokenizer.name_or_path), None, small_config(method="rl"), str(tmp_path / "a"))
+    exported.train([chat_sample(tokenizer, 1, "Hi", "Hello there.", reward=1)])
+    exported.export_adapter(str(tmp_path / "adapter"))
+    exported.close()
+    failed = make_tinker()
+    failed.start(str(tokenizer.name_or_path), None, small_config(method="rl"), str(tmp_path / "b"))
+    failed.close()  # a run that never exported its adapter
+    reasons = [session.get("reason") for session in fake_tinker.sessions.values()]
+    # Unfinished sessions keep the SDK's heartbeat thread running for the life of the worker process.
+    assert all(session["finished"] for session in fake_tinker.sessions.values())
+    assert sorted(reasons) == ["errored", "success"]
+
+
 def test_parent_adapter_trained_on_tinker_continues_from_its_state(
     fake_tinker, make_tinker, tokenizer, tmp_path
 ):

@@ -217,6 +217,7 @@ class FakeTinker(FakeServer):
         session = self.sessions.get(request.params["session_id"])
         if session is not None:
             session["finished"] = True
+            session["reason"] = ((request.json or {}).get("reason") or {}).get("type")
         return Response(body={})
 
     def _create_model(self, request: Request) -> Response:

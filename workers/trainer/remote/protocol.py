@@ -160,6 +160,8 @@ class TinkerProtocolBackend(TrainingBackend):
         self.state = RunState()
         self._tokenizer: Any = None
         self._teacher: Any = None
+        # How the remote session ends when the backend is closed: "success" once the adapter was exported.
+        self.outcome = "errored"
 
     def __repr__(self) -> str:  # keeps the key out of tracebacks and logs
         return f"<{type(self).__name__} base_url={self.base_url!r} model={self.remote_base_model!r}>"
@@ -443,7 +445,7 @@ class TinkerProtocolBackend(TrainingBackend):
     def _datums(self, group: list[PreparedSample], samples_in_step: int) -> list[Any]:
         datums = []
         for p in group:
-            arrays = datum_arrays(p, 1.0 / (len(p.response_ids) * samples_in_step))
+            arrays = datum_arrays(p, p.sample.weight / (len(p.response_ids) * samples_in_step))
             datums.append(
                 self.sdk.Datum(
                     model_input=self._model_input(arrays.pop("model_input")),
@@ -548,6 +550,7 @@ class TinkerProtocolBackend(TrainingBackend):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         (out / REMOTE_FILE).write_text(json.dumps({**self.remote_ids(), "step": self.state.step}, indent=2))
+        self.outcome = "success"
         return str(out)
 
 

@@ -7,6 +7,7 @@ and how weights come back: save_weights_external -> RestClient.get_external_weig
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -19,6 +20,8 @@ from workers.trainer.remote.protocol import RetryPolicy, TinkerProtocolBackend
 
 # The SDK ships telemetry to the vendor by default; a worker should not phone home unless told to.
 os.environ.setdefault("TINKER_TELEMETRY", "0")
+
+logger = logging.getLogger("workers.trainer.remote.tinker")
 
 
 class TinkerBackend(TinkerProtocolBackend):
@@ -55,6 +58,17 @@ class TinkerBackend(TinkerProtocolBackend):
 
     def _make_service(self) -> Any:
         return self.sdk.ServiceClient(base_url=self.base_url, api_key=self._api_key)
+
+    def close(self) -> None:
+        """Finishes the remote session with the run's outcome, which also stops the SDK's heartbeat thread
+        (a ServiceClient left open keeps heartbeating, and warning, for the life of the worker process)."""
+        service, self.service = self.service, None
+        if service is not None:
+            try:
+                service.close(self.outcome).result(timeout=min(self.retry.call_timeout_s, 30.0))
+            except Exception:  # closing is best effort: the run's outcome is already decided
+                logger.debug("tinker: finishing the session failed", exc_info=True)
+        super().close()
 
     def _fetch_weights(self, out_dir: Path) -> dict[str, str]:
         name = f"clawhub-step-{self.state.step:06d}-{uuid.uuid4().hex[:6]}"
