@@ -81,6 +81,11 @@ def test_sample_validation():
         TrainSample(sample_id=1, messages=[{"role": "user", "content": "x"}], response_text="y", reward=2)
     with pytest.raises(ValueError, match="messages"):
         TrainSample(sample_id=1, messages=[], response_text="y")
+    prompt = [{"role": "user", "content": "x"}]
+    for weight in (-0.5, float("nan"), float("inf"), "1"):
+        with pytest.raises(ValueError, match="weight must be a finite number >= 0"):
+            TrainSample(sample_id=1, messages=prompt, response_text="y", weight=weight)
+    assert TrainSample(sample_id=1, messages=prompt, response_text="y").weight == 1.0
 
 
 def test_backend_registry():

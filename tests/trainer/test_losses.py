@@ -152,6 +152,27 @@ def test_policy_loss_combines_surrogate_kl_and_clip_fraction():
         policy_loss(new[None], old[None], torch.ones(1, 3), mask, kl_coef=0.1)
 
 
+def test_sample_weights_scale_each_samples_surrogate_and_kl_but_not_the_denominator():
+    # Two samples, rho = 1 everywhere (no clipping): the surrogate per token is -A. Sample 0 has A = +1 on 2
+    # tokens, sample 1 has A = -1 on 1 token (the second position masked). Unweighted: (-1 + 1) / 2 = 0.
+    # Weights (1.0, 0.25): (-1 * 1.0 + 1 * 0.25) / 2 = -0.375; the denominator stays 2 samples.
+    logp = torch.full((2, 2), LOG_HALF)
+    advantages = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    assert policy_loss(logp, logp, advantages, mask).loss.item() == pytest.approx(0.0)
+    weights = torch.tensor([1.0, 0.25])
+    assert policy_loss(logp, logp, advantages, mask, weights=weights).loss.item() == pytest.approx(-0.375)
+    # Weight 0 removes the sample's pull entirely, KL term included: the gradient on its log-probs is zero.
+    new = logp.clone().requires_grad_(True)
+    ref = logp + 0.1
+    weights = torch.tensor([1.0, 0.0])
+    out = policy_loss(new, logp, advantages, mask, kl_coef=0.5, logp_ref=ref, weights=weights)
+    out.loss.backward()
+    assert torch.all(new.grad[1] == 0) and torch.all(new.grad[0] != 0)
+    k3 = math.exp(0.1) - 0.1 - 1  # per token of sample 0, log pi_ref - log pi_new = 0.1
+    assert out.kl.item() == pytest.approx(k3 / 2, rel=1e-5)
+
+
 def test_token_logprobs_is_log_softmax_at_the_target():
     logits = torch.tensor([[[0.0, math.log(3.0)]]])  # softmax = [0.25, 0.75]
     assert token_logprobs(logits, torch.tensor([[1]])).item() == pytest.approx(math.log(0.75))

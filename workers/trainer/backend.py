@@ -85,7 +85,9 @@ class TrainSample:
 
     def __post_init__(self) -> None:
         if not isinstance(self.weight, int | float) or not math.isfinite(self.weight) or self.weight < 0:
-            raise ValueError(f"sample {self.sample_id}: weight must be a finite number >= 0, got {self.weight!r}")
+            raise ValueError(
+                f"sample {self.sample_id}: weight must be a finite number >= 0, got {self.weight!r}"
+            )
         if self.reward not in (-1, 0, 1):
             raise ValueError(f"sample {self.sample_id}: reward must be -1, 0 or +1, got {self.reward!r}")
         if not self.messages:
