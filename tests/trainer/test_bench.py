@@ -58,3 +58,24 @@ def test_the_qwen3_path_works_scaled_down(tmp_path):
     assert bench.forward_flops(backend.model, lengths, False) == 4 * (
         2 * layers * 148 + 2 * head * 48 + 2 * 148 * 148 * attn
     )
+
+
+def test_the_multi_tenant_mode_prints_the_three_paths_and_their_ratios():
+    """One fresh process (the slow part, ~8 s here) and N = 1, 2: every path reports updates/hour, tokens/s
+    and peak memory, and the summary lines their ratios."""
+    lines = []
+    bench.bench_tenants(
+        tenants=(1, 2), samples_per_tenant=2, response_tokens=16, fresh_runs=1, log=lines.append
+    )
+    rows = [json.loads(line) for line in lines]
+    assert rows[0]["mode"] == "a_fresh_process" and rows[0]["updates_per_hour"] > 0
+    modes = [(r.get("tenants"), r.get("mode")) for r in rows[1:] if "mode" in r]
+    assert modes == [(1, "b_resident_sequential"), (1, "c_resident_batched"),
+                     (2, "b_resident_sequential"), (2, "c_resident_batched")]
+    for r in rows[1:]:
+        if "mode" in r:
+            assert r["updates_per_hour"] > 0 and r["tokens_per_s"] > 0 and r["peak_mem_mb"] >= 0
+    summaries = [r for r in rows if "ratio_c_over_b" in r]
+    assert [s["tenants"] for s in summaries] == [1, 2] and all(s["ratio_b_over_a"] > 0 for s in summaries)
+    with pytest.raises(ValueError, match="--tenants"):
+        bench.parse_tenants("1,x")

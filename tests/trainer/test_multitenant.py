@@ -40,7 +40,7 @@ def test_a_pass_over_three_tenants_equals_training_each_alone(tiny_model_dir, tm
         key: sampled_batch(probe, prompts[i * 6 : i * 6 + 6], seed=40 + i, first_id=100 * i)
         for i, key in enumerate("ABC")
     }
-    common = {"dtype": "float64", "lr": 1e-3, "micro_batch_tokens": 400}
+    common = {"dtype": "float64", "lr": 1e-3, "micro_batch_tokens": 600, "pack_row_tokens": 250}
     # C continues a parent version (adapter + optimizer state), as most runs do.
     parent_run = started(tiny_model_dir, tmp_path / "parent", **common, **CONFIGS["C"])
     parent_run.train(sampled_batch(probe, prompts[18:24], seed=50, first_id=900))

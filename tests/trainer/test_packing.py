@@ -111,3 +111,26 @@ def test_real_size_defaults():
     assert resolve_gradient_checkpointing(None, torch.device("cuda")) is True
     assert resolve_gradient_checkpointing(None, torch.device("cpu")) is False
     assert resolve_gradient_checkpointing(False, torch.device("cuda")) is False
+
+
+def test_packed_rows_of_a_bounded_length_give_the_same_log_probs(tiny_model_dir, tmp_path, prompts):
+    backend = started(tiny_model_dir, tmp_path / "run", dtype="float64")
+    batch = sampled_batch(backend, prompts[:6], seed=6)
+    encoded, _ = encode_batch(backend.tokenizer, batch, max_seq_len=4096)
+    sequences = [(e.prompt_ids, e.response_ids) for e in encoded]
+    longest = max(len(p) + len(r) for p, r in sequences)
+    one_row = collate_packed(sequences, pad_id=0)
+    rows = collate_packed(sequences, pad_id=0, row_tokens=longest + 5)
+    assert rows.input_ids.shape[0] > 1 and rows.input_ids.shape[1] < one_row.input_ids.shape[1]
+    with torch.no_grad():
+        a = response_stats(backend.model, one_row).logp
+        b = response_stats(backend.model, rows).logp
+    assert torch.allclose(a * one_row.mask, b * rows.mask, atol=1e-10)
+    # Each sample's span covers exactly its own tokens, in the flattened (rows x length) order.
+    flat = rows.input_ids.flatten().tolist()
+    for (start, end), (prompt, response) in zip(rows.sample_spans(), sequences, strict=True):
+        assert flat[start:end] == prompt + response
+    padded = collate(sequences, pad_id=0, padding_side="left")
+    flat = padded.input_ids.flatten().tolist()
+    for (start, end), (prompt, response) in zip(padded.sample_spans(), sequences, strict=True):
+        assert flat[start:end] == prompt + response

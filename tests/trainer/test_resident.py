@@ -107,3 +107,17 @@ def test_a_run_failing_before_its_adapter_exists_leaves_the_base_usable(tiny_mod
     ok = resident_run(tiny_model_dir, tmp_path / "ok")
     assert resident.stats()["loads"] == 1 and ok.model.get_base_model() is base
     ok.close()
+
+
+def test_a_saved_adapter_is_keyed_as_peft_saves_it(tiny_model_dir, tmp_path):
+    from peft.utils import get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from workers.trainer import checkpoint as ckpt
+
+    backend = resident_run(tiny_model_dir, tmp_path / "run")
+    ckpt.save_adapter(backend.model, tmp_path / "ours")
+    ours = load_file(tmp_path / "ours" / "adapter_model.safetensors")
+    theirs = get_peft_model_state_dict(backend.model, adapter_name="default")
+    assert set(ours) == set(theirs) and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    backend.close()

@@ -115,6 +115,9 @@ class TrainConfig:
           rows of at most this many tokens (no padding, no attention across samples, position ids restarting
           per sample; a longer sample gets a row alone). 0 = micro_batch_size samples per forward/backward,
           padded to the longest.
+      pack_row_tokens: longest packed row: a micro-batch's tokens go into rows of at most this many (without
+          a variable-length attention kernel a row's attention costs its length squared, so rows stay short
+          of the budget); a longer sample gets a row alone.
       micro_batch_size: samples per forward/backward when micro_batch_tokens is 0. grad_accum: micro-batches
           of micro_batch_size samples per optimizer step (also with packing: it sizes the step); None = the
           batch is split into `mini_batches` optimizer steps instead.
@@ -156,6 +159,7 @@ class TrainConfig:
     topk_overlap: int = 4
     micro_batch_size: int = 4
     micro_batch_tokens: int = 8192
+    pack_row_tokens: int = 4096
     grad_accum: int | None = None
     mini_batches: int = 1
     epochs: int = 1
@@ -205,6 +209,8 @@ class TrainConfig:
             yield f"topk_overlap={self.topk_overlap}: must be >= 1 (OpenClaw-RL uses 4)"
         if self.micro_batch_size < 1:
             yield f"micro_batch_size={self.micro_batch_size}: must be >= 1"
+        if self.pack_row_tokens < 16:
+            yield f"pack_row_tokens={self.pack_row_tokens}: must be >= 16"
         if self.micro_batch_tokens < 0:
             yield f"micro_batch_tokens={self.micro_batch_tokens}: must be >= 0 (0 = micro_batch_size samples)"
         if self.gradient_checkpointing not in (None, True, False):
@@ -271,11 +277,12 @@ class TrainConfig:
 LOWER_BOUNDS: dict[str, int] = {
     "epochs": 1, "lora_r": 1, "lora_alpha": 1, "micro_batch_size": 1, "grad_accum": 1, "mini_batches": 1,
     "max_steps": 1, "max_seq_len": 16, "topk_overlap": 1, "micro_batch_tokens": 0,
+    "pack_row_tokens": 16,
 }
 DEFAULT_UPPER_BOUNDS: dict[str, int] = {
     "epochs": 10, "lora_r": 128, "lora_alpha": 512, "micro_batch_size": 64, "grad_accum": 64,
     "mini_batches": 64, "max_steps": 2000, "max_seq_len": 32768, "topk_overlap": 64,
-    "micro_batch_tokens": 65536,
+    "micro_batch_tokens": 65536, "pack_row_tokens": 32768,
 }
 
 

@@ -88,15 +88,22 @@ class Batch:
         return self.attention_mask is None
 
     def sample_spans(self) -> list[tuple[int, int]]:
-        """(first, last + 1) of each row's tokens in the flattened (R * L) token order, per sample for a
-        packed row (rows when padded): what a per-segment LoRA dispatch slices by."""
-        if self.packed:
-            starts = (self.position_ids[0] == 0).nonzero().flatten().tolist()
-            ends = [*starts[1:], self.input_ids.shape[1]]
-            return list(zip(starts, ends, strict=True))
+        """(first, end) of each sample's tokens in the flattened (R * L) token order: what the per-tenant
+        LoRA dispatch of a multi-tenant pass slices by. Padding lies outside every span."""
         width = self.input_ids.shape[1]
-        return [(r * width, (r + 1) * width) for r in range(self.input_ids.shape[0])]
-
+        spans = []
+        for b, row in enumerate(self.row_of.tolist()):
+            if self.packed:
+                # A packed sample starts where its row's position ids restart, at or before its first logit.
+                first_logit = int(self.logit_index[b, 0])
+                restarts = (self.position_ids[row, : first_logit + 1] == 0).nonzero().flatten()
+                start = int(restarts[-1])
+                length = int(self.position_ids[row, first_logit]) + int(self.mask[b].sum()) + 1
+            else:
+                real = self.attention_mask[row].nonzero().flatten()
+                start, length = int(real[0]), len(real)
+            spans.append((row * width + start, row * width + start + length))
+        return spans
 
 def end_token_ids(tokenizer: Any) -> set[int]:
     ids = {tokenizer.eos_token_id}
@@ -304,32 +311,39 @@ def collate(
     return Batch(input_ids, attention_mask, position_ids, logit_index, targets, mask)
 
 
-def collate_packed(sequences: list[tuple[list[int], list[int]]], *, pad_id: int) -> Batch:
-    """(prompt ids, response ids) pairs end to end in one row, position ids restarting per sample, no
-    padding and no attention mask. The (B, T) response grid is the same as `collate`'s."""
+def collate_packed(
+    sequences: list[tuple[list[int], list[int]]], *, pad_id: int, row_tokens: int | None = None
+) -> Batch:
+    """(prompt ids, response ids) pairs end to end in rows of at most `row_tokens` tokens (one row when None;
+    a longer sample gets a row alone), position ids restarting at each sample, no attention mask. Rows are
+    filled up to the longest with a padding block whose positions restart too, so it is a "sample" of its
+    own that nothing attends to. The (B, T) response grid is the same as `collate`'s."""
+    lengths = [len(p) + len(r) for p, r in sequences]
+    rows = token_budget_groups(lengths, row_tokens) if row_tokens else [list(range(len(sequences)))]
+    length = max(sum(lengths[i] for i in row) for row in rows)
     width = max(len(r) for _, r in sequences)
     size = len(sequences)
+    input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((len(rows), length), dtype=torch.long)
     logit_index = torch.zeros((size, width), dtype=torch.long)
     targets = torch.full((size, width), pad_id, dtype=torch.long)
     mask = torch.zeros((size, width), dtype=torch.float32)
-    ids: list[int] = []
-    positions: list[int] = []
-    for i, (prompt, response) in enumerate(sequences):
-        first = len(ids) + len(prompt) - 1
-        ids += prompt + response
-        positions += range(len(prompt) + len(response))
-        logit_index[i, : len(response)] = torch.arange(first, first + len(response))
-        targets[i, : len(response)] = torch.tensor(response)
-        mask[i, : len(response)] = 1.0
-    return Batch(
-        input_ids=torch.tensor([ids]),
-        attention_mask=None,
-        position_ids=torch.tensor([positions]),
-        logit_index=logit_index,
-        targets=targets,
-        mask=mask,
-        row_of=torch.zeros(size, dtype=torch.long),
-    )
+    row_of = torch.zeros(size, dtype=torch.long)
+    for r, row in enumerate(rows):
+        used = 0
+        for i in row:
+            prompt, response = sequences[i]
+            n = lengths[i]
+            input_ids[r, used : used + n] = torch.tensor(prompt + response)
+            position_ids[r, used : used + n] = torch.arange(n)
+            first = used + len(prompt) - 1
+            logit_index[i, : len(response)] = torch.arange(first, first + len(response))
+            targets[i, : len(response)] = torch.tensor(response)
+            mask[i, : len(response)] = 1.0
+            row_of[i] = r
+            used += n
+        position_ids[r, used:] = torch.arange(length - used)
+    return Batch(input_ids, None, position_ids, logit_index, targets, mask, row_of)
 
 
 def token_budget_groups(lengths: list[int], budget: int) -> list[list[int]]:

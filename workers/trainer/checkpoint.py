@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -57,18 +56,53 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def lora_modules(model: Any) -> list[tuple[str, Any]]:
+    """(qualified name, layer) of every peft LoRA layer, found without walking into the layers themselves:
+    with N adapters attached a full named_modules()/state_dict() walk is N times longer, and a pass that saves
+    each of its N adapters would pay N^2."""
+    from peft.tuners.lora import LoraLayer
+
+    found: list[tuple[str, Any]] = []
+
+    def walk(prefix: str, module: Any) -> None:
+        if isinstance(module, LoraLayer):
+            found.append((prefix, module))
+            return
+        for name, child in module._modules.items():
+            if child is not None:
+                walk(f"{prefix}.{name}" if prefix else name, child)
+
+    walk("", model)
+    return found
+
+
+def adapter_state(model: Any, adapter: str) -> dict[str, torch.Tensor]:
+    """One adapter's LoRA weights keyed as peft saves them (the adapter's name left out of the keys)."""
+    state = {}
+    for name, module in lora_modules(model):
+        if adapter in module.lora_A:
+            state[f"{name}.lora_A.weight"] = module.lora_A[adapter].weight
+            state[f"{name}.lora_B.weight"] = module.lora_B[adapter].weight
+    return state
+
+
 def save_adapter(model: Any, out: Path, adapter: str = "default") -> None:
-    """One adapter of a peft model as a PEFT directory at `out` (peft writes a non-default adapter into a
-    subdirectory named after it: moved up, so every saved adapter looks the same)."""
-    if adapter == "default":
-        model.save_pretrained(out, safe_serialization=True, selected_adapters=["default"])
-        return
-    staging = out.parent / f".{out.name}.{adapter}"
-    shutil.rmtree(staging, ignore_errors=True)
-    model.save_pretrained(staging, safe_serialization=True, selected_adapters=[adapter])
-    shutil.rmtree(out, ignore_errors=True)
-    os.rename(staging / adapter, out)
-    shutil.rmtree(staging, ignore_errors=True)
+    """One adapter of a peft model as a PEFT directory at `out` (adapter_config.json +
+    adapter_model.safetensors, keyed as peft's save_pretrained keys them), without the model card peft
+    renders from a template at every save, and in time independent of how many adapters are attached."""
+    import copy
+
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in adapter_state(model, adapter).items()},
+        str(out / "adapter_model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    config = copy.deepcopy(model.peft_config[adapter])
+    config.inference_mode = True
+    config.save_pretrained(str(out))
 
 
 def save_checkpoint(
@@ -128,11 +162,13 @@ def _trainable(model: Any, adapter: str = "default") -> list[tuple[str, torch.nn
     """One adapter's trainable parameters, named as if the adapter were called "default" (the name peft
     gives a run's only adapter), so that state saved by a run and restored in a multi-tenant pass, where
     each tenant's adapter has its own name, or the other way round, finds the same keys."""
-    own = re.compile(rf"\.(lora_[A-Za-z_]+)\.{re.escape(adapter)}\.")
     out = []
-    for name, p in model.named_parameters():
-        if p.requires_grad and own.search(name):
-            out.append((own.sub(r".\1.default.", name), p))
+    for name, module in lora_modules(model):
+        if adapter in module.lora_A:
+            for kind in ("lora_A", "lora_B"):
+                p = getattr(module, kind)[adapter].weight
+                if p.requires_grad:
+                    out.append((f"{name}.{kind}.default.weight", p))
     return out
 
 

@@ -652,7 +652,9 @@ class LocalBackend(TrainingBackend):
 
     def _collate(self, sequences: list[tuple[list[int], list[int]]]) -> Batch:
         if self.config.micro_batch_tokens:
-            return collate_packed(sequences, pad_id=self.tokenizer.pad_token_id)
+            return collate_packed(
+                sequences, pad_id=self.tokenizer.pad_token_id, row_tokens=self.config.pack_row_tokens
+            )
         return collate(sequences, pad_id=self.tokenizer.pad_token_id, padding_side=self.config.padding_side)
 
     def _forward(self, sequences: list[tuple[list[int], list[int]]], topk: int = 0):
@@ -818,6 +820,6 @@ class LocalBackend(TrainingBackend):
         lease, self._lease = self._lease, None
         if lease is not None:
             resident_models.release(lease, model if isinstance(model, PeftModel) else None)
-        else:
+        elif not self.shared:  # a pass's tenants: the pass releases the shared model once, for all
             del model
             resident_models.free_memory()

@@ -35,7 +35,7 @@ import torch
 
 from workers.trainer import resident as resident_models
 from workers.trainer.backend import OnStep, TrainConfig, TrainResult, TrainSample
-from workers.trainer.batching import collate, collate_packed, token_budget_groups
+from workers.trainer.batching import collate_packed, token_budget_groups
 from workers.trainer.local import (
     LocalBackend,
     ModelLoader,
@@ -55,43 +55,56 @@ Span = tuple[str | None, int, int | None]  # (adapter name or None for the base 
 def _lora_layers(model: Any) -> list[Any]:
     from peft.tuners.lora import Linear as LoraLinear
 
-    return [m for m in model.modules() if isinstance(m, LoraLinear)]
+    from workers.trainer.checkpoint import lora_modules
+
+    return [m for _, m in lora_modules(model) if isinstance(m, LoraLinear)]
 
 
 def _add_span_deltas(module: Any, args: tuple, output: torch.Tensor, *, spans: list[Span]) -> torch.Tensor:
     x = args[0]
     flat = x.reshape(-1, x.shape[-1])
     total = flat.shape[0]
-    pieces = []
-    delta_dtype = None
+    pieces: list[tuple[int, int, torch.Tensor]] = []
     for name, start, end in spans:
-        end = total if end is None else end
         if name is None or name not in module.lora_A:
-            pieces.append(None)
             continue
         lora_a, lora_b = module.lora_A[name], module.lora_B[name]
-        part = flat[start:end].to(lora_a.weight.dtype)
-        piece = lora_b(lora_a(module.lora_dropout[name](part))) * module.scaling[name]
-        delta_dtype = piece.dtype
-        pieces.append(piece)
-    if delta_dtype is None:
+        part = flat[start : total if end is None else end].to(lora_a.weight.dtype)
+        delta = lora_b(lora_a(module.lora_dropout[name](part))) * module.scaling[name]
+        pieces.append((start, start + part.shape[0], delta))
+    if not pieces:
         return output
-    filled = []
-    for (_, start, end), piece in zip(spans, pieces, strict=True):
-        end = total if end is None else end
-        if piece is None:
-            piece = flat.new_zeros((end - start, output.shape[-1]), dtype=delta_dtype)
+    dtype = pieces[0][2].dtype
+    filled, at = [], 0
+    for start, end, piece in pieces:  # spans are sorted; gaps (padding, the base alone) get no delta
+        if start > at:
+            filled.append(flat.new_zeros((start - at, output.shape[-1]), dtype=dtype))
         filled.append(piece)
+        at = end
+    if at < total:
+        filled.append(flat.new_zeros((total - at, output.shape[-1]), dtype=dtype))
     delta = torch.cat(filled).reshape(output.shape)
     # As peft: the base output promoted to the adapter's dtype, the delta added, then back.
-    return (output.to(delta_dtype) + delta).to(output.dtype)
+    return (output.to(dtype) + delta).to(output.dtype)
+
+
+def merge_spans(spans: list[Span]) -> list[Span]:
+    """Sorted, with neighbouring spans of one adapter joined (what lies between two spans is row padding,
+    whose outputs nothing reads): one matmul pair per tenant and row block instead of one per sample."""
+    merged: list[Span] = []
+    for name, start, end in sorted(spans, key=lambda s: s[1]):
+        if merged and merged[-1][0] == name and merged[-1][2] is not None:
+            merged[-1] = (name, merged[-1][1], end)
+        else:
+            merged.append((name, start, end))
+    return merged
 
 
 @contextlib.contextmanager
 def segment_lora(model: Any, spans: list[Span]) -> Iterator[None]:
     """Forward (and backward: activation checkpointing recomputes inside it) with peft's own adapter
     dispatch off and each span of the flattened (rows x length) tokens through its named adapter."""
-    spans = sorted(spans, key=lambda s: s[1])
+    spans = merge_spans(spans)
     layers = _lora_layers(model)
     # Not peft's disable_adapter(): that also switches requires_grad off on every adapter but the active one.
     before = [layer._disable_adapters for layer in layers]
@@ -160,6 +173,7 @@ class MultiTenantPass:
         self.resident = resident
         first = jobs[0].config
         self.micro_batch_tokens = micro_batch_tokens or first.micro_batch_tokens or 8192
+        self.pack_row_tokens = first.pack_row_tokens
         self.device = resolve_device(first.device)
         self.dtype = resolve_dtype(first.dtype, self.device)
         self._lease = None
@@ -252,8 +266,7 @@ class MultiTenantPass:
                 entry = outcome.backend.prepared[str(sample.sample_id)]
                 sequences.append((entry["prompt_ids"], entry["response_ids"]))
             pad = chunk[0][0].backend.tokenizer.pad_token_id
-            batch = (collate_packed(sequences, pad_id=pad) if self.micro_batch_tokens
-                     else collate(sequences, pad_id=pad)).to(self.device)
+            batch = collate_packed(sequences, pad_id=pad, row_tokens=self.pack_row_tokens).to(self.device)
             spans = [(o.backend.adapter, start, end)
                      for (o, _), (start, end) in zip(chunk, batch.sample_spans(), strict=True)]
             with segment_lora(self.model, spans):

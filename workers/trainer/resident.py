@@ -90,10 +90,12 @@ def _adapter_layers(model: Any) -> list[Any]:
 
 def adapter_weights(peft_model: Any, adapter: str | None = None) -> list[torch.nn.Parameter]:
     """The LoRA matrices of one adapter (every adapter when None) of a peft model."""
+    from workers.trainer.checkpoint import lora_modules
+
     params = []
-    for module in _adapter_layers(peft_model):
+    for _, module in lora_modules(peft_model):
         for name in ("lora_A", "lora_B"):
-            for key, layer in getattr(module, name, {}).items():
+            for key, layer in getattr(module, name).items():
                 if adapter is None or key == adapter:
                     params.append(layer.weight)
     return params
