@@ -79,3 +79,15 @@ def test_the_multi_tenant_mode_prints_the_three_paths_and_their_ratios():
     assert [s["tenants"] for s in summaries] == [1, 2] and all(s["ratio_b_over_a"] > 0 for s in summaries)
     with pytest.raises(ValueError, match="--tenants"):
         bench.parse_tenants("1,x")
+
+
+def test_the_gpu_check_script_runs_its_code_paths_on_cpu(capsys):
+    """The GPU check (workers/trainer/gpu_check.py) with a tiny Qwen3 on CPU, so that the script run once on
+    a GPU machine does not fail on a code path; its figures are not asserted."""
+    from workers.trainer import gpu_check
+
+    gpu_check.main(["--smoke"])
+    lines = capsys.readouterr().out.splitlines()
+    parts = [json.loads(line)["part"] for line in lines if line.startswith("{")]
+    assert parts == ["packed_update", "packed_update", "base_load_from_disk", "tenants_resident_sequential",
+                     "tenants_reloaded", "tenants_multi_tenant_pass"]
