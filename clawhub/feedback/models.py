@@ -13,6 +13,9 @@ class Judgment(models.Model):
     class Status(models.TextChoices):
         OK = "ok"
         FAILED = "failed"  # the judge could not be asked (after retries) or gave no usable answer
+        # A person rated the turn before the judge got to it: the row exists so that the turn's sample can;
+        # the judge fills it in when it runs (``judgment_store`` replaces it like a failed one).
+        AWAITING = "awaiting"
 
     turn = models.OneToOneField("conversations.Turn", on_delete=models.CASCADE, related_name="judgment")
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="judgments")
@@ -69,3 +72,58 @@ class JudgeRules(models.Model):
 
     def __str__(self) -> str:
         return f"judge rules of tenant {self.tenant_id}"
+
+
+class ExplicitFeedback(models.Model):
+    """What a person (or their script) said about one main turn themselves: a thumb, a 1–5 score, a comment,
+    a corrected reply, or several of these. One per turn: rating again updates it.
+
+    It outranks the judge: the turn's sample takes its reward from here when it has one (the judge's votes
+    stay on the Judgment, both are shown), its comment becomes the sample's hint, and a demonstration turns
+    the sample into one that trains the corrected reply (``feedback.selectors.sample_signal``).
+    """
+
+    class Thumb(models.TextChoices):
+        UP = "up"
+        DOWN = "down"
+
+    class Source(models.TextChoices):
+        API = "api"  # the REST API, signed in or with an admin-scope key
+        GATEWAY = "gateway"  # /v1/feedback with the key that served the turn
+        WEB = "web"  # the conversation page
+
+    turn = models.OneToOneField("conversations.Turn", on_delete=models.CASCADE,
+                                related_name="explicit_feedback")
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="explicit_feedback")
+    rated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="+")
+    key = models.ForeignKey("keys.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                            help_text="The key the rating came through, if any.")
+    source = models.CharField(max_length=8, choices=Source.choices)
+    thumb = models.CharField(max_length=4, choices=Thumb.choices, blank=True)
+    score = models.PositiveSmallIntegerField(null=True, blank=True, help_text="1 (bad) to 5 (good).")
+    comment = models.TextField(blank=True)
+    demonstration = models.TextField(blank=True, help_text="The reply the user wanted instead.")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+        constraints = [
+            models.CheckConstraint(name="explicit_score_1_to_5",
+                                   condition=Q(score__isnull=True) | Q(score__gte=1, score__lte=5)),
+        ]
+        indexes = [models.Index(fields=["tenant", "-updated_at"], name="explicit_tenant_recent")]
+
+    def __str__(self) -> str:
+        return f"explicit feedback on turn {self.turn_id}"
+
+    @property
+    def reward(self) -> int | None:
+        """-1, 0 or +1 from the thumb, else from the score (1–2 bad, 3 neither, 4–5 good); None when the
+        person gave neither (a comment or a demonstration alone leaves the judge's reward standing)."""
+        if self.thumb:
+            return 1 if self.thumb == self.Thumb.UP else -1
+        if self.score is not None:
+            return -1 if self.score <= 2 else (0 if self.score == 3 else 1)
+        return None

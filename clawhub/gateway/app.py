@@ -18,7 +18,7 @@ import orjson
 
 from clawhub.core.logging import clean_request_id, new_request_id, reset_request_id, set_request_id
 from clawhub.core.metrics import GATEWAY_REQUEST_DURATION, GATEWAY_REQUESTS, UPSTREAM_ERRORS, model_label
-from clawhub.gateway import limits
+from clawhub.gateway import feedback, limits
 from clawhub.gateway.auth import KeyCache, KeyInfo, presented_secret
 from clawhub.gateway.config import GatewayConfig
 from clawhub.gateway.dbreads import CachedLoader, DbRunner
@@ -266,6 +266,8 @@ class Gateway:
                     raise GatewayError(405, f"Use GET for {path}.", code="method_not_allowed")
                 served.model = path[len("/v1/models/"):] or None
                 await self._models(headers, tracked_send, served.model)
+            elif path == feedback.PATH:
+                await feedback.serve(self, receive, tracked_send, headers, method)
             else:
                 raise GatewayError(404, f"Unknown route {method} {path}.", code="unknown_url")
         except GatewayError as err:
@@ -422,7 +424,9 @@ class Gateway:
                        adapter: ActiveAdapter | None, chat: bool, tenant_id: int) -> None:
         wants = Wants(model=body["model"],
                       logprobs=bool(body.get("logprobs")) if chat else body.get("logprobs") is not None,
-                      token_ids=bool(body.get("return_token_ids")), usage=False)
+                      token_ids=bool(body.get("return_token_ids")), usage=False,
+                      completion_id=feedback.completion_id_for(request_id=record.request_id,
+                                                               route=record.route))
         upstream_body = self._upstream_body(body, identity, chat, wants)
         requested = limits.requested_output(upstream_body)
         name = adapter.name if adapter else None

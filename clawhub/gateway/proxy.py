@@ -37,6 +37,9 @@ class Wants:
     logprobs: bool
     token_ids: bool
     usage: bool  # stream_options.include_usage
+    # The id the client sees for the completion (``gateway.feedback.completion_id_for``): explicit feedback on
+    # /v1/feedback names the turn by it. vLLM's own id is per upstream process and recorded nowhere.
+    completion_id: str = ""
 
 
 def estimate_prompt_tokens(request: dict) -> int:
@@ -64,12 +67,18 @@ def _choice0_logprobs(choice: dict) -> list[float] | None:
 
 
 def _ids(value) -> list[int] | None:
-    return value if isinstance(value, list) and all(isinstance(i, int) for i in value) else None
+    # A list of ints as vLLM sends it; only its ends are looked at: a whole pass over an agent's 15k prompt
+    # ids cost more than the rest of the request.
+    if type(value) is not list:
+        return None
+    return value if not value or (type(value[0]) is int and type(value[-1]) is int) else None
 
 
 def rewrite_response(data: dict, wants: Wants, record: TurnRecord) -> None:
     """Non-streaming: records choice 0's sampled tokens, then makes the body what the client expects."""
     data["model"] = wants.model
+    if wants.completion_id:
+        data["id"] = wants.completion_id
     choices = data.get("choices") or []
     if choices:
         first = choices[0]
@@ -248,6 +257,8 @@ def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants) -> bytes | G
         error.upstream_kind = "http_5xx" if status >= 500 else "http_4xx"
         return error
     chunk["model"] = wants.model
+    if wants.completion_id:
+        chunk["id"] = wants.completion_id
     choices = chunk.get("choices")
     usage = chunk.get("usage")
     if usage:

@@ -102,6 +102,9 @@ REST_RULES: dict[str, dict[str, str]] = {
     # feedback
     "api-judge-rules": {"GET": R, "PUT": A},
     "api-group-judge-rules": {"GET": R, "PUT": A},
+    # Rating a turn here is a change like any other (admin); the key that served a turn rates it on
+    # /v1/feedback with inference.
+    "api-turn-feedback": {"GET": R, "POST": A},
     # usage
     "api-usage": _READ_ONLY,
     # review

@@ -17,7 +17,8 @@ NEAR_DUPLICATE = "near_duplicate"
 NEW_KEY = "new_key"
 REVOKED_KEY = "revoked_key"
 SPLIT_VOTES = "split_votes"
-CODES = (MEMBER_OUTLIER, NEAR_DUPLICATE, NEW_KEY, REVOKED_KEY, SPLIT_VOTES)
+EXPLICIT_OVERRIDES_JUDGE = "explicit_overrides_judge"
+CODES = (MEMBER_OUTLIER, NEAR_DUPLICATE, NEW_KEY, REVOKED_KEY, SPLIT_VOTES, EXPLICIT_OVERRIDES_JUDGE)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,14 @@ def split_votes(votes: Iterable[Any]) -> Flag | None:
     if len(distinct) <= 1:
         return None
     return Flag(SPLIT_VOTES, "votes " + ", ".join(f"{s:+d}" for s in distinct))
+
+
+def explicit_overrides_judge(*, judge_reward: int, explicit_reward: int | None) -> Flag | None:
+    """A person's own rating says the opposite of the judge's: it wins, but a human looks first (a mis-click,
+    or a member steering a shared adapter against what the conversation showed)."""
+    if explicit_reward is None or judge_reward * explicit_reward >= 0:
+        return None
+    return Flag(EXPLICIT_OVERRIDES_JUDGE, f"rated {explicit_reward:+d} against the judge's {judge_reward:+d}")
 
 
 def member_cap(limit: int, share: float) -> int:

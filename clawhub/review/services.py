@@ -95,6 +95,7 @@ def sample_create_for_judgment(*, judgment_id: int) -> Sample | None:
     Called by the judge task after it stores each judgment.
     """
     from clawhub.feedback.models import Judgment
+    from clawhub.feedback.selectors import sample_signal
 
     existing = Sample.objects.filter(judgment_id=judgment_id).first()
     if existing is not None:
@@ -104,8 +105,9 @@ def sample_create_for_judgment(*, judgment_id: int) -> Sample | None:
     if judgment is None:
         return None
     turn = judgment.turn
-    hints = [h for h in (judgment.hints or []) if h]
-    if getattr(judgment, "status", "ok") != "ok" or (judgment.reward == 0 and not hints):
+    # The judge's verdict, outranked by the person's own rating where the turn has one.
+    signal = sample_signal(judgment=judgment)
+    if judgment.status == judgment.Status.FAILED or not signal.teaches:
         return None
     if turn.turn_type != Turn.Type.MAIN or not turn.user.training_enabled:
         return None
@@ -114,11 +116,11 @@ def sample_create_for_judgment(*, judgment_id: int) -> Sample | None:
     now = timezone.now()
     policy = review_policy_for(tenant=turn.tenant)
     digest = next_state_digest(turn.next_state)
-    found = _flags_for(policy=policy, turn=turn, reward=judgment.reward, votes=judgment.votes, digest=digest,
-                       judged_at=getattr(judgment, "created_at", None) or now, now=now)
+    found = _flags_for(policy=policy, turn=turn, reward=signal.reward, votes=judgment.votes, digest=digest,
+                       judged_at=getattr(judgment, "created_at", None) or now, now=now) + signal.flags
     sample = Sample(
         turn=turn, judgment=judgment, tenant=turn.tenant, user=turn.user, key=turn.key,
-        reward=judgment.reward, has_hint=bool(hints), state=guards.initial_state(policy.mode, found),
+        reward=signal.reward, has_hint=bool(signal.hints), state=guards.initial_state(policy.mode, found),
         flags=[f.as_json() for f in found], next_state_digest=digest, created_at=now,
     )
     try:

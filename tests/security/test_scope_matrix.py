@@ -78,7 +78,7 @@ def _fill(route: str, *, world: dict) -> str:
         path = path.replace(placeholder, value)
     # The other ids (versions, runs, samples, sessions, invitations) name nothing: 404 for all allowed.
     for placeholder in ("<int:version_id>", "<int:run_id>", "<int:sample_id>", "<int:session_id>",
-                        "<int:invitation_id>"):
+                        "<int:invitation_id>", "<int:turn_id>"):
         path = path.replace(placeholder, "999999")
     return "/" + path
 

@@ -34,6 +34,7 @@ from clawhub.conversations.selectors import (
     turn_request,
     turn_training_source,
 )
+from clawhub.feedback.selectors import train_sample_with_feedback
 from clawhub.review.models import Sample
 from clawhub.training import services
 from clawhub.training.models import TrainingRun
@@ -128,7 +129,7 @@ def train_sample(sample: Sample) -> TrainSample:
         # vLLM masks the logits with the grammar before it computes log-probs, so the recorded ones are of the
         # constrained distribution, not the policy's: the trainer recomputes pi_old instead.
         logprobs, why = None, f"pi_old recomputed: sampled under constrained decoding ({constrained})"
-    return TrainSample(
+    train = TrainSample(
         sample_id=sample.pk,
         messages=request.get("messages") or [{"role": "user", "content": str(request.get("prompt") or "")}],
         tools=request.get("tools") or None,
@@ -142,6 +143,8 @@ def train_sample(sample: Sample) -> TrainSample:
         chat_template_kwargs=kwargs if isinstance(kwargs, dict) else None,
         source=(f"{path}; {why}" if why else path) if path == SERVED_IDS else f"{path}: {why}",
     )
+    # A person's own rating outranks the judge's hints; a corrected reply is trained instead of the served one.
+    return train_sample_with_feedback(train, judgment=sample.judgment)
 
 
 def constrained_decoding(request: dict[str, Any]) -> str:
