@@ -9,6 +9,12 @@ section, its 12 tools, 40 or 160 history messages; about 32 KB or 90 KB), each r
 message of its own. Where the gateway hands turns off to the capture consumer (clawhub.gateway.consumer),
 the bench runs ``manage.py capture_consumer`` beside it and reports the consumer's CPU per request and its
 lag: the largest backlog seen during the run and how long the backlog took to drain after the last response.
+
+As in production, ClawHub's load comes from ``--tenants`` tenants (200 by default), each with its own key and
+active adapter, used in turn, so key and adapter caches miss as often as real agents' turns make them. The
+gateway's CPU is read after the capture log drained, so the work it defers (its XADD sender, its metrics
+and registry thread) is in the figure; the consumer's CPU is a line of its own. ``--profile PATH`` runs the
+gateway's event loop under cProfile (thread CPU time) and prints where it went.
 """
 
 import asyncio
@@ -133,6 +139,7 @@ class Target:
     api_key: str
     model: str
     pid: int | None  # the process tree whose CPU is charged to this target
+    keys: list[str] | None = None  # one per tenant, used in turn (ClawHub); None: api_key for every request
 
 
 def spawn(args: list[str], env: dict | None = None, *, drop: tuple[str, ...] = ()) -> subprocess.Popen:
@@ -160,7 +167,8 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
     body = {"model": target.model, "max_tokens": max_tokens, "stream": stream, "messages": messages}
     if tools:
         body["tools"] = tools
-    headers = {"Authorization": f"Bearer {target.api_key}"}
+    keys = target.keys or [target.api_key]
+    key_turn = iter(range(10**9))
     url = f"{target.base_url}/chat/completions"
     latencies, ttfts, failures = [], [], 0
     statuses: dict[str, int] = {}
@@ -173,6 +181,7 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
         if shaped:  # every request a turn of its own, as an agent's would be
             last = {"role": "user", "content": f"Next step {next(counter)}."}
             body = {**body, "messages": [*messages, last]}
+        headers = {"Authorization": f"Bearer {keys[next(key_turn) % len(keys)]}"}
         t0 = time.perf_counter()
         if stream:
             async with client.stream("POST", url, json=body, headers=headers) as response:
@@ -192,7 +201,9 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
             statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
 
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        for _ in range(min(50, requests)):  # warm connections, caches and the adapter load
+        # Warm connections, and load every tenant's adapter once (as a day of traffic would have): the
+        # measured run still misses the key and adapter caches as often as real agents' turns do.
+        for _ in range(max(min(50, requests), len(keys))):
             await one(client)
         latencies.clear()
         ttfts.clear()
@@ -221,12 +232,15 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - t0
-        cpu = (tree_cpu_seconds(target.pid) - cpu0) if target.pid else 0.0
         capture = {}
         if track:
             sampler.cancel()
             drain = await _drained(timeout=600)
             ccpu = tree_cpu_seconds(consumer_pid) - ccpu0
+        # Read after the drain: the gateway's own deferred work (its XADD sender, registry and metrics
+        # thread) is in the figure too.
+        cpu = (tree_cpu_seconds(target.pid) - cpu0) if target.pid else 0.0
+        if track:
             capture = {"capture_backlog_max": peak[0], "capture_drain_s": round(drain, 2),
                        "consumer_cpu_ms_per_request": round(ccpu * 1000 / requests, 3),
                        "gateway_plus_consumer_cpu_ms_per_request": round((cpu + ccpu) * 1000 / requests, 3)}
@@ -237,7 +251,7 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
         "p50_ms": round(percentile(latencies, 0.5), 2), "p99_ms": round(percentile(latencies, 0.99), 2),
         "ttft_p50_ms": round(percentile(ttfts, 0.5), 2) if ttfts else None,
         "cpu_ms_per_request": round(cpu * 1000 / requests, 3) if target.pid else None,
-        "body": body_shape, "body_bytes": len(json.dumps(body)), **capture,
+        "body": body_shape, "body_bytes": len(json.dumps(body)), "tenants": len(keys), **capture,
     }
 
 
@@ -249,20 +263,24 @@ async def _drained(timeout: float) -> float:
     return time.perf_counter() - t0
 
 
-def bench_identity() -> tuple[str, str]:
-    """A bench user with a fresh key and an active adapter, so the full hot path (adapter mapping) runs."""
+def bench_identities(tenants: int) -> tuple[list[str], str]:
+    """``tenants`` bench users, each with a fresh key and an active adapter of its own, so the full hot path
+    (key lookup, adapter mapping, adapter residency) runs for many tenants, as in production."""
     from clawhub.accounts.models import User
     from clawhub.accounts.services import user_create
     from clawhub.adapters.models import AdapterVersion
     from clawhub.keys.services import key_create
 
-    email = "bench-gateway@clawhub.invalid"
-    user = User.objects.filter(email=email).first() or user_create(email=email, password=os.urandom(16).hex())
-    _, secret = key_create(owner=user, name=f"bench {int(time.time())}")
-    tenant = user.tenant
-    AdapterVersion.objects.get_or_create(tenant=tenant, version=1, defaults={
-        "state": AdapterVersion.State.ACTIVE, "artifact_path": "/srv/adapters/bench/v1"})
-    return secret, "clawhub-personal"
+    secrets = []
+    stamp = int(time.time())
+    for i in range(tenants):
+        email = f"bench-gateway-{i}@clawhub.invalid"
+        user = User.objects.filter(email=email).first() or user_create(email=email, password=None)
+        _, secret = key_create(owner=user, name=f"bench {stamp}")
+        AdapterVersion.objects.get_or_create(tenant=user.tenant, version=1, defaults={
+            "state": AdapterVersion.State.ACTIVE, "artifact_path": f"/srv/adapters/bench/{i}/v1"})
+        secrets.append(secret)
+    return secrets, "clawhub-personal"
 
 
 def ensure_litellm(log=sys.stderr) -> str | None:
@@ -326,7 +344,10 @@ def litellm_version(exe: str) -> str:
 
 
 def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litellm: bool, out,
-        body: str = "short", modes: tuple[bool, ...] = (False, True)) -> list[dict]:
+        body: str = "short", modes: tuple[bool, ...] = (False, True), tenants: int = 200,
+        profile: str | None = None) -> list[dict]:
+    """``profile``: a path; the gateway's event loop runs under cProfile and its stats are written there
+    (one worker only), with the top entries by own time printed at the end."""
     import logging
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the driver's own requests are not news
@@ -338,11 +359,13 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
                       str(fake_port), "--no-access-log", "--log-level", "warning"], {"FAKE_LOAD_DELAY": "0"})
         processes.append(fake)
         wait_http(f"{upstream}/health")
-        secret, model = bench_identity()
-        gateway = spawn([sys.executable, "-m", "uvicorn", "clawhub.asgi:application", "--port", str(gw_port),
-                         "--workers", str(workers), "--no-access-log", "--log-level", "warning"],
-                        {"CLAWHUB_UPSTREAMS": json.dumps([{"url": upstream, "base_model": "tiny",
-                                                           "max_adapters": 8}])})
+        secrets, model = bench_identities(tenants)
+        serve = [sys.executable, "-m", "uvicorn", "clawhub.asgi:application", "--port", str(gw_port),
+                 "--workers", str(workers), "--no-access-log", "--log-level", "warning"]
+        if profile:
+            serve = [sys.executable, "-m", "clawhub.gateway.profiled", profile, *serve[3:]]
+        gateway = spawn(serve, {"CLAWHUB_UPSTREAMS": json.dumps([{"url": upstream, "base_model": "tiny",
+                                                                 "max_adapters": 8}])})
         processes.append(gateway)
         consumer_pid = None
         if (ROOT / "clawhub" / "gateway" / "management" / "commands" / "capture_consumer.py").exists():
@@ -351,7 +374,8 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
             consumer_pid = consumer.pid
         wait_http(f"http://127.0.0.1:{gw_port}/v1/models")
         targets = [Target("direct", f"{upstream}/v1", "none", "tiny", fake.pid),
-                   Target("clawhub", f"http://127.0.0.1:{gw_port}/v1", secret, model, gateway.pid)]
+                   Target("clawhub", f"http://127.0.0.1:{gw_port}/v1", secrets[0], model, gateway.pid,
+                          keys=secrets)]
         if litellm:
             exe = ensure_litellm()
             if exe is None:
@@ -387,7 +411,21 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
                 out.write(json.dumps(row) + "\n")
                 out.flush()
             results.extend(by_mode.values())
-        return results
     finally:
         for process in reversed(processes):
             stop(process)
+    if profile:
+        out.write(profile_summary(profile))
+    return results
+
+
+def profile_summary(path: str, top: int = 25) -> str:
+    import io
+    import pstats
+
+    if not os.path.exists(path):
+        return f"bench_gateway: no profile at {path}\n"
+    buffer = io.StringIO()
+    stats = pstats.Stats(path, stream=buffer)
+    stats.sort_stats("tottime").print_stats(top)
+    return buffer.getvalue()

@@ -17,10 +17,16 @@ class Command(BaseCommand):
         parser.add_argument("--body", choices=["short", "openclaw-32k", "openclaw-90k"], default="short",
                             help="one short message, or OpenClaw-shaped bodies (prompt, tools, history)")
         parser.add_argument("--mode", choices=["both", "plain", "stream"], default="both")
+        parser.add_argument("--tenants", type=int, default=200,
+                            help="tenants, each with its own key and active adapter, used in turn")
+        parser.add_argument("--profile", default=None,
+                            help="write a cProfile of the gateway's event loop here (costs CPU: the other "
+                                 "figures of that run are not comparable)")
 
-    def handle(self, *args, requests, concurrency, workers, max_tokens, no_litellm, body, mode, **options):
+    def handle(self, *args, requests, concurrency, workers, max_tokens, no_litellm, body, mode, tenants,
+               profile, **options):
         from clawhub.gateway.bench import run
 
         modes = {"both": (False, True), "plain": (False,), "stream": (True,)}[mode]
         run(requests=requests, concurrency=concurrency, workers=workers, max_tokens=max_tokens,
-            litellm=not no_litellm, out=sys.stdout, body=body, modes=modes)
+            litellm=not no_litellm, out=sys.stdout, body=body, modes=modes, tenants=tenants, profile=profile)
