@@ -7,6 +7,7 @@ from celery import Celery
 
 from clawhub.core import logging as ops_logging
 from clawhub.core import metrics as ops_metrics
+from clawhub.core import task_names as tasks
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "clawhub.settings.base")
 
@@ -23,25 +24,26 @@ app.conf.update(
     result_expires=3600,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
-    # Judging runs on many CPU workers, training on GPU workers: each family of tasks has its own queue.
-    task_routes={"clawhub.judge.*": {"queue": "judge"}, "clawhub.train.*": {"queue": "train"}},
+    # Judging runs on many CPU workers, training on GPU workers, periodic bookkeeping next to judging but on a
+    # queue of its own: every task name has its queue (clawhub.core.tasks), so one sent by name lands there.
+    task_routes={name: {"queue": queue} for name, queue in tasks.TASK_QUEUES.items()},
     # `celery -A workers.celery beat`: the idle sweep closes sessions and hands their last turns to judging.
     beat_schedule={
         "close-idle-sessions": {
-            "task": "clawhub.conversations.close_idle",
+            "task": tasks.CLOSE_IDLE,
             "schedule": 60.0,
-            "options": {"queue": "judge", "expires": 60},
+            "options": {"queue": tasks.JUDGE_QUEUE, "expires": 60},
         },
         # Ready turns whose judge task was lost (publish failed, broker restarted) are judged later.
         "sweep-unjudged-turns": {
-            "task": "clawhub.judge.sweep",
+            "task": tasks.JUDGE_SWEEP,
             "schedule": 300.0,
-            "options": {"queue": "judge", "expires": 300},
+            "options": {"queue": tasks.JUDGE_QUEUE, "expires": 300},
         },
         "purge-old-turns": {
-            "task": "clawhub.retention.purge",
+            "task": tasks.RETENTION_PURGE,
             "schedule": 24 * 3600.0,
-            "options": {"queue": "judge", "expires": 3600},
+            "options": {"queue": tasks.HOUSEKEEPING_QUEUE, "expires": 3600},
         },
     },
 )

@@ -1,6 +1,6 @@
 from django.contrib.auth.base_user import AbstractBaseUser, BaseUserManager
 from django.contrib.auth.models import PermissionsMixin
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -9,15 +9,26 @@ class UserManager(BaseUserManager):
     use_in_migrations = True
 
     def create_user(self, email: str, password: str | None = None, **fields):
-        # Used by Django's own tooling (createsuperuser, tests); product code calls
-        # accounts.services.user_create.
-        from clawhub.accounts.services import user_create
-
-        return user_create(email=email, password=password, **fields)
+        # Django's own tooling (createsuperuser, which validates the address itself; tests). Product code
+        # calls accounts.services.user_create, which validates and refuses a taken address first.
+        user = self.model(email=email, **fields)
+        user.set_password(password) if password else user.set_unusable_password()
+        return self.insert(user)
 
     def create_superuser(self, email: str, password: str | None = None, **fields):
         fields.update(is_staff=True, is_superuser=True)
         return self.create_user(email, password, **fields)
+
+    @transaction.atomic
+    def insert(self, user: "User") -> "User":
+        """Saves a new user together with their personal tenant: every path that makes a user (sign-up, the
+        Django admin's add form, createsuperuser) comes through here, so no user is ever without one."""
+        from clawhub.tenants.models import Tenant  # tenants.models imports nothing of ours
+
+        user.email = self.normalize_email(user.email or "").strip().lower()
+        user.save(using=self._db)
+        Tenant.objects.create(kind=Tenant.Kind.USER, user=user)
+        return user
 
 
 class User(AbstractBaseUser, PermissionsMixin):

@@ -1,6 +1,6 @@
-"""Writes for users, sign-in and the audit log."""
+"""Writes for users and sign-in. The audit log is written by ``clawhub.accounts.audit`` (re-exported here)."""
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import authenticate, login, logout
@@ -11,7 +11,6 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
 from django.db import transaction
-from django.db.models import Model
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -19,7 +18,8 @@ from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from clawhub.accounts.models import AuditLog, User
+from clawhub.accounts.audit import audit_record, audit_record_for_tenant  # noqa: F401  (re-exported)
+from clawhub.accounts.models import User
 from clawhub.accounts.selectors import (
     EMAIL_VERIFICATION_SALT,
     email_normalize,
@@ -35,61 +35,6 @@ from clawhub.accounts.throttle import (
 )
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import AuthenticationFailed, Conflict, ValidationFailed
-
-if TYPE_CHECKING:
-    from clawhub.tenants.models import Tenant
-
-
-def audit_record(
-    *,
-    actor: User | None,
-    action: str,
-    target: Model | None,
-    subject_user: User | None = None,
-    group=None,
-    ip: str | None = None,
-    **data: Any,
-) -> AuditLog:
-    """Records one change that matters. ``subject_user`` and ``group`` decide who may read it later.
-
-    ``target`` may be None for events that concern no row (a lockout of an IP address).
-    """
-    return AuditLog.objects.create(
-        actor=actor,
-        action=action,
-        target_type=target._meta.model_name if target is not None else "",
-        target_id=str(target.pk) if target is not None else "",
-        target_repr=str(target)[:255] if target is not None else "",
-        subject_user=subject_user,
-        group=group,
-        ip=ip,
-        data=data,
-    )
-
-
-def audit_record_for_tenant(
-    *,
-    actor: User | None,
-    action: str,
-    target: Model | None,
-    tenant: "Tenant",
-    ip: str | None = None,
-    **data: Any,
-) -> AuditLog:
-    """``audit_record`` for a change to a tenant's training or adapters: the row is readable by the tenant's
-    user or group, and ``data`` names the tenant, since the target alone (a run, a version) may not."""
-    from clawhub.tenants.models import Tenant
-
-    return audit_record(
-        actor=actor,
-        action=action,
-        target=target,
-        ip=ip,
-        subject_user=tenant.user if tenant.kind == Tenant.Kind.USER else None,
-        group=tenant.group if tenant.kind == Tenant.Kind.GROUP else None,
-        tenant=tenant.pk,
-        **data,
-    )
 
 
 def _clean_email(email: str) -> str:
@@ -126,12 +71,7 @@ def user_create(*, email: str, password: str | None, display_name: str = "", **f
 @transaction.atomic
 def user_insert(*, user: User) -> User:
     """Saves a new user built elsewhere (Django admin's add form) together with their personal tenant."""
-    from clawhub.tenants.models import Tenant
-
-    user.email = email_normalize(user.email)
-    user.save()
-    Tenant.objects.create(kind=Tenant.Kind.USER, user=user)
-    return user
+    return User.objects.insert(user)
 
 
 def user_signup(*, email: str, password: str, display_name: str = "", ip: str | None = None) -> User | None:

@@ -3,6 +3,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from clawhub.tenants import naming
+
 
 class AdapterVersion(models.Model):
     """One trained LoRA adapter of a tenant. Served to vLLM under a name unique to these weights.
@@ -65,8 +67,7 @@ class AdapterVersion(models.Model):
 
     @property
     def upstream_name(self) -> str:
-        # Never reuse a name for different weights: vLLM caches by name (stale prefix cache otherwise).
-        return f"t{self.tenant_id}-v{self.version}"
+        return naming.upstream_adapter_name(tenant_id=self.tenant_id, version=self.version)
 
     @property
     def draining(self) -> bool:

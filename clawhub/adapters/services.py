@@ -37,35 +37,16 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from clawhub.accounts.audit import audit_record_for_tenant
 from clawhub.accounts.models import User
-from clawhub.accounts.services import audit_record_for_tenant
 from clawhub.adapters import evaluation, serving
 from clawhub.adapters.models import AdapterPin, AdapterVersion
 from clawhub.adapters.selectors import TenantAccess, adapters_to_unload
+from clawhub.core import tasks
 from clawhub.core.exceptions import Conflict, ValidationFailed
 from clawhub.tenants.models import Tenant
 
 logger = logging.getLogger("clawhub.adapters")
-
-PROMOTE_TASK = "clawhub.train.promote"
-UNLOAD_TASK = "clawhub.train.unload_drained"
-
-
-def _send_task(
-    name: str,
-    *,
-    args: list,
-    kwargs: dict | None = None,
-    countdown: float | None = None,
-    queue: str | None = None,
-) -> None:
-    from workers.celery import app  # the Celery app loads only when a task is sent
-
-    options: dict = {"countdown": countdown} if countdown else {}
-    if queue:
-        options["queue"] = queue
-    app.send_task(name, args=args, kwargs=kwargs or {}, **options)
-
 
 def artifact_dir(*, tenant_id: int, version: int) -> Path:
     return Path(settings.CLAWHUB_ADAPTER_DIR) / f"t{tenant_id}" / f"v{version}"
@@ -239,10 +220,7 @@ def adapter_activate(
             upstreams=[up.url for up in targets],
         )
         if old is not None:
-            transaction.on_commit(
-                lambda: _send_task(UNLOAD_TASK, args=[], countdown=grace.total_seconds() + 1, queue="judge"),
-                robust=True,
-            )
+            tasks.enqueue_on_commit(tasks.UNLOAD_DRAINED, countdown=grace.total_seconds() + 1)
     return version
 
 
@@ -301,11 +279,7 @@ def adapter_rollback(
         ip=ip,
         version=version.version,
     )
-    version_id, actor_id = version.pk, access.actor.pk
-    transaction.on_commit(
-        lambda: _send_task(PROMOTE_TASK, args=[version_id], kwargs={"rollback": True, "actor_id": actor_id}),
-        robust=True,
-    )
+    tasks.enqueue_on_commit(tasks.PROMOTE, version.pk, rollback=True, actor_id=access.actor.pk)
     return version
 
 
@@ -462,8 +436,7 @@ def promotions_sweep(*, now=None) -> dict[str, list[str]]:
             redrives=version.redrives + 1, evaluating_since=now
         )
         if marked:
-            version_id = version.pk
-            transaction.on_commit(lambda v=version_id: _send_task(PROMOTE_TASK, args=[v]), robust=True)
+            tasks.enqueue_on_commit(tasks.PROMOTE, version.pk)
             done["redriven"].append(version.upstream_name)
     leftovers = LoadedAdapter.objects.filter(
         adapter_version__state=AdapterVersion.State.REJECTED

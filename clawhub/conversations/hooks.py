@@ -7,7 +7,7 @@ the rows.
 
 import logging
 
-from django.db import transaction
+from clawhub.core import tasks
 
 logger = logging.getLogger("clawhub.conversations")
 
@@ -15,12 +15,8 @@ logger = logging.getLogger("clawhub.conversations")
 def on_turn_ready_for_judging(turn_ids: list[int]) -> None:
     """Main turns that just got their next state or were closed without one: one judge task each.
 
-    Callers already run this after commit; ``on_commit`` keeps that true for a caller inside a transaction (it
-    runs at once when there is none)."""
-    from workers.tasks.judging import JUDGE_QUEUE, judge_turn  # the Celery app loads only when judging starts
-
+    Callers already run this after commit; ``enqueue_on_commit`` keeps that true for a caller inside a
+    transaction (it sends at once when there is none)."""
     logger.debug("%d turns ready for judging", len(turn_ids))
     for turn_id in turn_ids:
-        transaction.on_commit(
-            lambda turn_id=turn_id: judge_turn.apply_async(args=[turn_id], queue=JUDGE_QUEUE), robust=True
-        )
+        tasks.enqueue_on_commit(tasks.JUDGE_TURN, turn_id)

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from clawhub.accounts.services import audit_record_for_tenant
+from clawhub.accounts.audit import audit_record_for_tenant
 from clawhub.conversations import hooks
 from clawhub.conversations.models import ConversationSettings, Session, Turn
 from clawhub.conversations.selectors import turns_awaiting_next, turns_judgeable

@@ -32,6 +32,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from clawhub.tenants import naming
+
 log = logging.getLogger(__name__)
 
 # Generations run from milliseconds (a cached short answer) to the gateway's 600 s upstream timeout.
@@ -146,13 +148,7 @@ def model_label(model: str | None) -> str:
     Group ids carry a slug per group; they are folded into ``clawhub-group`` so a site with thousands of
     groups does not create thousands of series (per-group numbers are in the usage dashboards).
     """
-    if not model:
-        return "none"
-    if model.startswith("clawhub-group-"):
-        return "clawhub-group"
-    if model in ("clawhub-personal", "base"):
-        return model
-    return "other"
+    return naming.metric_label(model)
 
 
 # What the capture log reports at scrape time (clawhub.gateway.handoff.handoff_state): clawhub_capture_<name>.

@@ -5,6 +5,7 @@ from django import forms
 from clawhub.keys.models import ApiKey
 from clawhub.keys.scopes import MANAGEMENT_SCOPES, SCOPE_DESCRIPTIONS, Scope
 from clawhub.keys.selectors import BASE_MODEL_ID, key_tenant, model_ids_for_tenant
+from clawhub.tenants import naming
 
 
 class _KeySettingsForm(forms.Form):
@@ -41,8 +42,9 @@ class KeyCreateForm(_KeySettingsForm):
                                                                                for g in groups]
         # Every id any of these tenants offers; the service checks that the chosen ones fit the chosen tenant.
         self.fields["allowed_models"].choices = (
-            [("clawhub-personal", "clawhub-personal (personal keys)")]
-            + [(f"clawhub-group-{g.slug}", f"clawhub-group-{g.slug} ({g.name} keys)") for g in groups]
+            [(naming.PERSONAL_MODEL_ID, f"{naming.PERSONAL_MODEL_ID} (personal keys)")]
+            + [(model_id, f"{model_id} ({g.name} keys)")
+               for g in groups for model_id in [naming.group_model_id(g.slug)]]
             + [(BASE_MODEL_ID, "base (the shared base model)")]
         )
 

@@ -7,16 +7,16 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from clawhub.accounts.models import User
-from clawhub.core.exceptions import NotFound, PermissionDenied, ValidationFailed
+from clawhub.core.exceptions import NotFound, PermissionDenied
 from clawhub.groups.models import ROLE_RANK, Group, Membership, Role
 from clawhub.groups.selectors import groups_for_user, has_role
 from clawhub.keys.models import ApiKey, ApiKeySecret
 from clawhub.keys.scopes import DEFAULT_SCOPES
+from clawhub.tenants import naming
 from clawhub.tenants.models import Tenant
 
 SECRET_PREFIX = "chk_"
-# The model id that reaches the shared base model with no adapter; every tenant may use it.
-BASE_MODEL_ID = "base"
+BASE_MODEL_ID = naming.BASE_MODEL_ID  # the shared base model with no adapter; every tenant may use it
 
 
 def secret_digest(secret: str) -> str:
@@ -80,7 +80,7 @@ def key_tenant(key: ApiKey) -> Tenant:
 
 def model_ids_for_tenant(tenant: Tenant) -> list[str]:
     """Every model id a key of this tenant could be allowed: the tenant's adapter first, then the base."""
-    return [tenant.model_id, BASE_MODEL_ID]
+    return naming.models_offered(tenant_model_id=tenant.model_id)
 
 
 def models_for_key(key: ApiKey, *, tenant: Tenant | None = None) -> list[str]:
@@ -89,10 +89,8 @@ def models_for_key(key: ApiKey, *, tenant: Tenant | None = None) -> list[str]:
     ``allowed_models`` empty means everything the tenant offers. Pass ``tenant`` when the caller already has
     it (the gateway's ``ResolvedKey.tenant``) to spare the lookup.
     """
-    offered = model_ids_for_tenant(tenant or key_tenant(key))
-    if not key.allowed_models:
-        return offered
-    return [model_id for model_id in offered if model_id in key.allowed_models]
+    tenant = tenant or key_tenant(key)
+    return naming.models_for_key(tenant_model_id=tenant.model_id, allowed_models=key.allowed_models)
 
 
 def keys_for_user(*, user: User) -> QuerySet[ApiKey]:
@@ -143,5 +141,5 @@ def group_for_key_binding(*, slug: str, user: User) -> Group:
     the member-role check itself is the service's."""
     group = Group.objects.filter(slug=slug, memberships__user=user).first() if user.is_authenticated else None
     if group is None:
-        raise ValidationFailed("No such group.", field="group")
+        raise NotFound("No such group.", field="group")
     return group

@@ -9,8 +9,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from clawhub.accounts.audit import audit_record
 from clawhub.accounts.models import User
-from clawhub.accounts.services import audit_record
 from clawhub.core.exceptions import PermissionDenied, ValidationFailed
 from clawhub.groups.models import Group, Role
 from clawhub.groups.selectors import has_role

@@ -1,6 +1,8 @@
 from django.db import models
 from django.db.models import Q
 
+from clawhub.tenants import naming
+
 
 class Tenant(models.Model):
     """What an adapter belongs to: one user (personal adapter) or one group (shared adapter)."""
@@ -33,6 +35,4 @@ class Tenant(models.Model):
     @property
     def model_id(self) -> str:
         """The model id clients send for this tenant's adapter."""
-        if self.kind == self.Kind.USER:
-            return "clawhub-personal"
-        return f"clawhub-group-{self.group.slug}"
+        return naming.tenant_model_id(group_slug=self.group.slug if self.kind == self.Kind.GROUP else None)

@@ -18,9 +18,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from clawhub.accounts.services import audit_record_for_tenant as _audit
+from clawhub.accounts.audit import audit_record_for_tenant as _audit
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.selectors import TenantAccess
+from clawhub.core import tasks
 from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
 from clawhub.review.models import Sample
 from clawhub.review.selectors import samples_for_training, trainable_count
@@ -37,9 +38,6 @@ from clawhub.training.selectors import (
 )
 
 logger = logging.getLogger("clawhub.training")
-
-TRAIN_TASK = "clawhub.train.run"
-
 
 def _validate_config(config: dict[str, Any]) -> None:
     from workers.trainer.backend import TrainConfig, bound_problems  # plain dataclasses: no torch is imported
@@ -202,7 +200,8 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
                 automatic=actor is None,
             )
             run_id = run.pk
-            transaction.on_commit(lambda: _enqueue_run(run_id), robust=True)
+            tasks.enqueue_on_commit(tasks.TRAIN_RUN, run_id,
+                                    then=lambda result: _task_id_record(run_id, result.id))
     except IntegrityError:
         # Another start won the race between our check and our insert: the partial unique constraint.
         raise Conflict(
@@ -211,11 +210,8 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
     return run
 
 
-def _enqueue_run(run_id: int) -> None:
-    from workers.celery import app  # the Celery app loads only when a task is sent
-
-    result = app.send_task(TRAIN_TASK, args=[run_id])
-    TrainingRun.objects.filter(pk=run_id, task_id="").update(task_id=result.id)
+def _task_id_record(run_id: int, task_id: str) -> None:
+    TrainingRun.objects.filter(pk=run_id, task_id="").update(task_id=task_id)
 
 
 def runs_kick(*, tenant_ids: list[int] | None = None) -> list[int]:

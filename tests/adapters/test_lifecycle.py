@@ -18,6 +18,7 @@ from tests.adapters.conftest import make_version
 from tests.factories import make_user
 from tests.review.conftest import make_turn
 from tests.training.conftest import approved_samples
+from workers.celery import app
 
 State = AdapterVersion.State
 
@@ -64,7 +65,8 @@ def test_a_passing_decision_is_recorded_and_the_switch_retires_the_parent(
     assert LoadedAdapter.objects.filter(adapter_name=new.upstream_name, adapter_version=new).exists()
     assert AuditLog.objects.filter(action="adapter.promoted", target_id=str(new.pk)).exists()
     unload = [c for c in sent_tasks if c[0] == "clawhub.train.unload_drained"]
-    assert unload and unload[0][3]["queue"] == "judge" and unload[0][3]["countdown"] > 1
+    assert unload and unload[0][3]["countdown"] > 1
+    assert app.amqp.router.route(unload[0][3], unload[0][0])["queue"].name == "housekeeping"
 
 
 def test_a_rejecting_decision_ends_the_candidate(db, fake):

@@ -69,7 +69,8 @@ def test_web_runs_gunicorn_with_uvicorn_workers(compose):
 def test_workers_consume_their_queues(compose):
     judge = compose["services"]["worker-judge"]["command"]
     assert (
-        judge[:4] == ["celery", "-A", "workers.celery", "worker"] and judge[judge.index("-Q") + 1] == "judge"
+        judge[:4] == ["celery", "-A", "workers.celery", "worker"]
+        and judge[judge.index("-Q") + 1].split(",") == ["judge", "housekeeping"]
     )
     train = compose["services"]["worker-train"]["command"]
     assert train[train.index("-Q") + 1] == "train"

@@ -186,9 +186,18 @@ def test_tenant_can_choose_the_llm_judge(key, settings):
     assert Judgment.objects.get(turn=turn).judge == "llm"
 
 
+def _judge_sends(monkeypatch, record):
+    """Celery's send_task for the judge task, recorded as (args, queue the router picks) instead of sent."""
+    def send_task(name, args=None, kwargs=None, **options):
+        assert name == judge_turn.name
+        record(list(args), app.amqp.router.route(options, name)["queue"].name)
+
+    monkeypatch.setattr(app, "send_task", send_task)
+
+
 def test_hook_enqueues_one_task_per_turn_on_commit(key, monkeypatch, django_capture_on_commit_callbacks):
     sent = []
-    monkeypatch.setattr(judge_turn, "apply_async", lambda args, queue: sent.append((args, queue)))
+    _judge_sends(monkeypatch, lambda args, queue: sent.append((args, queue)))
     with django_capture_on_commit_callbacks(execute=True):
         turns = capture_exchange(key, "thanks!")
     assert sent == [([turns[0].pk], "judge")]
@@ -196,7 +205,7 @@ def test_hook_enqueues_one_task_per_turn_on_commit(key, monkeypatch, django_capt
 
 def test_hook_inside_a_transaction_waits_for_the_commit(key, monkeypatch, django_capture_on_commit_callbacks):
     sent = []
-    monkeypatch.setattr(judge_turn, "apply_async", lambda args, queue: sent.append(args))
+    _judge_sends(monkeypatch, lambda args, queue: sent.append(args))
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         hooks.on_turn_ready_for_judging([1, 2])
     assert sent == [] and len(callbacks) == 2
@@ -205,7 +214,7 @@ def test_hook_inside_a_transaction_waits_for_the_commit(key, monkeypatch, django
 def test_close_idle_task_closes_sessions_and_hands_turns_to_judging(key, settings, monkeypatch,
                                                                     django_capture_on_commit_callbacks):
     sent = []
-    monkeypatch.setattr(judge_turn, "apply_async", lambda args, queue: sent.append(args[0]))
+    _judge_sends(monkeypatch, lambda args, queue: sent.append(args[0]))
     turn = capture_exchange(key, None)[0]
     Session.objects.filter(pk=turn.session_id).update(last_activity_at=timezone.now() - timedelta(hours=2))
     settings.CONVERSATION_IDLE_TIMEOUT = timedelta(minutes=30)

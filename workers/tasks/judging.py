@@ -18,6 +18,7 @@ from django.db import transaction
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import turn_request
 from clawhub.conversations.services import session_close_idle
+from clawhub.core import task_names as tasks
 from clawhub.feedback.concurrency import TenantCappedJudgeTask
 from clawhub.feedback.models import JudgeRules
 from clawhub.feedback.selectors import judge_rules_for_tenant, judgment_for_turn, turn_for_judging
@@ -27,11 +28,11 @@ from workers.judge import Judge, JudgeError, JudgeInput, LLMJudge, RuleJudge, Ru
 
 logger = logging.getLogger("workers.tasks.judging")
 
-JUDGE_QUEUE = "judge"
+JUDGE_QUEUE = tasks.JUDGE_QUEUE
 
 
 @app.task(
-    name="clawhub.judge.turn",
+    name=tasks.JUDGE_TURN,
     queue=JUDGE_QUEUE,
     bind=True,
     base=TenantCappedJudgeTask,  # at most CLAWHUB_JUDGE_TENANT_CONCURRENCY of one tenant's turns at once
@@ -107,7 +108,7 @@ def _hand_to_review(judgment_id: int) -> None:
     sample_create_for_judgment(judgment_id=judgment_id)
 
 
-@app.task(name="clawhub.conversations.close_idle", queue=JUDGE_QUEUE, ignore_result=True)
+@app.task(name=tasks.CLOSE_IDLE, queue=JUDGE_QUEUE, ignore_result=True)
 def close_idle_sessions() -> int:
     """Periodic (celery beat, see workers.celery): closes sessions idle for CONVERSATION_IDLE_TIMEOUT; their
     last main turns go to judging without a next state."""
@@ -117,7 +118,7 @@ def close_idle_sessions() -> int:
 SWEEP_BATCH = 500
 
 
-@app.task(name="clawhub.judge.sweep", queue=JUDGE_QUEUE, ignore_result=True)
+@app.task(name=tasks.JUDGE_SWEEP, queue=JUDGE_QUEUE, ignore_result=True)
 def sweep_unjudged() -> int:
     """Periodic (celery beat, see workers.celery): main turns that have been ready for judging (a next state,
     or closed without one) for CLAWHUB_JUDGE_SWEEP_AFTER_SECONDS and still have no judgment are enqueued

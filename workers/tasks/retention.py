@@ -4,10 +4,11 @@ Run it periodically from Celery beat (daily is enough). Idempotent by nature: a 
 older than the cutoff.
 """
 
+from clawhub.core import task_names as tasks
 from workers.celery import app
 
 
-@app.task(name="clawhub.retention.purge", queue="judge")
+@app.task(name=tasks.RETENTION_PURGE, queue=tasks.HOUSEKEEPING_QUEUE)
 def purge() -> dict:
     from clawhub.conversations.privacy import turns_purge_older_than
 

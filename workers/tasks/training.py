@@ -10,13 +10,12 @@ Worker for the ``train`` queue (one GPU, one run at a time; a task is acknowledg
 redelivered run (the worker died: ``acks_late`` + ``reject_on_worker_lost`` leave the message to the broker,
 which delivers it again after CELERY_BROKER_VISIBILITY_TIMEOUT) starts the backend on the same workdir, which
 resumes after the last checkpointed optimizer step and trains the same claimed samples in the same order, so
-no step is repeated and no sample is lost. Housekeeping (kick, unload) runs on the ``judge`` queue, next to
-the other periodic tasks, so that it never waits behind an hour of training.
+no step is repeated and no sample is lost. Housekeeping (kick, sweep, unload) runs on the ``housekeeping``
+queue, which the judge workers consume too, so that it never waits behind an hour of training.
 """
 
 import json
 import logging
-import time
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -35,6 +34,7 @@ from clawhub.conversations.selectors import (
     turn_request,
     turn_training_source,
 )
+from clawhub.core import task_names as tasks
 from clawhub.feedback.selectors import train_sample_with_feedback
 from clawhub.review.models import Sample
 from clawhub.training import services
@@ -45,8 +45,8 @@ from workers.trainer.backend import TrainConfig, TrainingBackend, TrainSample
 
 logger = logging.getLogger("workers.tasks.training")
 
-TRAIN_QUEUE = "train"
-HOUSEKEEPING_QUEUE = "judge"
+TRAIN_QUEUE = tasks.TRAIN_QUEUE
+HOUSEKEEPING_QUEUE = tasks.HOUSEKEEPING_QUEUE
 
 app.conf.beat_schedule.update(
     {
@@ -216,9 +216,6 @@ def make_backend(name: str) -> TrainingBackend:
     ignore_result=True,
 )
 def train_run(self, run_id: int) -> dict[str, Any]:
-    # The soft time limit as a deadline checked after every optimizer step: a worker with --pool solo (one per
-    # GPU, as production runs them) has no way to interrupt a task, so Celery's own soft limit never fires.
-    deadline = time.monotonic() + settings.CLAWHUB_TRAIN_SOFT_TIME_LIMIT
     run = services.run_mark_running(run_id=run_id, task_id=self.request.id or "")
     if run is None:
         # Finished, failed or cancelled. A worker that died between "succeeded" and sending the promotion
@@ -237,7 +234,7 @@ def train_run(self, run_id: int) -> dict[str, Any]:
             return {"run": run_id, "outcome": "promote_resent", "version": version.version}
         return {"run": run_id, "outcome": "not_open"}
     try:
-        version = _train(services.run_resolve_parent(run_id=run_id), deadline=deadline)
+        version = _train(services.run_resolve_parent(run_id=run_id))
     except RunCancelled:
         return {"run": run_id, "outcome": "cancelled"}
     except SoftTimeLimitExceeded:
@@ -265,7 +262,7 @@ def train_run(self, run_id: int) -> dict[str, Any]:
     return {"run": run_id, "outcome": "succeeded", "version": version.version}
 
 
-def _train(run: TrainingRun, *, deadline: float) -> AdapterVersion | None:
+def _train(run: TrainingRun) -> AdapterVersion | None:
     samples = samples_of_run(run=run)
     batch = [train_sample(s) for s in samples]
     if not batch:
@@ -277,8 +274,6 @@ def _train(run: TrainingRun, *, deadline: float) -> AdapterVersion | None:
         state = services.run_record_step(run_id=run.pk, metrics=metrics.to_dict())
         if state != TrainingRun.State.RUNNING:
             raise RunCancelled()
-        if time.monotonic() > deadline:
-            raise SoftTimeLimitExceeded("past CLAWHUB_TRAIN_SOFT_TIME_LIMIT (checked between steps)")
 
     try:
         backend.start(run.base_model, parent_dir, TrainConfig.from_dict(run.config), run.workdir)

@@ -155,7 +155,7 @@ def _app_children(env: dict[str, str], *, host: str, port: int) -> list[Child]:
                       "--port", str(port), "--timeout-graceful-shutdown", "10"], env, cwd=root),
         # One process takes every queue; the solo pool runs one task at a time, so training a batch holds up
         # judging until it is done. A deployment runs separate judge and GPU train workers.
-        Child("worker", [*celery, "worker", "-Q", "judge,train,default", "--pool", "solo",
+        Child("worker", [*celery, "worker", "-Q", "judge,housekeeping,train,default", "--pool", "solo",
                          "--concurrency", "1", "-n", "embedded@%h", "--loglevel", "INFO",
                          "--without-gossip", "--without-mingle", "--without-heartbeat"], env, cwd=root),
         Child("beat", [*celery, "beat", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule"),
