@@ -16,6 +16,7 @@ queue, which the judge workers consume too, so that it never waits behind an hou
 
 import json
 import logging
+import time
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -216,6 +217,9 @@ def make_backend(name: str) -> TrainingBackend:
     ignore_result=True,
 )
 def train_run(self, run_id: int) -> dict[str, Any]:
+    # The soft time limit as a deadline checked after every optimizer step: a worker with --pool solo (one per
+    # GPU, as production runs them) has no way to interrupt a task, so Celery's own soft limit never fires.
+    deadline = time.monotonic() + settings.CLAWHUB_TRAIN_SOFT_TIME_LIMIT
     run = services.run_mark_running(run_id=run_id, task_id=self.request.id or "")
     if run is None:
         # Finished, failed or cancelled. A worker that died between "succeeded" and sending the promotion
@@ -234,7 +238,7 @@ def train_run(self, run_id: int) -> dict[str, Any]:
             return {"run": run_id, "outcome": "promote_resent", "version": version.version}
         return {"run": run_id, "outcome": "not_open"}
     try:
-        version = _train(services.run_resolve_parent(run_id=run_id))
+        version = _train(services.run_resolve_parent(run_id=run_id), deadline=deadline)
     except RunCancelled:
         return {"run": run_id, "outcome": "cancelled"}
     except SoftTimeLimitExceeded:
@@ -262,7 +266,7 @@ def train_run(self, run_id: int) -> dict[str, Any]:
     return {"run": run_id, "outcome": "succeeded", "version": version.version}
 
 
-def _train(run: TrainingRun) -> AdapterVersion | None:
+def _train(run: TrainingRun, *, deadline: float) -> AdapterVersion | None:
     samples = samples_of_run(run=run)
     batch = [train_sample(s) for s in samples]
     if not batch:
@@ -274,6 +278,8 @@ def _train(run: TrainingRun) -> AdapterVersion | None:
         state = services.run_record_step(run_id=run.pk, metrics=metrics.to_dict())
         if state != TrainingRun.State.RUNNING:
             raise RunCancelled()
+        if time.monotonic() > deadline:
+            raise SoftTimeLimitExceeded("past CLAWHUB_TRAIN_SOFT_TIME_LIMIT (checked between steps)")
 
     try:
         backend.start(run.base_model, parent_dir, TrainConfig.from_dict(run.config), run.workdir)
