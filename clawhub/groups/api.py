@@ -15,6 +15,7 @@ from clawhub.core.exceptions import PermissionDenied
 from clawhub.groups import selectors, services
 from clawhub.groups.models import Group, Invitation, Role
 from clawhub.groups.rules import can_manage
+from clawhub.tenants import naming
 
 
 def one_url(*operations: type[APIView]) -> type[APIView]:
@@ -65,7 +66,7 @@ class GroupOutputSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
     def get_model_id(self, group: Group) -> str:
-        return f"clawhub-group-{group.slug}"
+        return naming.group_model_id(group.slug)
 
     def get_role(self, group: Group) -> str:
         # The caller's role: from the list annotation, or passed in the context by single-group views.

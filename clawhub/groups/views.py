@@ -18,6 +18,7 @@ from clawhub.core.exceptions import ClawHubError, NotFound
 from clawhub.groups import rules, selectors, services
 from clawhub.groups.forms import GroupCreateForm, GroupRenameForm, InvitationForm, RoleForm, TransferForm
 from clawhub.groups.models import Group, Role
+from clawhub.tenants import naming
 
 # A link-only invitation's link is shown once: on the page rendered right after its creation, then popped.
 _NEW_LINK_SESSION_KEY = "groups:new_invitation_link"
@@ -101,7 +102,7 @@ def group_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "invitations": selectors.group_invitations(group=group) if can_manage else [],
         "invite_roles": rules.grantable_roles(role),
         "new_invitation_link": request.session.pop(_NEW_LINK_SESSION_KEY, None),
-        "model_id": f"clawhub-group-{group.slug}",
+        "model_id": naming.group_model_id(group.slug),
     })
 
 
