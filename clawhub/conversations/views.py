@@ -1,9 +1,12 @@
-"""Server-rendered pages: the user's conversations, and one conversation turn by turn."""
+"""Server-rendered pages: the user's conversations, and one conversation turn by turn, with what each turn
+taught the model: its judgment, the person's own rating, its sample's review, the version that answered and
+the run that trained on it."""
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_POST
 
 from clawhub.conversations.identity import content_text, next_state_messages, reply_message
 from clawhub.conversations.links import describe
@@ -15,7 +18,12 @@ from clawhub.conversations.selectors import (
     turns_for_session,
     turns_messages,
 )
+from clawhub.core.api import client_ip
 from clawhub.core.exceptions import NotFound
+from clawhub.core.views import page_errors, post_and_redirect
+from clawhub.feedback.models import ExplicitFeedback
+from clawhub.feedback.selectors import learning_for_turns, turn_for_rating
+from clawhub.feedback.services import feedback_submit
 
 PER_PAGE = 50
 
@@ -29,7 +37,7 @@ def _said(messages) -> list[dict]:
     return [{"role": m.get("role", ""), "text": content_text(m.get("content"))} for m in messages or []]
 
 
-def _shown(turn: Turn, messages: list | None, index_of: dict[int, int]) -> dict:
+def _shown(turn: Turn, messages: list | None, index_of: dict[int, int], learned: dict | None = None) -> dict:
     """What a person reading the conversation wants from a turn: what this request added (not the whole
     resent history), what came back, what followed, how it ended, what it continues, and what a training
     sample of it is built from."""
@@ -51,7 +59,28 @@ def _shown(turn: Turn, messages: list | None, index_of: dict[int, int]) -> dict:
         "reply": content_text(reply.get("content")) if reply else "",
         "tool_calls": [c.get("function") or {} for c in reply.get("tool_calls") or [] if isinstance(c, dict)],
         "next_state": _said(turn.next_state),
+        **(learned or {}),
     }
+
+
+# Filters over a conversation's turns: what the sample trains on (reward), whether the guards flagged it, and
+# which adapter version answered.
+REWARDS = {"1": 1, "0": 0, "-1": -1}
+
+
+def _kept(row: dict, *, reward: str, flag: str, version: str) -> bool:
+    sample = row.get("sample")
+    if reward in REWARDS and (row.get("effective_reward") != REWARDS[reward]):
+        return False
+    if flag == "any" and not (sample and sample.flags):
+        return False
+    if flag == "none" and sample and sample.flags:
+        return False
+    if version:
+        answered = row["turn"].adapter_version.version if row["turn"].adapter_version_id else "base"
+        if str(answered) != version:
+            return False
+    return True
 
 
 @login_required
@@ -69,9 +98,41 @@ def conversation_detail(request: HttpRequest, session_id: int) -> HttpResponse:
     except NotFound as exc:
         raise Http404(exc.message) from None
     turn_type = _turn_type(request)
-    rows = list(turns_for_session(session=session, turn_type=turn_type))
+    rows = list(turns_for_session(session=session, turn_type=turn_type).select_related("adapter_version"))
     messages = turns_messages(turns=rows)
+    learned = learning_for_turns(turns=rows)
     index_of = dict(Turn.objects.filter(session=session).values_list("pk", "index"))
-    turns = [_shown(t, messages.get(t.pk), index_of) for t in rows]
+    turns = [_shown(t, messages.get(t.pk), index_of, learned.get(t.pk)) for t in rows]
+    chosen = {name: request.GET.get(name, "") for name in ("reward", "flag", "version")}
+    versions = sorted({t.adapter_version.version for t in rows if t.adapter_version_id})
+    shown = [row for row in turns if _kept(row, **chosen)]
     return render(request, "conversations/detail.html",
-                  {"session": session, "turns": turns, "turn_type": turn_type})
+                  {"session": session, "turns": shown, "turn_type": turn_type, "total": len(turns),
+                   "versions": versions, "chosen": chosen, "thumbs": ExplicitFeedback.Thumb.values})
+
+
+@login_required
+@require_POST
+@page_errors
+def turn_feedback(request: HttpRequest, turn_id: int) -> HttpResponse:
+    """The conversation page's rating form: the same service as the REST API and /v1/feedback."""
+    turn = turn_for_rating(actor=request.user, turn_id=turn_id)
+    form = request.POST
+    fields = {}
+    if "thumb" in form:
+        fields["thumb"] = form["thumb"]
+    if form.get("score", "") != "":
+        try:
+            fields["score"] = int(form["score"])
+        except ValueError:
+            fields["score"] = form["score"]  # refused by the service with a clear message
+    for name in ("comment", "demonstration"):
+        if name in form:
+            fields[name] = form[name]
+    return post_and_redirect(
+        request,
+        lambda: feedback_submit(actor=request.user, turn=turn, source=ExplicitFeedback.Source.WEB,
+                                ip=client_ip(request), **fields),
+        "Thanks: your feedback is recorded and goes to review with this turn.",
+        f"/conversations/{turn.session_id}/#turn-{turn.pk}",
+    )

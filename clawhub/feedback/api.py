@@ -31,7 +31,6 @@ from workers.judge.judges import (
     MAX_TENANT_RULES,
 )
 
-
 # One tenant rule, as workers.judge.judges.compile_rule reads it. Any RE2 pattern is allowed after "re:" (and
 # in {"pattern", "regex": true}); the schema's own patterns admit only the ones that always compile.
 _PLAIN = r"^[A-Za-z0-9 ]*[A-Za-z0-9][A-Za-z0-9 ]*$"

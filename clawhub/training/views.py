@@ -7,6 +7,7 @@ the same services as the REST API and come back with a message.
 import json
 
 from django.contrib.auth.decorators import login_required
+from django.http import JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -20,6 +21,10 @@ from clawhub.core.views import page_errors, post_and_redirect
 from clawhub.review.selectors import trainable_count
 from clawhub.training import selectors, services
 from clawhub.training.models import Backend, Method
+from clawhub.training.progress import run_progress
+
+# How often the run page asks for progress while something can still change.
+POLL_SECONDS = 2.0
 
 
 @login_required
@@ -65,8 +70,20 @@ def training_tenant(request, tenant_id: int):
             "sources": training_sources_for_tenant(tenant_id=access.tenant.pk),
             "methods": Method.values,
             "backends": Backend.values,
+            "live": _live(access.tenant),
+            "poll_seconds": POLL_SECONDS,
         },
     )
+
+
+def _live(tenant):
+    """The progress of the tenant's open run, or of its latest run while that one's version is still on its
+    way to being served (evaluating, promoting)."""
+    run = selectors.open_run_for_tenant(tenant=tenant) or selectors.runs_for_tenant(tenant=tenant).first()
+    if run is None:
+        return None
+    progress = run_progress(run=run)
+    return None if progress["done"] and not run.is_open else progress
 
 
 @login_required
@@ -121,8 +138,19 @@ def run_detail(request, run_id: int):
             "label": tenant_label(access.tenant),
             "config": json.dumps(run.config, indent=2),
             "remote_ids": json.dumps(run.remote_ids, indent=2),
+            "progress": run_progress(run=run),
+            "poll_seconds": POLL_SECONDS,
         },
     )
+
+
+@login_required
+@require_GET
+@page_errors
+def run_progress_json(request, run_id: int):
+    """What the run page's poller reads: step, loss, samples, percent, and what happens next."""
+    run, _access = selectors.run_get(actor=request.user, run_id=run_id)
+    return JsonResponse(run_progress(run=run))
 
 
 @login_required

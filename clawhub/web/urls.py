@@ -5,4 +5,6 @@ from clawhub.web import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("dashboard/", views.dashboard, name="dashboard"),
+    path("learning/", views.learning_index, name="learning_index"),
+    path("learning/<int:tenant_id>/", views.learning, name="learning"),
 ]

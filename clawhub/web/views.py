@@ -1,5 +1,8 @@
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET
+
+from clawhub.core.views import page_errors
 
 
 def home(request):
@@ -19,4 +22,28 @@ def dashboard(request):
         "groups": groups_for_user(user=request.user),
         "progress": adapter_progress(user=request.user),
         "bench_plot": bench_plot_data_uri(),
+    })
+
+
+@login_required
+@require_GET
+def learning_index(request):
+    """The learning page of the user's own adapter (the others are a click away on it)."""
+    return redirect("learning", tenant_id=request.user.tenant.pk)
+
+
+@login_required
+@require_GET
+@page_errors
+def learning(request, tenant_id: int):
+    """"Is my model getting better?": the gate's metric per version, judged turns per day, the timeline."""
+    from clawhub.adapters.selectors import tenant_access, tenant_label, tenants_for_user
+    from clawhub.web.learning import learning_for_tenant
+
+    access = tenant_access(actor=request.user, tenant_id=tenant_id)
+    return render(request, "web/learning.html", {
+        "access": access,
+        "label": tenant_label(access.tenant),
+        "learning": learning_for_tenant(tenant=access.tenant),
+        "tenants": [(t, tenant_label(t)) for t in tenants_for_user(user=request.user)],
     })

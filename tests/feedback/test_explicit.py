@@ -1,4 +1,6 @@
 """Explicit feedback through the REST API: each kind, who may rate, rating again, and what training gets."""
+# The review tests' fixtures (api_as, team) are imported, so test arguments shadow them by design.
+# ruff: noqa: F811
 
 import pytest
 from rest_framework.test import APIClient
@@ -116,7 +118,8 @@ def test_bad_feedback_is_a_clear_400(me, judged, api_as):
     for body, code in (({}, "empty_feedback"), ({"score": 9}, "invalid"), ({"thumb": "sideways"}, "invalid"),
                        ({"thumb": "up", "score": 1}, "contradictory_feedback")):
         response = rate(api_as, me, judged.turn_id, **body)
-        assert response.status_code == 400 and response.json()["error"]["code"] == code, (body, response.content)
+        assert response.status_code == 400, (body, response.content)
+        assert response.json()["error"]["code"] == code, body
     side = make_turn(me, turn_type="side")
     response = rate(api_as, me, side.pk, thumb="up")
     assert response.status_code == 400 and response.json()["error"]["code"] == "side_turn"
