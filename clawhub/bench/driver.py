@@ -186,6 +186,8 @@ class UpdateRecord:
     baseline_score: float | None = None
     decision: str = ""  # the promotion gate's decision and its reason, as the version page shows them
     decision_reason: str = ""
+    # Where feedback→served went (seconds): see feedback_stages.
+    stages: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -234,6 +236,7 @@ class Track:
             "sessions": self.sessions,
             "feedback_to_served_s": [round(s, 1) for s in served],
             "feedback_to_served_median_s": round(statistics.median(served), 1) if served else None,
+            "feedback_to_served_stages_s": [r.stages for r in promoted],
             "eval_scores": [r.eval_score for r in promoted],
             "gate": [{"version": r.version, "outcome": r.outcome, "decision": r.decision,
                       "reason": r.decision_reason} for r in self.records if r.version is not None],
@@ -264,6 +267,24 @@ def review_decisions(samples: list[dict], *, group: bool) -> tuple[list[int], li
         elif codes <= APPROVABLE_FLAGS:
             approve.append(sample["id"])
     return approve, reject
+
+
+def _timestamp(value: str | None) -> float | None:
+    from datetime import datetime
+
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+
+
+def feedback_stages(*, last_feedback: float, run: dict, version: dict, seen: float) -> dict[str, float]:
+    """Where the seconds from the batch's newest feedback to its adapter being served went, from the run's
+    and version's own timestamps: judged, reviewed and claimed into a run (``to_claim``), waiting for a train
+    worker (``queued``), training incl. loading the base and exporting (``train``), the promotion gate and
+    loading the adapter on the upstreams (``gate_and_load``), and until the bench saw it (``noticed``)."""
+    created, started = _timestamp(run.get("created_at")), _timestamp(run.get("started_at"))
+    finished, promoted = _timestamp(run.get("finished_at")), _timestamp(version.get("promoted_at"))
+    marks = [("to_claim", last_feedback, created), ("queued", created, started), ("train", started, finished),
+             ("gate_and_load", finished, promoted), ("noticed", promoted, seen)]
+    return {name: round(end - begin, 1) for name, begin, end in marks if None not in (begin, end)}
 
 
 def updates_to(curve: list[float | None], target: float) -> int | None:
@@ -525,6 +546,10 @@ class Bench:
             if sent_at:
                 record.feedback_to_served_s = served_at - max(sent_at)
                 record.oldest_feedback_to_served_s = served_at - min(sent_at)
+                record.stages = feedback_stages(last_feedback=max(sent_at), run=run, version=version,
+                                                seen=served_at)
+                self.log(f"[served] {track.name} v{record.version}: feedback→served "
+                         f"{record.feedback_to_served_s:.1f} s = {record.stages}")
             record.run_to_served_s = served_at - started
             time.sleep(cfg.serve_grace)
             record.update = len(track.promoted) + 1

@@ -55,6 +55,11 @@ def across_seeds(results: list[dict[str, Any]], *, target: float = 0.8) -> dict[
                 g.get("decision") or g.get("outcome") for t in per_seed for g in t.get("gate") or []
             )
             finals = [c[-1] for c in curves if c and c[-1] is not None]
+            stages: dict[str, list[float]] = {}
+            for t in per_seed:
+                for update in t.get("feedback_to_served_stages_s") or []:
+                    for stage, seconds in update.items():
+                        stages.setdefault(stage, []).append(seconds)
             entry[name] = {
                 "compliance": band(curves),
                 "final": {
@@ -65,6 +70,10 @@ def across_seeds(results: list[dict[str, Any]], *, target: float = 0.8) -> dict[
                 "updates_to_target": [t.get("updates_to_target") for t in per_seed],
                 "reached_target_on_every_seed": all(t.get("updates_to_target") is not None for t in per_seed),
                 "feedback_to_served_max_s": max(served, default=None),
+                "feedback_to_served_over_60_s": sum(s > 60 for s in served),
+                # Per stage of feedback→served (Bench's feedback_stages): median and worst over the updates.
+                "stages_s": {stage: {"median": round(statistics.median(v), 1), "max": max(v)}
+                             for stage, v in stages.items()},
                 "gate_decisions": dict(decisions),
             }
         shifts = [run["group"]["adversary_shift"]["final"] for run in runs
@@ -94,6 +103,9 @@ def report_lines(summary: dict[str, Any], *, target: float = 0.8) -> list[str]:
                 f"    updates to {target}: {track['updates_to_target']}; feedback→served max "
                 f"{track['feedback_to_served_max_s']} s; gate: {track['gate_decisions']}"
             )
+            if track.get("stages_s"):
+                lines.append("    feedback→served by stage (median/max s): " + ", ".join(
+                    f"{stage} {v['median']}/{v['max']}" for stage, v in track["stages_s"].items()))
         if "adversary_shift_final" in entry:
             shift = entry["adversary_shift_final"]
             lines.append(f"  adversary shift (control − attacked, last update): {shift}")

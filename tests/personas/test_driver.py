@@ -253,3 +253,22 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
     accounts = json.loads((tmp_path / "accounts.json").read_text())
     assert accounts["tenants"]["combine student"]["tenant"] == student_tenant
     assert (tmp_path / "accounts.json").stat().st_mode & 0o077 == 0  # the password: for its owner only
+
+
+def test_feedback_stages_split_feedback_to_served_by_the_run_and_version_timestamps():
+    from datetime import UTC, datetime
+
+    from clawhub.bench.driver import feedback_stages
+
+    def at(seconds: float) -> str:
+        return datetime.fromtimestamp(1_800_000_000 + seconds, tz=UTC).isoformat().replace("+00:00", "Z")
+
+    run = {"created_at": at(12), "started_at": at(13.5), "finished_at": at(40)}
+    stages = feedback_stages(last_feedback=1_800_000_000, run=run, version={"promoted_at": at(55)},
+                             seen=1_800_000_000 + 57)
+
+    assert stages == {"to_claim": 12.0, "queued": 1.5, "train": 26.5, "gate_and_load": 15.0, "noticed": 2.0}
+    assert sum(stages.values()) == 57.0
+    # A version never promoted has no gate-and-load or noticed stage.
+    assert set(feedback_stages(last_feedback=1_800_000_000, run=run, version={}, seen=0)) == {
+        "to_claim", "queued", "train"}
