@@ -9,7 +9,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from clawhub.accounts.services import user_logout
@@ -17,6 +17,7 @@ from clawhub.conversations.selectors import turn_request
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound, PermissionDenied
 from clawhub.core.views import page_errors, post_and_redirect
+from clawhub.feedback.selectors import explicit_feedback_for_turn
 from clawhub.keys.selectors import keys_for_user
 from clawhub.review import flags, selectors, services
 from clawhub.review.models import ReviewPolicy, Sample
@@ -49,9 +50,11 @@ def review_list(request):
             raise
         messages.error(request, exc.message)
         samples = Sample.objects.none()
-    page = Paginator(samples, 50).get_page(request.GET.get("page"))
+    page = Paginator(samples.select_related("turn"), 50).get_page(request.GET.get("page"))
+    _with_feedback(list(page.object_list))
     tenants = list(selectors.reviewable_tenants(scope=scope))
-    query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
+    # Kept on every link, the state too: "Any" (empty) must not fall back to the pending queue on page 2.
+    query = urlencode({k: v for k, v in filters.items() if v or k == "state"})
     return render(request, "review/list.html", {
         "page": page,
         "filters": filters,
@@ -63,6 +66,17 @@ def review_list(request):
         "policies": [(t, selectors.review_policy_for(tenant=t)) for t in tenants],
         "modes": ReviewPolicy.Mode.values,
     })
+
+
+def _with_feedback(samples: list[Sample]) -> None:
+    """What the person said, for each sample on the page: their own rating if any, else their next message."""
+    from clawhub.feedback.models import ExplicitFeedback
+
+    turn_ids = [s.turn_id for s in samples]
+    explicit = {f.turn_id: f for f in ExplicitFeedback.objects.filter(turn_id__in=turn_ids)}
+    for sample in samples:
+        sample.explicit = explicit.get(sample.turn_id)
+        sample.next_text = services.next_state_text(sample.turn.next_state)
 
 
 @login_required
@@ -83,6 +97,7 @@ def review_detail(request, sample_id: int):
         "votes": _votes(judgment),
         "hints": judgment.hints or [],
         "judgment": judgment,
+        "explicit": explicit_feedback_for_turn(turn_id=turn.pk),
     })
 
 
