@@ -16,6 +16,10 @@ api_patterns = [
     path("docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
+# Under /api/ even an unknown URL answers with the API's JSON error body.
+handler400 = "clawhub.core.api.bad_request"
+handler404 = "clawhub.core.api.not_found"
+
 urlpatterns = [
     path("", include("clawhub.core.urls")),  # /healthz, /readyz, /metrics
     path("admin/", admin.site.urls),

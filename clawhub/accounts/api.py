@@ -37,6 +37,8 @@ class UserOutputSerializer(serializers.Serializer):
     display_name = serializers.CharField()
     is_staff = serializers.BooleanField()
     email_verified = serializers.SerializerMethodField()
+    tenant_id = serializers.IntegerField(source="tenant.pk",
+                                         help_text="The user's personal tenant (training, adapters, review).")
 
     def get_email_verified(self, user) -> bool:
         return user.email_verified_at is not None
@@ -338,9 +340,9 @@ class AuditListApi(APIView):
         id = serializers.IntegerField()
         created_at = serializers.DateTimeField()
         action = serializers.CharField()
-        actor = serializers.EmailField(source="actor.email", default=None)
-        subject_user = serializers.EmailField(source="subject_user.email", default=None)
-        group = serializers.CharField(source="group.slug", default=None)
+        actor = serializers.EmailField(source="actor.email", default=None, allow_null=True)
+        subject_user = serializers.EmailField(source="subject_user.email", default=None, allow_null=True)
+        group = serializers.CharField(source="group.slug", default=None, allow_null=True)
         target_type = serializers.CharField()
         target_id = serializers.CharField()
         target_repr = serializers.CharField()

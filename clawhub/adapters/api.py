@@ -5,7 +5,7 @@ personal tenant) roll back and pin. Rollback is asynchronous: the swap runs in t
 task (it talks to the upstreams), so the answer is 202 and the version turns active when the swap is done.
 """
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -73,7 +73,9 @@ def _pin_data(pin) -> dict:
 
 class VersionListApi(APIView):
     @extend_schema(
-        tags=TAGS, operation_id="adapter_versions_list", responses={200: VersionOutputSerializer(many=True)}
+        tags=TAGS, operation_id="adapter_versions_list", responses={200: inline_serializer(
+            name="AdapterVersionList", fields={"results": VersionOutputSerializer(many=True),
+                                               "pin": PinOutputSerializer()})}
     )
     def get(self, request, tenant_id: int):
         access = selectors.tenant_access(actor=request.user, tenant_id=tenant_id)

@@ -18,6 +18,7 @@ from clawhub.conversations.selectors import (
     turns_messages,
 )
 from clawhub.conversations.services import conversation_settings_update
+from clawhub.core.api import LIMIT_OFFSET_PARAMETERS, page_of
 
 
 class SessionOutputSerializer(serializers.Serializer):
@@ -25,10 +26,10 @@ class SessionOutputSerializer(serializers.Serializer):
     external_id = serializers.CharField()
     inferred = serializers.BooleanField()
     model = serializers.CharField(source="tenant.model_id")
-    key = serializers.IntegerField(source="key_id")
+    key = serializers.IntegerField(source="key_id", allow_null=True)
     started_at = serializers.DateTimeField()
     last_activity_at = serializers.DateTimeField()
-    closed_at = serializers.DateTimeField()
+    closed_at = serializers.DateTimeField(allow_null=True)
     close_reason = serializers.CharField()
     turn_count = serializers.IntegerField()
 
@@ -44,18 +45,18 @@ class TurnOutputSerializer(serializers.Serializer):
     upstream_model = serializers.CharField()
     adapter_version_id = serializers.IntegerField(allow_null=True)
     status = serializers.CharField()
-    http_status = serializers.IntegerField()
+    http_status = serializers.IntegerField(allow_null=True)
     error = serializers.CharField()
     request = serializers.SerializerMethodField()  # with the messages, rebuilt from what each turn added
     response = serializers.JSONField()
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     usage_estimated = serializers.BooleanField()
-    latency_ms = serializers.FloatField()
-    ttft_ms = serializers.FloatField()
+    latency_ms = serializers.FloatField(allow_null=True)
+    ttft_ms = serializers.FloatField(allow_null=True)
     created_at = serializers.DateTimeField()
-    next_state = serializers.JSONField()
-    next_state_at = serializers.DateTimeField()
+    next_state = serializers.JSONField(allow_null=True)
+    next_state_at = serializers.DateTimeField(allow_null=True)
     closed_without_next = serializers.BooleanField()
     ended = serializers.CharField()
     clamped_max_tokens = serializers.IntegerField(allow_null=True)
@@ -92,7 +93,8 @@ class SessionListApi(APIView):
         default_limit = 50
         max_limit = 200
 
-    @extend_schema(parameters=[InputSerializer], responses=OutputSerializer(many=True))
+    @extend_schema(operation_id="sessions_list", parameters=[InputSerializer, *LIMIT_OFFSET_PARAMETERS],
+                   responses=page_of("SessionPage", OutputSerializer(many=True)))
     def get(self, request):
         filters = self.InputSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)

@@ -1,8 +1,12 @@
 """Rendering of errors for the web API, and request helpers every API view uses."""
 
-from django.http import HttpRequest
-from drf_spectacular.utils import OpenApiResponse
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import bad_request as default_bad_request
+from django.views.defaults import page_not_found
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import exceptions as drf_exceptions
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -40,7 +44,45 @@ def exception_handler(exc, context):
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         response.data = error_body(exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code,
                                    detail)
+    elif isinstance(exc, Http404):  # e.g. an unknown ?format=
+        response.data = error_body("not_found", "Not found.")
+    elif isinstance(exc, DjangoPermissionDenied):
+        response.data = error_body("permission_denied", "You do not have permission to do this.")
     return response
+
+
+def page_of(name: str, item: serializers.Serializer) -> serializers.Serializer:
+    """The OpenAPI description of a page of ``item`` as DRF's paginators render it."""
+    return inline_serializer(name=name, fields={
+        "count": serializers.IntegerField(), "next": serializers.URLField(allow_null=True),
+        "previous": serializers.URLField(allow_null=True), "results": item})
+
+
+# The query parameters of PageNumberPagination (a page past the last, or not a number, is 404) and of
+# LimitOffsetPagination.
+PAGE_PARAMETERS = [
+    OpenApiParameter("page", int, description="1-based page number (404 past the last page)."),
+    OpenApiParameter("page_size", int, description="Items per page (the view's default and maximum apply)."),
+]
+LIMIT_OFFSET_PARAMETERS = [
+    OpenApiParameter("limit", int, description="Items to return (the view's default and maximum apply)."),
+    OpenApiParameter("offset", int, description="Items to skip."),
+]
+
+
+def not_found(request: HttpRequest, exception=None) -> HttpResponse:
+    """Django's 404 for a URL no route matches: under /api/ the API's JSON error body, else the HTML page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body("not_found", "No such API endpoint or object."), status=404)
+    return page_not_found(request, exception)
+
+
+def bad_request(request: HttpRequest, exception=None) -> HttpResponse:
+    """Django's 400 for a request it refuses before any view (too many fields, a body over
+    DATA_UPLOAD_MAX_MEMORY_SIZE): under /api/ the API's JSON error body."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body("bad_request", "The request is malformed or too large."), status=400)
+    return default_bad_request(request, exception)
 
 
 def client_ip(request: HttpRequest) -> str | None:

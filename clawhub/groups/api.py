@@ -44,11 +44,13 @@ NO_SUCH_INVITATION = openapi_error("The invitation link is not valid (invitation
 NO_SUCH_MEMBER = openapi_error("No such group or member, or the caller is not a member.")
 # Accepting and declining refuse for the same reasons: both services check the invitation the same way.
 INVITEE_ERRORS = {
-    400: openapi_error("The invitation is no longer open (invitation_used, _declined, _revoked, _expired)."),
+    400: openapi_error("Invalid input."),
     401: NOT_SIGNED_IN,
-    403: openapi_error("The invitation was sent to another address (wrong_email)."),
+    403: openapi_error("The invitation was sent to another address (wrong_email), or that address is not "
+                       "confirmed yet (email_unverified)."),
     404: NO_SUCH_INVITATION,
-    409: openapi_error("The caller is already a member (already_member)."),
+    409: openapi_error("The invitation is no longer open (invitation_used, _declined, _revoked, _expired), "
+                       "or the caller is already a member (already_member)."),
 }
 
 
@@ -104,8 +106,10 @@ class GroupCreateApi(APIView):
     """Create a group; the caller becomes its owner."""
 
     class InputSerializer(serializers.Serializer):
-        name = serializers.CharField(max_length=100)
-        slug = serializers.CharField(max_length=60, required=False, allow_blank=True)
+        # The slug is made from the slug if given, else from the name: it keeps ASCII letters and digits.
+        name = serializers.CharField(max_length=100, style={"openapi": {"pattern": "[A-Za-z0-9]"}})
+        slug = serializers.CharField(max_length=60, required=False, allow_blank=True,
+                                     style={"openapi": {"pattern": "^$|[A-Za-z0-9]"}})
 
         class Meta:
             ref_name = "GroupCreateInput"
@@ -236,11 +240,19 @@ class MemberListApi(GroupScopedApi):
         return Response({"role": role, "members": MemberOutputSerializer(members, many=True).data})
 
 
+class _GrantableRoleField(serializers.ChoiceField):
+    """A role that can be given by a role change: not "owner", which the service refuses with use_transfer (an
+    ownership transfer makes someone the owner), so that the refusal says what to do instead."""
+
+    def to_internal_value(self, data):
+        return Role.OWNER.value if data == Role.OWNER else super().to_internal_value(data)
+
+
 class MemberUpdateApi(GroupScopedApi):
     """Change a member's role."""
 
     class InputSerializer(serializers.Serializer):
-        role = serializers.ChoiceField(choices=Role.choices)
+        role = _GrantableRoleField(choices=[c for c in Role.choices if c[0] != Role.OWNER])
 
         class Meta:
             ref_name = "MemberUpdateInput"
@@ -286,7 +298,7 @@ class MemberRemoveApi(GroupScopedApi):
 
 class InvitationOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    email = serializers.EmailField()
+    email = serializers.CharField(help_text="The address it was sent to; empty for a link invitation.")
     role = serializers.CharField()
     status = serializers.SerializerMethodField()
     invited_by = serializers.SerializerMethodField()
@@ -379,7 +391,7 @@ class InvitationDetailApi(APIView):
     class OutputSerializer(serializers.Serializer):
         group = serializers.SerializerMethodField()
         role = serializers.CharField()
-        email = serializers.EmailField()
+        email = serializers.CharField(help_text="The address it was sent to; empty for a link invitation.")
         invited_by = serializers.SerializerMethodField()
         status = serializers.SerializerMethodField()
         expires_at = serializers.DateTimeField()

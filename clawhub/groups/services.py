@@ -358,7 +358,7 @@ def _open_invitation_for(*, token: str, user: User) -> Invitation:
     status = invitation_status(invitation)
     if status != "open":
         code = "invitation_used" if status == "accepted" else f"invitation_{status}"
-        raise ValidationFailed(_CLOSED_MESSAGES[status], code=code, status_detail=status)
+        raise Conflict(_CLOSED_MESSAGES[status], code=code, status_detail=status)
     if invitation.email and invitation.email.lower() != user.email.lower():
         raise PermissionDenied(
             "This invitation was sent to another email address; sign in with that address to answer it.",
@@ -384,8 +384,7 @@ def invitation_accept(*, actor: User, token: str, ip: str | None = None) -> Memb
     # Checked again here, whatever revoked or not: the inviter must still be able to grant the role now.
     inviter_role = role_of(group=group, user=invitation.invited_by) if invitation.invited_by else None
     if not can_grant(inviter_role, Role(invitation.role)):
-        raise ValidationFailed(_CLOSED_MESSAGES["revoked"], code="invitation_revoked",
-                               status_detail="revoked")
+        raise Conflict(_CLOSED_MESSAGES["revoked"], code="invitation_revoked", status_detail="revoked")
     membership = Membership.objects.create(group=group, user=actor, role=invitation.role)
     invitation.accepted_by = actor
     invitation.accepted_at = timezone.now()

@@ -5,7 +5,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clawhub.core.api import client_ip
+from clawhub.core.api import client_ip, openapi_error
 from clawhub.groups.selectors import group_get_for_member
 from clawhub.keys.models import ApiKey
 from clawhub.keys.openclaw import openclaw_onboard_command, openclaw_provider_config
@@ -21,6 +21,7 @@ from clawhub.keys.services import key_create, key_revoke, key_rotate, key_update
 
 # Responses that carry a secret must not be kept by any cache between the server and the client.
 NO_STORE = {"Cache-Control": "no-store"}
+LIMIT_MAX = 2**31 - 1
 SCOPES_HELP = "What the key may do. " + " ".join(f"{scope}: {text}"
                                                  for scope, text in SCOPE_DESCRIPTIONS.items())
 
@@ -43,13 +44,13 @@ class KeyOutputSerializer(serializers.Serializer):
     group = serializers.CharField(source="group.slug", allow_null=True, default=None,
                                   help_text="The slug of the group the key is bound to, or null.")
     created_at = serializers.DateTimeField()
-    last_used_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField()
-    revoked_at = serializers.DateTimeField()
+    last_used_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
+    revoked_at = serializers.DateTimeField(allow_null=True)
     allowed_models = serializers.ListField(child=serializers.CharField())
-    rpm_limit = serializers.IntegerField()
-    tpm_limit = serializers.IntegerField()
-    concurrency_limit = serializers.IntegerField()
+    rpm_limit = serializers.IntegerField(allow_null=True)
+    tpm_limit = serializers.IntegerField(allow_null=True)
+    concurrency_limit = serializers.IntegerField(allow_null=True)
     scopes = serializers.ListField(child=serializers.CharField(), help_text=SCOPES_HELP)
     is_active = serializers.BooleanField()
 
@@ -79,10 +80,16 @@ def _with_secret(key: ApiKey, secret: str) -> dict:
 class _LimitsInput(serializers.Serializer):
     allowed_models = serializers.ListField(child=serializers.CharField(max_length=100), required=False,
                                            allow_empty=True, allow_null=True)
-    rpm_limit = serializers.IntegerField(required=False, allow_null=True, min_value=1)
-    tpm_limit = serializers.IntegerField(required=False, allow_null=True, min_value=1)
-    concurrency_limit = serializers.IntegerField(required=False, allow_null=True, min_value=1)
-    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    # Stored as PostgreSQL integers.
+    rpm_limit = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=LIMIT_MAX)
+    tpm_limit = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=LIMIT_MAX)
+    concurrency_limit = serializers.IntegerField(required=False, allow_null=True, min_value=1,
+                                                 max_value=LIMIT_MAX)
+    # It must be in the future; the schema's pattern admits the years from 2100 on, and offsets DRF reads.
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, style={"openapi": {
+        "pattern": r"^(2[1-9]|[3-8][0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}"
+                   r"(:[0-9]{2}(\.[0-9]{1,6})?)?(Z|[+-][0-9]{2}:[0-9]{2})$"}},
+        help_text="In the future; null = never.")
     scopes = serializers.ListField(child=serializers.ChoiceField(choices=ALL_SCOPES), required=False,
                                    allow_empty=True, help_text=SCOPES_HELP + " Default: inference only.")
 
@@ -104,7 +111,9 @@ class KeyListCreateApi(APIView):
         keys = keys_for_user(user=request.user)
         return Response(self.OutputSerializer(keys, many=True).data)
 
-    @extend_schema(request=InputSerializer, responses={201: KeyWithSecretOutputSerializer})
+    @extend_schema(request=InputSerializer, responses={201: KeyWithSecretOutputSerializer, 404: openapi_error(
+        "No such group of the caller's (field group), or a model the key's tenant does not serve "
+        "(model_not_found, data.allowed).")})
     def post(self, request):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from clawhub.accounts.audit import audit_record
 from clawhub.accounts.models import User
-from clawhub.core.exceptions import PermissionDenied, ValidationFailed
+from clawhub.core.exceptions import Conflict, NotFound, PermissionDenied, ValidationFailed
 from clawhub.groups.models import Group, Role
 from clawhub.groups.selectors import has_role
 from clawhub.keys.models import ApiKey, ApiKeySecret
@@ -62,9 +62,10 @@ def _clean_allowed_models(allowed_models: Iterable[str] | None, *, tenant: Tenan
     cleaned: list[str] = []
     for model_id in allowed_models:
         if model_id not in offered:
-            raise ValidationFailed(
+            # As OpenAI answers an unknown model: 404 model_not_found (the ids depend on the key's tenant).
+            raise NotFound(
                 f"Unknown model {model_id!r} for this key; choose among {', '.join(offered)}.",
-                field="allowed_models", allowed=offered,
+                code="model_not_found", field="allowed_models", allowed=offered,
             )
         if model_id not in cleaned:
             cleaned.append(model_id)
@@ -156,7 +157,7 @@ def key_update(
     if actor.pk != key.owner_id:
         raise PermissionDenied("Only the key's owner may change it.")
     if key.revoked_at is not None:
-        raise ValidationFailed("A revoked key cannot be changed.", code="key_revoked")
+        raise Conflict("A revoked key cannot be changed.", code="key_revoked")
     changes: dict[str, Any] = {}
     if name is not UNSET:
         name = (name or "").strip()
@@ -206,7 +207,7 @@ def key_rotate(*, key: ApiKey, actor: User, via_key: ApiKey | None = None, ip: s
         raise PermissionDenied("A key cannot rotate itself; rotate it from the web site or with another key.",
                                code="self_rotation")
     if key.revoked_at is not None:
-        raise ValidationFailed("A revoked key cannot be rotated.", code="key_revoked")
+        raise Conflict("A revoked key cannot be rotated.", code="key_revoked")
     now = timezone.now()
     grace_end = now + settings.KEY_ROTATION_GRACE
     ApiKeySecret.objects.filter(key=key, valid_until__isnull=True).update(valid_until=grace_end)

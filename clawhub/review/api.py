@@ -8,10 +8,10 @@ from rest_framework.views import APIView
 
 from clawhub.accounts.services import user_logout
 from clawhub.conversations.selectors import turn_request
-from clawhub.core.api import client_ip, openapi_error
+from clawhub.core.api import PAGE_PARAMETERS, client_ip, openapi_error, page_of
 from clawhub.keys.selectors import keys_for_user
-from clawhub.review import selectors, services
-from clawhub.review.models import ReviewPolicy
+from clawhub.review import flags, selectors, services
+from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.tenants.models import Tenant
 
 # --- OpenAPI description ------------------------------------------------------------------------------------
@@ -25,10 +25,7 @@ CONFLICT = openapi_error("The sample was deleted by its user (sample_deleted) or
 REVIEW_ERRORS = {400: INVALID, 403: FORBIDDEN, 404: NOT_FOUND}
 
 
-def _page_of(name: str, item: serializers.Serializer) -> serializers.Serializer:
-    return inline_serializer(name=name, fields={
-        "count": serializers.IntegerField(), "next": serializers.URLField(allow_null=True),
-        "previous": serializers.URLField(allow_null=True), "results": item})
+_page_of = page_of
 
 
 class SamplePagination(PageNumberPagination):
@@ -59,7 +56,7 @@ class SampleOutputSerializer(serializers.Serializer):
     state = serializers.CharField()
     flags = serializers.JSONField()
     decided_by = serializers.SerializerMethodField()
-    decided_at = serializers.DateTimeField()
+    decided_at = serializers.DateTimeField(allow_null=True)
     reason = serializers.CharField()
     trained = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()
@@ -121,15 +118,20 @@ class SampleListApi(APIView):
     owners and admins, and everyone's own personal tenant."""
 
     class FilterSerializer(serializers.Serializer):
-        tenant = serializers.CharField(required=False, allow_blank=True, default="")
-        flag = serializers.CharField(required=False, allow_blank=True, default="")
-        reward = serializers.CharField(required=False, allow_blank=True, default="")
-        state = serializers.CharField(required=False, allow_blank=True, default="")
+        # Checked by selectors.samples_for_review; described here as it checks them.
+        tenant = serializers.CharField(required=False, allow_blank=True, default="",
+                                       help_text="A tenant id the caller reviews (403/404 otherwise).",
+                                       style={"openapi": {"pattern": r"^[0-9]*$"}})
+        flag = serializers.ChoiceField(choices=["", *flags.CODES, "any", "none"], required=False, default="")
+        reward = serializers.CharField(required=False, allow_blank=True, default="",
+                                       style={"openapi": {"pattern": r"^(-?[0-9]+)?$"}})
+        state = serializers.ChoiceField(choices=["", *Sample.State.values], required=False, default="")
 
         class Meta:
             ref_name = "SampleListFilter"
 
-    @extend_schema(tags=REVIEW_TAGS, operation_id="review_samples_list", parameters=[FilterSerializer],
+    @extend_schema(tags=REVIEW_TAGS, operation_id="review_samples_list",
+                   parameters=[FilterSerializer, *PAGE_PARAMETERS],
                    responses={200: _page_of("ReviewSamplePage", SampleOutputSerializer(many=True)),
                               **REVIEW_ERRORS})
     def get(self, request):
@@ -172,8 +174,8 @@ class SampleApproveApi(APIView):
 
 class SampleRejectApi(APIView):
     class InputSerializer(serializers.Serializer):
-        # Blank passes here so that the service says why a reason is needed, in one place.
-        reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+        # The service says why a reason is needed too (bulk rejections and the web console go through it).
+        reason = serializers.CharField(max_length=2000, help_text="Why the sample is rejected (required).")
 
         class Meta:
             ref_name = "SampleRejectInput"
@@ -190,13 +192,20 @@ class SampleRejectApi(APIView):
 
 class SampleBulkApi(APIView):
     class InputSerializer(serializers.Serializer):
-        ids = serializers.ListField(child=serializers.IntegerField(min_value=1), allow_empty=False,
-                                    max_length=services.BULK_MAX)
+        ids = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
+                                    allow_empty=False, max_length=services.BULK_MAX,
+                                    style={"openapi": {"minItems": 1}})
         action = serializers.ChoiceField(choices=["approve", "reject"])
-        reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+        reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000,
+                                       help_text="Required (not blank) to reject.")
 
         class Meta:
             ref_name = "SampleBulkInput"
+            # A rejection needs a reason; an approval may have one.
+            openapi = {"anyOf": [
+                {"properties": {"action": {"pattern": "^approve$"}}},
+                {"required": ["reason"], "properties": {"reason": {"pattern": r"\S"}}},
+            ]}
 
     @extend_schema(tags=REVIEW_TAGS, request=InputSerializer, responses={
         200: inline_serializer(name="ReviewBulkOutput", fields={
@@ -265,7 +274,8 @@ class MySampleOutputSerializer(serializers.Serializer):
 
 
 class MySampleListApi(APIView):
-    @extend_schema(tags=ME_TAGS, responses=_page_of("MySamplePage", MySampleOutputSerializer(many=True)))
+    @extend_schema(tags=ME_TAGS, parameters=PAGE_PARAMETERS,
+                   responses=_page_of("MySamplePage", MySampleOutputSerializer(many=True)))
     def get(self, request):
         paginator = SamplePagination()
         page = paginator.paginate_queryset(selectors.samples_for_user(user=request.user), request, view=self)

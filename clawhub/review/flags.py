@@ -12,22 +12,29 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+CONSENSUS = "consensus_disagreement"
 MEMBER_OUTLIER = "member_outlier"
 NEAR_DUPLICATE = "near_duplicate"
 NEW_KEY = "new_key"
 REVOKED_KEY = "revoked_key"
 SPLIT_VOTES = "split_votes"
 EXPLICIT_OVERRIDES_JUDGE = "explicit_overrides_judge"
-CODES = (MEMBER_OUTLIER, NEAR_DUPLICATE, NEW_KEY, REVOKED_KEY, SPLIT_VOTES, EXPLICIT_OVERRIDES_JUDGE)
+CODES = (CONSENSUS, MEMBER_OUTLIER, NEAR_DUPLICATE, NEW_KEY, REVOKED_KEY, SPLIT_VOTES,
+         EXPLICIT_OVERRIDES_JUDGE)
 
 
 @dataclass(frozen=True)
 class Flag:
     code: str
     detail: str
+    # What a reviewer needs to check the flag (e.g. the disagreeing pairs); plain JSON values.
+    evidence: tuple[dict[str, Any], ...] = ()
 
-    def as_json(self) -> dict[str, str]:
-        return {"code": self.code, "detail": self.detail}
+    def as_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"code": self.code, "detail": self.detail}
+        if self.evidence:
+            data["evidence"] = list(self.evidence)
+        return data
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,121 @@ def explicit_overrides_judge(*, judge_reward: int, explicit_reward: int | None) 
     if explicit_reward is None or judge_reward * explicit_reward >= 0:
         return None
     return Flag(EXPLICIT_OVERRIDES_JUDGE, f"rated {explicit_reward:+d} against the judge's {judge_reward:+d}")
+
+
+# --- consensus: does a member reward a kind of reply the way the rest of the group does? ----------------
+
+_BOLD = re.compile(r"\*\*[^*\n]+\*\*|__[^_\n]+__")
+_NUMBERED = re.compile(r"(?m)^\s*\d+[.)]\s+\S")
+_BULLETS = re.compile(r"(?m)^\s*[-*•]\s+\S")
+_HEADING = re.compile(r"(?m)^\s*#{1,6}\s+\S")
+_CODE = re.compile(r"```")
+_TOOL_CALL = re.compile(r'<tool_call>|"tool_calls"')
+
+
+def reply_style(text: str) -> str:
+    """A reply's style signature: which markup it uses and a coarse length, e.g. ``"bold+numbered|short"``.
+
+    Replies with the same signature are "similar" for the consensus guard. Why style and not an embedding: a
+    group's shared preference is mostly about how replies are written (markup, lists, length), and a member
+    who steers the adapter rewards the opposite of the group on exactly those features; a few regexes over
+    the text cost microseconds on the CPU judge workers, need no model, and give a reviewer a reason they can
+    read ("+1 on bold+numbered replies, which the others score -1"). Prompts differ from member to member,
+    so comparing on prompts would find few pairs in a small group.
+    """
+    text = text or ""
+    marks = [name for name, pattern in (("bold", _BOLD), ("numbered", _NUMBERED), ("bullets", _BULLETS),
+                                        ("heading", _HEADING), ("code", _CODE), ("tool", _TOOL_CALL))
+             if pattern.search(text)]
+    words = len(text.split())
+    size = "short" if words < 40 else "medium" if words < 150 else "long"
+    return f"{'+'.join(marks) or 'plain'}|{size}"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One judged reply of a group member: the sample, its reward and the reply's style signature."""
+
+    sample_id: int | None
+    member_id: int
+    reward: int
+    style: str
+
+
+@dataclass(frozen=True)
+class Consensus:
+    """A member's agreement with the rest of the group.
+
+    comparable: the member's samples whose style the other members have scored with a clear lean (their
+    consensus, the mean over members of each member's mean reward on that style, is at least ``lean`` away
+    from 0); disagreeing: those the member scored with the opposite sign; rate = disagreeing / comparable.
+    """
+
+    comparable: int
+    disagreeing: int
+    pairs: tuple[dict[str, Any], ...]
+
+    @property
+    def rate(self) -> float:
+        return self.disagreeing / self.comparable if self.comparable else 0.0
+
+
+def consensus_of(member_id: int, judged: Sequence[Judged], *, lean: float = 0.34,
+                 min_others: int = 1, max_pairs: int = 5) -> Consensus:
+    """How often ``member_id`` rewarded a style the opposite way from the other members' consensus.
+
+    Each other member counts once per style (the mean of their rewards on it), so a member who floods the
+    group cannot outvote the rest, and a style scored by fewer than ``min_others`` other members is not
+    compared. With two of five members adversarial, an honest member's others are split 2-2 (consensus 0,
+    not compared) while an adversary's others lean 3-1 against them: the honest majority is what counts.
+    ``pairs``: up to ``max_pairs`` disagreeing examples, each the member's sample and one of the others'
+    samples of the same style with the opposite reward.
+    """
+    by_style: dict[str, dict[int, list[int]]] = {}
+    example: dict[tuple[str, int], int | None] = {}  # (style, sign) -> an other member's sample with it
+    for j in judged:
+        if j.reward == 0:
+            continue
+        if j.member_id != member_id:
+            by_style.setdefault(j.style, {}).setdefault(j.member_id, []).append(j.reward)
+            example.setdefault((j.style, 1 if j.reward > 0 else -1), j.sample_id)
+    comparable = disagreeing = 0
+    pairs: list[dict[str, Any]] = []
+    for j in judged:
+        if j.member_id != member_id or j.reward == 0:
+            continue
+        others = by_style.get(j.style, {})
+        if len(others) < min_others:
+            continue
+        consensus = sum(sum(r) / len(r) for r in others.values()) / len(others)
+        if abs(consensus) < lean:
+            continue
+        comparable += 1
+        if (j.reward > 0) != (consensus > 0):
+            disagreeing += 1
+            if len(pairs) < max_pairs:
+                pairs.append({"sample": j.sample_id, "reward": j.reward, "style": j.style,
+                              "other_sample": example.get((j.style, 1 if consensus > 0 else -1)),
+                              "group_consensus": round(consensus, 2), "other_members": len(others)})
+    return Consensus(comparable=comparable, disagreeing=disagreeing, pairs=tuple(pairs))
+
+
+def consensus_disagreement(consensus: Consensus, *, threshold: float = 0.6,
+                           min_pairs: int = 6) -> Flag | None:
+    """The member rewarded at least ``threshold`` of their comparable replies against the group's consensus,
+    over at least ``min_pairs`` of them.
+
+    An honest member disagrees only by noise: with a 10 % chance that a member's reaction is the opposite of
+    what they meant, on both sides, about 18 % of comparable replies disagree; a member rewarding the
+    opposite of the group disagrees on about 80 % or more. 0.6 sits well between; below ``min_pairs`` a
+    streak of noise (three of four) is too likely to call.
+    """
+    if consensus.comparable < min_pairs or consensus.rate < threshold:
+        return None
+    return Flag(CONSENSUS, f"rewarded {consensus.disagreeing} of {consensus.comparable} comparable replies "
+                           f"({consensus.rate:.0%}) against the other members' consensus on the same style "
+                           f"(threshold {threshold:.0%} over at least {min_pairs})",
+                evidence=consensus.pairs)
 
 
 def member_cap(limit: int, share: float) -> int:

@@ -29,6 +29,11 @@ class ReviewPolicy(models.Model):
     dup_window = models.DurationField(default=timedelta(hours=24))
     dup_threshold = models.PositiveIntegerField(
         default=3, help_text="The n-th identical next state from one user within the window is flagged.")
+    # Consensus guard (groups): over the outlier window, a member who rewarded at least this share of their
+    # comparable replies against the other members' consensus on the same reply style is flagged.
+    consensus_threshold = models.FloatField(default=0.6)
+    consensus_min_pairs = models.PositiveIntegerField(
+        default=6, help_text="Comparable replies a member needs before the consensus guard judges them.")
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
@@ -56,6 +61,12 @@ class Sample(models.Model):
     flags = models.JSONField(default=list, blank=True, help_text='[{"code", "detail"}, …]')
     # sha256 of the normalised next-state text: the near-duplicate guard looks it up by user.
     next_state_digest = models.CharField(max_length=64, blank=True)
+    # The reply's style signature (review.flags.reply_style): what the consensus guard compares members on.
+    reply_style = models.CharField(max_length=64, blank=True)
+    # Set when a training run claims the sample (training.influence): its estimated advantage mass and the
+    # loss weight that keeps each member's share of an update's (and a window of updates') mass bounded.
+    advantage_mass = models.FloatField(default=0.0)
+    train_weight = models.FloatField(default=1.0)
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)

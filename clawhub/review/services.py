@@ -61,8 +61,34 @@ def _member_stats(*, tenant: Tenant, since: datetime) -> dict[int, guards.Member
     return {r["user_id"]: guards.MemberStats(total=r["total"], negative=r["negative"]) for r in rows}
 
 
+def reply_text(turn: Turn) -> str:
+    """The text of the reply the sample is about: the first choice's content, and a marker for tool calls."""
+    choice = (turn.response or [{}])[0] if isinstance(turn.response, list) and turn.response else {}
+    if not isinstance(choice, dict):
+        return ""
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        return str(choice.get("text") or "")
+    text = content_text(message.get("content"))
+    if message.get("tool_calls"):
+        text += '\n"tool_calls"'
+    return text
+
+
+def _consensus_flag(*, policy: ReviewPolicy, turn: Turn, reward: int, style: str,
+                    since: datetime) -> guards.Flag | None:
+    """The consensus guard over the group's judged samples in the outlier window, this one included."""
+    rows = (Sample.objects.filter(tenant=turn.tenant, created_at__gte=since).exclude(reply_style="")
+            .exclude(state=Sample.State.DELETED).values_list("pk", "user_id", "reward", "reply_style"))
+    judged = [guards.Judged(sample_id=pk, member_id=user, reward=r, style=st) for pk, user, r, st in rows]
+    judged.append(guards.Judged(sample_id=None, member_id=turn.user_id, reward=reward, style=style))
+    return guards.consensus_disagreement(
+        guards.consensus_of(turn.user_id, judged), threshold=policy.consensus_threshold,
+        min_pairs=policy.consensus_min_pairs)
+
+
 def _flags_for(*, policy: ReviewPolicy, turn: Turn, reward: int, votes, digest: str, judged_at: datetime,
-               now: datetime) -> list[guards.Flag]:
+               now: datetime, style: str = "") -> list[guards.Flag]:
     """Runs every guard for a new sample; the figures come from the database, the decisions from the pure
     functions in ``review.flags``."""
     found: list[guards.Flag | None] = []
@@ -84,6 +110,9 @@ def _flags_for(*, policy: ReviewPolicy, turn: Turn, reward: int, votes, digest: 
             mine, list(stats.values()), rate_diff=policy.outlier_rate_diff,
             min_samples=policy.outlier_min_samples, volume_factor=policy.outlier_volume_factor,
         ))
+        if style:
+            found.append(_consensus_flag(policy=policy, turn=turn, reward=reward, style=style,
+                                         since=now - policy.outlier_window))
     return [f for f in found if f is not None]
 
 
@@ -116,12 +145,14 @@ def sample_create_for_judgment(*, judgment_id: int) -> Sample | None:
     now = timezone.now()
     policy = review_policy_for(tenant=turn.tenant)
     digest = next_state_digest(turn.next_state)
+    style = guards.reply_style(reply_text(turn))
     found = _flags_for(policy=policy, turn=turn, reward=signal.reward, votes=judgment.votes, digest=digest,
-                       judged_at=getattr(judgment, "created_at", None) or now, now=now) + signal.flags
+                       judged_at=getattr(judgment, "created_at", None) or now, now=now,
+                       style=style) + signal.flags
     sample = Sample(
         turn=turn, judgment=judgment, tenant=turn.tenant, user=turn.user, key=turn.key,
         reward=signal.reward, has_hint=bool(signal.hints), state=guards.initial_state(policy.mode, found),
-        flags=[f.as_json() for f in found], next_state_digest=digest, created_at=now,
+        flags=[f.as_json() for f in found], next_state_digest=digest, reply_style=style, created_at=now,
     )
     try:
         with transaction.atomic():
@@ -129,7 +160,31 @@ def sample_create_for_judgment(*, judgment_id: int) -> Sample | None:
     except IntegrityError:
         # A concurrent delivery of the same judgment got there first.
         return Sample.objects.get(judgment_id=judgment_id)
+    consensus = next((f for f in found if f.code == guards.CONSENSUS), None)
+    if consensus is not None:
+        samples_hold_for_consensus(tenant=turn.tenant, user_id=turn.user_id, flag=consensus)
     return sample
+
+
+def samples_hold_for_consensus(*, tenant: Tenant, user_id: int, flag: guards.Flag) -> int:
+    """A member the consensus guard flagged: their samples that the policy approved on its own (no human
+    decided) and that no run has claimed go back to pending with the flag, so none of them trains before a
+    reviewer has looked. Returns how many were held."""
+    held = 0
+    with transaction.atomic():
+        waiting = Sample.objects.select_for_update(skip_locked=True).filter(
+            tenant=tenant, user_id=user_id, state=Sample.State.APPROVED, decided_by__isnull=True,
+            training_run_id__isnull=True, trained_at__isnull=True)
+        for sample in waiting:
+            if guards.CONSENSUS not in sample.flag_codes:
+                sample.flags = [*(sample.flags or []), flag.as_json()]
+            sample.state = Sample.State.PENDING
+            sample.save(update_fields=["flags", "state"])
+            held += 1
+    if held:
+        logger.info("consensus guard: %d approved samples of user %s in tenant %s back to review",
+                    held, user_id, tenant.pk)
+    return held
 
 
 # --- reviewers' decisions -----------------------------------------------------------------------------------

@@ -184,15 +184,23 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "clawhub.keys.scopes.KeyScopePermission",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "clawhub.core.openapi.ClawHubAutoSchema",
     "EXCEPTION_HANDLER": "clawhub.core.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "ClawHub API",
-    "DESCRIPTION": "Accounts, groups, API keys and the rest of ClawHub's web API.",
+    "DESCRIPTION": "Accounts, groups, API keys and the rest of ClawHub's web API. Every error has the body "
+                   "{\"error\": {\"code\", \"message\", \"data\"}}; text fields refuse NUL characters.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # A PATCH body is described by its serializer as it validates it: fields it requires stay required.
+    "COMPONENT_SPLIT_PATCH": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "clawhub.core.openapi.document_errors",
+        "clawhub.core.openapi.add_links",
+    ],
 }
 
 # Key material is masked in every environment; production switches to one JSON object per line.
@@ -288,6 +296,10 @@ CLAWHUB_RETENTION_DAYS = env.int("CLAWHUB_RETENTION_DAYS", default=90)
 CLAWHUB_TRAINING_BATCH_SIZE = env.int("CLAWHUB_TRAINING_BATCH_SIZE", default=16)
 # The largest share of a group batch one member's samples may take, so no member steers the group adapter.
 CLAWHUB_REVIEW_MEMBER_CAP = env.float("CLAWHUB_REVIEW_MEMBER_CAP", default=0.5)
+# Bounded influence (training.influence): the largest share of a group update's advantage mass one member's
+# samples may carry, per update and over the last CLAWHUB_INFLUENCE_WINDOW trained runs.
+CLAWHUB_INFLUENCE_CAP = env.float("CLAWHUB_INFLUENCE_CAP", default=0.4)
+CLAWHUB_INFLUENCE_WINDOW = env.int("CLAWHUB_INFLUENCE_WINDOW", default=4)
 
 # --- Judging (workers/judge, clawhub/feedback, workers/tasks/judging.py) ------------------------------------
 # Which judge scores main turns unless a tenant's JudgeRules says otherwise: "llm" (an OpenAI-compatible judge

@@ -5,6 +5,7 @@ read its runs; its owner and admins (and site staff, and a user for their own pe
 cancel runs and change settings; the backend is chosen by site staff only.
 """
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
@@ -12,9 +13,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clawhub.adapters.selectors import tenant_access
-from clawhub.core.api import client_ip
+from clawhub.core.api import PAGE_PARAMETERS, client_ip, page_of
 from clawhub.training import selectors, services
 from clawhub.training.models import Backend, Method
+from clawhub.training.schema import overrides_schema
 
 TAGS = ["training"]
 
@@ -75,7 +77,8 @@ class RunDetailOutputSerializer(RunOutputSerializer):
 
 class RunListApi(APIView):
     @extend_schema(
-        tags=TAGS, operation_id="training_runs_list", responses={200: RunOutputSerializer(many=True)}
+        tags=TAGS, operation_id="training_runs_list", parameters=PAGE_PARAMETERS,
+        responses={200: page_of("TrainingRunPage", RunOutputSerializer(many=True))}
     )
     def get(self, request, tenant_id: int):
         access = tenant_access(actor=request.user, tenant_id=tenant_id)
@@ -144,9 +147,12 @@ class SettingsOutputSerializer(serializers.Serializer):
 class SettingsApi(APIView):
     class InputSerializer(serializers.Serializer):
         method = serializers.ChoiceField(choices=Method.choices, required=False)
-        overrides = serializers.JSONField(required=False)
-        backend = serializers.ChoiceField(choices=[("", "site default"), *Backend.choices], required=False)
-        batch_size = serializers.IntegerField(required=False, min_value=0)
+        overrides = serializers.JSONField(required=False, style={"openapi": overrides_schema()})
+        backend = serializers.ChoiceField(choices=[("", "site default"), *Backend.choices], required=False,
+                                          help_text="Site staff only (403 backend_staff_only otherwise).")
+        batch_size = serializers.IntegerField(required=False, min_value=0,
+                                              max_value=settings.CLAWHUB_TRAIN_MAX_BATCH_SIZE,
+                                              help_text="0 = the site default.")
         auto_start = serializers.BooleanField(required=False)
 
         class Meta:

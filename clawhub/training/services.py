@@ -26,7 +26,7 @@ from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
 from clawhub.review.models import Sample
 from clawhub.review.selectors import samples_for_training, trainable_count
 from clawhub.tenants.models import Tenant
-from clawhub.training import budget
+from clawhub.training import budget, influence
 from clawhub.training.models import Backend, Method, TrainingRun, TrainingSettings
 from clawhub.training.selectors import (
     backend_for,
@@ -188,6 +188,9 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
             run.workdir = str(Path(settings.CLAWHUB_TRAIN_WORKDIR) / f"run-{run.pk}-{secrets.token_hex(4)}")
             run.save(update_fields=["workdir"])
             Sample.objects.filter(pk__in=claimed).update(training_run_id=run.pk)
+            # Each member's share of the update's advantage mass is bounded through per-sample loss weights.
+            influence.batch_weights_set(tenant=tenant, sample_ids=run.sample_ids, method=run.method,
+                                        config=config)
             _audit(
                 actor=actor,
                 action="training.run_started",

@@ -2,17 +2,26 @@
 
 from datetime import timedelta
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from clawhub.core.api import openapi_error
 from clawhub.usage.renderers import UsageCSVRenderer
 from clawhub.usage.selectors import BY, usage_default_range, usage_scope_resolve, usage_summary, usage_totals
 
 # A longer range is a different question (an export of everything); refuse it rather than scan for it.
 MAX_RANGE = timedelta(days=400)
+
+
+CSV_DESCRIPTION = (
+    "JSON: the sums. CSV (`format=csv` or `Accept: text/csv`, sent as an attachment): one line per row of "
+    "`results`, under a header of its columns: the `by` column(s) (day: day; model: model; key: key_id, "
+    "key_name, key_prefix, key_last4; user: user_id, user_email; group: group_id, group_slug, group_name), "
+    "then "
+    "requests, errors, prompt_tokens, completion_tokens, total_tokens, streams, avg_latency_ms, avg_ttft_ms.")
 
 
 class UsageOutputSerializer(serializers.Serializer):
@@ -58,7 +67,17 @@ class UsageApi(APIView):
 
     OutputSerializer = UsageOutputSerializer
 
-    @extend_schema(parameters=[InputSerializer], responses=OutputSerializer)
+    @extend_schema(
+        parameters=[InputSerializer, OpenApiParameter(
+            "format", str, enum=["json", "csv"],
+            description="csv: the same rows as `results`, one line each under a header (errors too: "
+                        "an `error,message` header and one line).")],
+        responses={200: OpenApiResponse(OutputSerializer, description=CSV_DESCRIPTION),
+                   404: openapi_error("No such group or user, or not one the caller may see usage of.")},
+        description=(__doc__ or "") + " Rules across parameters: `since` is not after `until`, and the "
+                    f"range is at most {MAX_RANGE.days} days (`until` defaults to today, `since` to 30 days "
+                    "before it).",
+    )
     def get(self, request):
         params = self.InputSerializer(data=request.query_params)
         params.is_valid(raise_exception=True)

@@ -165,7 +165,7 @@ def test_invitee_flow_over_the_api(crew, api_as, django_capture_on_commit_callba
     assert accepted.status_code == 200 and accepted.json()["role"] == "viewer"
     assert role_of(group=crew.group, user=newbie) == Role.VIEWER
     again = client.post(f"/api/invitations/{token}/accept/")
-    assert again.status_code == 400 and again.json()["error"]["code"] == "invitation_used"
+    assert again.status_code == 409 and again.json()["error"]["code"] == "invitation_used"
     assert client.get(f"/api/invitations/{token}/").json()["status"] == "accepted"
     assert client.get("/api/invitations/not-a-token/").status_code == 404
 

@@ -65,7 +65,7 @@ def test_invitee_with_that_email_accepts_once(crew):
     assert invitation.accepted_by == newbie and invitation_status(invitation) == "accepted"
     audit = AuditLog.objects.get(action="invitation.accept")
     assert (audit.actor, audit.subject_user, audit.group) == (newbie, newbie, crew.group)
-    with pytest.raises(ValidationFailed) as excinfo:  # reuse
+    with pytest.raises(Conflict) as excinfo:  # reuse
         invitation_accept(actor=newbie, token=token)
     assert excinfo.value.code == "invitation_used"
 
@@ -88,7 +88,7 @@ def test_expired_invitation_is_refused(crew, settings):
     invitation, token = invite(crew)
     assert timedelta(hours=1, minutes=59) < invitation.expires_at - timezone.now() <= timedelta(hours=2)
     Invitation.objects.filter(pk=invitation.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    with pytest.raises(ValidationFailed) as excinfo:
+    with pytest.raises(Conflict) as excinfo:
         invitation_accept(actor=make_user(), token=token)
     assert excinfo.value.code == "invitation_expired"
     assert "expired" in excinfo.value.message
@@ -98,7 +98,7 @@ def test_revoked_invitation_is_refused(crew):
     invitation, token = invite(crew, email="newbie@example.com")
     invitation_revoke(actor=crew.admin, invitation=invitation)
     assert AuditLog.objects.filter(action="invitation.revoke", group=crew.group).exists()
-    with pytest.raises(ValidationFailed) as excinfo:
+    with pytest.raises(Conflict) as excinfo:
         invitation_accept(actor=make_user(email="newbie@example.com"), token=token)
     assert excinfo.value.code == "invitation_revoked"
     assert list(group_invitations(group=crew.group)) == []
@@ -111,7 +111,7 @@ def test_declined_invitation_cannot_be_accepted(crew):
     invitation.refresh_from_db()
     assert invitation_status(invitation) == "declined"
     assert AuditLog.objects.get(action="invitation.decline").subject_user == newbie
-    with pytest.raises(ValidationFailed) as excinfo:
+    with pytest.raises(Conflict) as excinfo:
         invitation_accept(actor=newbie, token=token)
     assert excinfo.value.code == "invitation_declined"
     assert role_of(group=crew.group, user=newbie) is None
@@ -153,7 +153,7 @@ def test_link_invitation_admits_whoever_holds_it_once(crew, mailoutbox, django_c
     assert mailoutbox == [] and invitation.email == ""
     first, second = make_user(), make_user()
     assert invitation_accept(actor=first, token=token).role == Role.MEMBER
-    with pytest.raises(ValidationFailed) as excinfo:
+    with pytest.raises(Conflict) as excinfo:
         invitation_accept(actor=second, token=token)
     assert excinfo.value.code == "invitation_used"
     assert role_of(group=crew.group, user=second) is None

@@ -7,7 +7,7 @@ people into the group. Or someone signs up with the invitee's address without ow
 import pytest
 from django.utils import timezone
 
-from clawhub.core.exceptions import PermissionDenied, ValidationFailed
+from clawhub.core.exceptions import Conflict, PermissionDenied
 from clawhub.groups.models import Invitation, Membership, Role
 from clawhub.groups.services import (
     group_transfer_ownership,
@@ -46,7 +46,7 @@ def test_a_removed_or_demoted_admins_link_is_dead(crew, how):
     else:
         membership_leave(actor=admin, group=group)
     stranger = make_user()
-    with pytest.raises(ValidationFailed) as err:
+    with pytest.raises(Conflict) as err:
         invitation_accept(actor=stranger, token=token_of(link))
     assert err.value.code == "invitation_revoked"
     assert not Membership.objects.filter(group=group, user=stranger).exists()
@@ -60,7 +60,7 @@ def test_acceptance_rechecks_the_inviters_role_even_if_nothing_revoked_it(crew):
     owner, group, admin = crew
     _, link = invitation_create(actor=admin, group=group, role=Role.VIEWER)
     Membership.objects.filter(group=group, user=admin).update(role=Role.VIEWER)
-    with pytest.raises(ValidationFailed) as err:
+    with pytest.raises(Conflict) as err:
         invitation_accept(actor=make_user(), token=token_of(link))
     assert err.value.code == "invitation_revoked"
 
@@ -70,7 +70,7 @@ def test_a_former_owners_admin_invitations_die_with_the_ownership(crew):
     _, admin_link = invitation_create(actor=owner, group=group, role=Role.ADMIN)
     _, member_link = invitation_create(actor=owner, group=group, role=Role.MEMBER)
     group_transfer_ownership(actor=owner, group=group, new_owner=admin)
-    with pytest.raises(ValidationFailed):
+    with pytest.raises(Conflict):
         invitation_accept(actor=make_user(), token=token_of(admin_link))
     assert invitation_accept(actor=make_user(), token=token_of(member_link)).role == Role.MEMBER
 

@@ -141,6 +141,7 @@ def train_sample(sample: Sample) -> TrainSample:
         reward=sample.reward,
         hints=[h for h in (sample.judgment.hints or []) if isinstance(h, str) and h.strip()],
         member_id=sample.user_id,
+        weight=sample.train_weight,
         prompt_token_ids=prompt_ids,
         chat_template_kwargs=kwargs if isinstance(kwargs, dict) else None,
         source=(f"{path}; {why}" if why else path) if path == SERVED_IDS else f"{path}: {why}",

@@ -1,0 +1,128 @@
+"""Bounded influence: each member's share of a group update's advantage mass, on hand-computed cases, and
+the weights a group run's claim writes and the trainer receives."""
+
+import pytest
+
+from clawhub.review.models import Sample
+from clawhub.training import influence, services
+from clawhub.training.influence import advantage_mass, member_weights
+from clawhub.training.models import TrainingRun
+from tests.factories import add_member, make_group, make_user
+from tests.review.conftest import approved_sample
+
+
+def shares(masses, weights):
+    total = sum(weights[m] * masses[m] for m in masses)
+    return {m: weights[m] * masses[m] / total for m in masses}
+
+
+def test_advantage_mass_is_the_token_mean_of_abs_a():
+    assert advantage_mass(method="rl", reward=-1, has_hint=True) == 1.0
+    assert advantage_mass(method="rl", reward=0, has_hint=True) == 0.0
+    assert advantage_mass(method="opd", reward=1, has_hint=False) == 0.0
+    assert advantage_mass(method="opd", reward=1, has_hint=True, w_opd=0.5) == 0.5
+    assert advantage_mass(method="combine", reward=-1, has_hint=True, w_rl=1.0, w_opd=0.5) == 1.5
+
+
+def test_no_adversary_equal_volume_changes_nothing():
+    assert member_weights({"h1": 4, "h2": 4, "h3": 4}, cap=0.4) == {"h1": 1.0, "h2": 1.0, "h3": 1.0}
+    # Unequal honest volumes under the cap also keep weight 1: the update is the unweighted one.
+    assert member_weights({"h1": 5, "h2": 4, "h3": 3}, cap=0.45) == {"h1": 1.0, "h2": 1.0, "h3": 1.0}
+
+
+def test_one_adversary_among_three_supplying_half():
+    # a = 8, h1 = h2 = 4, cap 0.4: x_a = 0.4 X and X = 8 + x_a, so X = 8 / 0.6 = 13.33 and x_a = 5.33:
+    # w_a = 5.33 / 8 = 2/3; the shares become 0.4, 0.3, 0.3.
+    masses = {"a": 8, "h1": 4, "h2": 4}
+    weights = member_weights(masses, cap=0.4)
+    assert weights["a"] == pytest.approx(2 / 3) and weights["h1"] == weights["h2"] == 1.0
+    assert shares(masses, weights) == pytest.approx({"a": 0.4, "h1": 0.3, "h2": 0.3})
+
+
+def test_two_adversaries_among_five():
+    # a1 = a2 = 6, three honest of 2 each, cap 0.25: X = 6 + 2 (0.25 X), so X = 12 and x_a = 3: w_a = 0.5.
+    masses = {"a1": 6, "a2": 6, "h1": 2, "h2": 2, "h3": 2}
+    weights = member_weights(masses, cap=0.25)
+    assert weights == pytest.approx({"a1": 0.5, "a2": 0.5, "h1": 1.0, "h2": 1.0, "h3": 1.0})
+    assert shares(masses, weights)["a1"] == pytest.approx(0.25)
+
+
+def test_the_cap_holds_over_the_window():
+    # The adversary brought 6 of the window's 10 (0.6) before; this batch is even (4, 4, 4). Per update
+    # alone nobody is over 0.4, but over the window (6 + x_a) / (10 + X) <= 0.4 with X = 8 + x_a gives
+    # x_a = 0.4 (18 + x_a) - 6, so x_a = 2 and w_a = 0.5: the window share is 8 / 20 = 0.4.
+    masses = {"a": 4, "h1": 4, "h2": 4}
+    past = {"a": 6, "h1": 2, "h2": 2}
+    weights = member_weights(masses, cap=0.4, past=past)
+    assert weights == pytest.approx({"a": 0.5, "h1": 1.0, "h2": 1.0})
+    assert member_weights(masses, cap=0.4) == {"a": 1.0, "h1": 1.0, "h2": 1.0}  # per update only
+    x = {m: weights[m] * masses[m] for m in masses}
+    assert (past["a"] + x["a"]) / (sum(past.values()) + sum(x.values())) == pytest.approx(0.4)
+
+
+def test_fewer_members_than_the_cap_allows_means_equal_shares():
+    # Two members and cap 0.4 cannot both be under 0.4: the bound is 1/2 each. x_a = 0.5 X, X = 1 + x_a:
+    # X = 2, x_a = 1, w_a = 1/3.
+    assert member_weights({"a": 3, "h": 1}, cap=0.4) == pytest.approx({"a": 1 / 3, "h": 1.0})
+    assert member_weights({"solo": 5}, cap=0.4) == {"solo": 1.0}
+    assert member_weights({"a": 0, "h": 0}, cap=0.4) == {"a": 1.0, "h": 1.0}
+
+
+@pytest.fixture
+def group_of_three(db, settings):
+    settings.CLAWHUB_TRAINING_BATCH_SIZE = 8
+    settings.CLAWHUB_GATE_HOLDOUT_EVERY = 0
+    settings.CLAWHUB_REVIEW_MEMBER_CAP = 0.5
+    settings.CLAWHUB_INFLUENCE_CAP = 0.4
+    settings.CLAWHUB_INFLUENCE_WINDOW = 4
+    owner = make_user()
+    group = make_group(owner)
+    return group.tenant, owner, add_member(group), add_member(group)
+
+
+def test_a_group_claim_weights_the_dominant_member_and_the_trainer_gets_it(group_of_three):
+    from workers.tasks.training import train_sample
+
+    tenant, adversary, h1, h2 = group_of_three
+    for user, n in ((adversary, 4), (h1, 2), (h2, 2)):  # 4 of 8 is the count cap's 50 %
+        for _ in range(n):
+            approved_sample(user, tenant=tenant, reward=1)
+    run = services.run_start(tenant=tenant)
+    assert len(run.sample_ids) == 8
+    # Masses 4, 2, 2 under cap 0.4: X = 4 / 0.6 = 6.67, x_a = 2.67, w_a = 2/3.
+    samples = {s.pk: s for s in Sample.objects.filter(pk__in=run.sample_ids)}
+    for s in samples.values():
+        assert s.advantage_mass == 1.0
+        assert s.train_weight == pytest.approx(2 / 3 if s.user_id == adversary.pk else 1.0)
+    weights = {train_sample(s).member_id: train_sample(s).weight for s in samples.values()}
+    assert weights == pytest.approx({adversary.pk: 2 / 3, h1.pk: 1.0, h2.pk: 1.0})
+
+
+def test_the_window_remembers_what_earlier_runs_carried(group_of_three):
+    tenant, adversary, h1, h2 = group_of_three
+    # An earlier trained run in which the adversary carried 6 of 10.
+    earlier = TrainingRun.objects.create(tenant=tenant, backend="local", method="rl",
+                                         state=TrainingRun.State.SUCCEEDED)
+    for user, n in ((adversary, 6), (h1, 2), (h2, 2)):
+        for _ in range(n):
+            s = approved_sample(user, tenant=tenant)
+            Sample.objects.filter(pk=s.pk).update(training_run_id=earlier.pk, trained_at=s.created_at,
+                                                  advantage_mass=1.0)
+    assert influence.window_masses(tenant=tenant, window=4) == {adversary.pk: 6.0, h1.pk: 2.0, h2.pk: 2.0}
+    assert influence.window_masses(tenant=tenant, window=0) == {}
+    fresh = [approved_sample(u, tenant=tenant) for u in (adversary, h1, h2) for _ in range(2)]
+    weights = influence.batch_weights_set(tenant=tenant, sample_ids=[s.pk for s in fresh], method="rl",
+                                          config={})
+    # Batch 2, 2, 2; window (6 + x_a) / (10 + 4 + x_a) <= 0.4: x_a = 0.4 (14 + x_a) - 6 = -0.4 / 0.6 < 0,
+    # so the adversary's weight is 0 in this update; the honest members keep 1.
+    assert weights == pytest.approx({adversary.pk: 0.0, h1.pk: 1.0, h2.pk: 1.0})
+
+
+def test_a_personal_tenant_keeps_weight_one(db, settings):
+    settings.CLAWHUB_TRAINING_BATCH_SIZE = 4
+    settings.CLAWHUB_GATE_HOLDOUT_EVERY = 0
+    user = make_user()
+    for _ in range(4):
+        approved_sample(user, reward=-1)
+    run = services.run_start(tenant=user.tenant)
+    assert set(Sample.objects.filter(pk__in=run.sample_ids).values_list("train_weight", flat=True)) == {1.0}
