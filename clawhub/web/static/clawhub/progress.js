@@ -5,6 +5,7 @@
   function fmt(name, value) {
     if (value === null || value === undefined) return "—";
     if (name === "loss") return Number(value).toFixed(4);
+    if (name === "mean_reward") return Number(value).toFixed(2);
     return String(value);
   }
   function apply(section, data) {
