@@ -38,6 +38,7 @@ from clawhub.gateway.identity import Identity, extract_identity
 from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, watch_disconnect
 from clawhub.gateway.quotas import LocalLimiter, RedisLimiter, reservation
 from clawhub.gateway.records import TurnRecord
+from clawhub.gateway.transport import UpstreamTransport
 from clawhub.gateway.upstreams import (
     ActiveAdapter,
     SharedResidency,
@@ -163,19 +164,15 @@ class Gateway:
             # (a poll() each) twice per request, so one pool's cost grows with the concurrency it serves.
             # Idle connections are dropped before the upstream would drop them (uvicorn, under vLLM, closes
             # them after 5 s), so a reused one is rarely stale; STALE_ERRORS covers the race that is left.
+            timeout = httpx.Timeout(cfg.read_timeout, connect=cfg.connect_timeout)
             self.clients = [
-                httpx.AsyncClient(
-                    timeout=httpx.Timeout(cfg.read_timeout, connect=cfg.connect_timeout),
-                    limits=httpx.Limits(max_connections=1024, max_keepalive_connections=128,
-                                        keepalive_expiry=cfg.upstream_keepalive),
-                )
+                httpx.AsyncClient(timeout=timeout,
+                                  transport=UpstreamTransport(keepalive=cfg.upstream_keepalive))
                 for _ in range(cfg.client_shards)
             ]
             self.client = self.clients[0]
             # The one retry after a stale connection goes out on a connection of its own, never a pooled one.
-            self.fresh_client = httpx.AsyncClient(
-                timeout=httpx.Timeout(cfg.read_timeout, connect=cfg.connect_timeout),
-                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=0))
+            self.fresh_client = httpx.AsyncClient(timeout=timeout, transport=UpstreamTransport(keepalive=0))
             self._shard = itertools.count()
             self._ids = itertools.count()
             self._id_prefix = f"{os.urandom(4).hex()}{os.getpid():x}-"  # unique across workers and restarts
