@@ -13,10 +13,11 @@ Per method (rl, opd, combine), on the same seed, with fresh users so that no two
      bench key is minutes old, so the new-key guard (feedback through a key younger than the policy's
      ``new_key_age``, 24 h) holds all of them; the bench approves samples whose only flags are ``new_key``
      (and ``split_votes``, which only the LLM judge produces);
-   - in the group, the bench acts as the owner: samples flagged ``member_outlier`` are rejected (the
-     adversary's, once its negative rate stands out; its first samples are not flagged yet and go through,
-     as they would with a human who trusts the guard); anything else flagged (near duplicates, revoked keys)
-     stays pending, as it would for a careful admin.
+   - in the group, the bench acts as the owner: samples flagged ``member_outlier`` or
+     ``consensus_disagreement`` are rejected (the adversary's, once its negative rate or its disagreement
+     with the other members on the same reply style stands out; its first samples are not flagged yet and go
+     through, as they would with a human who trusts the guard); anything else flagged (near duplicates,
+     revoked keys) stays pending, as it would for a careful admin.
 4. With a full batch approved, it starts the run (POST .../runs/start/; the periodic kick may win the race,
    which is the same run), waits for it, for the eval gate and the promotion, then measures compliance on the
    fixed held-out prompts through /v1 (greedy by default, side turns so they are never trained on), scored
@@ -58,7 +59,7 @@ METHODS = ("rl", "opd", "combine")
 # 1e-5 moves it by nothing in 16 updates).
 DEFAULT_OVERRIDES = {"lr": 2e-3}
 APPROVABLE_FLAGS = {"new_key", "split_votes"}
-REJECTED_FLAGS = {"member_outlier"}
+REJECTED_FLAGS = {"member_outlier", "consensus_disagreement"}
 
 
 class BenchError(RuntimeError):
@@ -207,6 +208,8 @@ class Track:
     done: bool = False
     error: str = ""
     feedback_sent: dict[str, float] = field(default_factory=dict)  # feedback text -> when it was sent
+    # member email -> that member's sessions when the bench first saw the consensus guard flag them
+    consensus_flagged: dict[str, int] = field(default_factory=dict)
 
     @property
     def owner(self) -> Member:
@@ -240,6 +243,7 @@ class Track:
             "eval_scores": [r.eval_score for r in promoted],
             "gate": [{"version": r.version, "outcome": r.outcome, "decision": r.decision,
                       "reason": r.decision_reason} for r in self.records if r.version is not None],
+            "consensus_flagged_after_sessions": dict(self.consensus_flagged),
             "error": self.error or None,
         }
 
@@ -422,6 +426,11 @@ class Bench:
                                                        "page_size": 500})
         approve, reject = review_decisions(page["results"], group=bool(track.slug))
         authors = {s["id"]: (s.get("user") or {}).get("email") for s in page["results"]}
+        sessions = {m.email: m.sessions for m in track.members}
+        for sample in page["results"]:
+            email = authors.get(sample["id"])
+            if any(f.get("code") == "consensus_disagreement" for f in sample.get("flags") or []):
+                track.consensus_flagged.setdefault(email, sessions.get(email, 0))
         own = [i for i in approve if authors.get(i) == track.owner.email]
         admin = track.members[1].api if track.slug else api  # a group's owner may not approve their own
         for reviewer, ids in ((api, [i for i in approve if i not in own]), (admin, own)):
@@ -432,7 +441,7 @@ class Bench:
         if reject:
             api.post("/api/review/samples/bulk/", {
                 "ids": reject, "action": "reject",
-                "reason": "bench: member_outlier flagged by the group's guard"})
+                "reason": "bench: member_outlier or consensus_disagreement flagged by the group's guards"})
         return len(approve), len(reject)
 
     def _counts(self, track: Track) -> tuple[int, int]:
