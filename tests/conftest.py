@@ -73,3 +73,19 @@ def pytest_sessionfinish(session, exitstatus):
     if _catcher.leaks:
         print("\nKEY MATERIAL IN LOG LINES:\n" + "\n".join(_catcher.leaks[:20]))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --- Account mails -----------------------------------------------------------------------------------------
+# clawhub.accounts.services hands account mails to a Celery task after commit (workers/tasks/mail.py). Tests
+# that check a mail went out run the task's body at once, in process (the test's transaction never commits);
+# tests/accounts/test_mail_task.py puts the real hand-over back and checks it.
+@pytest.fixture(autouse=True)
+def _account_mails_delivered_in_process(monkeypatch):
+    from clawhub.accounts import services
+
+    def deliver(task_name, *ids, **kwargs):
+        assert task_name == services.ACCOUNT_MAIL, task_name
+        services.account_mail_deliver(user_id=ids[0], kind=kwargs["kind"])
+
+    monkeypatch.setattr(services, "enqueue_on_commit", deliver)
+    yield

@@ -35,6 +35,8 @@ from clawhub.accounts.throttle import (
 )
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import AuthenticationFailed, Conflict, ValidationFailed
+from clawhub.core.task_names import ACCOUNT_MAIL
+from clawhub.core.tasks import enqueue_on_commit
 
 
 def _clean_email(email: str) -> str:
@@ -88,9 +90,7 @@ def user_signup(*, email: str, password: str, display_name: str = "", ip: str | 
     existing = user_get_by_email(email=email)
     if existing is not None:
         if existing.is_active and account_mail_allowed(email=email, ip=ip):
-            _send(user=existing, subject="Someone tried to sign up to ClawHub with your address",
-                  template="accounts/email/signup_exists.txt",
-                  link=settings.PUBLIC_BASE_URL + reverse("password_reset"))
+            _send(user=existing, kind=MAIL_SIGNUP_EXISTS)
         audit_record(actor=None, action="user.signup_existing", target=existing, subject_user=existing, ip=ip)
         return None
     with transaction.atomic():
@@ -211,12 +211,7 @@ def password_reset_request(*, email: str, ip: str | None = None) -> None:
     if not account_mail_allowed(email=email, ip=ip) or user is None or not user.is_active:
         # Counted before the lookup, so known and unknown addresses are limited alike.
         return
-    link = settings.PUBLIC_BASE_URL + reverse("password_reset_confirm", kwargs={
-        "uidb64": urlsafe_base64_encode(force_bytes(user.pk)),
-        "token": default_token_generator.make_token(user),
-    })
-    _send(user=user, subject="Reset your ClawHub password", template="accounts/email/password_reset.txt",
-          link=link, valid_hours=settings.PASSWORD_RESET_TIMEOUT // 3600)
+    _send(user=user, kind=MAIL_PASSWORD_RESET)
     audit_record(actor=None, action="user.password_reset_request", target=user, subject_user=user, ip=ip)
 
 
@@ -255,11 +250,7 @@ def password_reset_confirm(*, uidb64: str, token: str, new_password: str, revoke
 # Email verification -----------------------------------------------------------------------------------------
 
 def email_verification_send(*, user: User) -> None:
-    token = signing.dumps({"u": user.pk, "e": user.email}, salt=EMAIL_VERIFICATION_SALT)
-    link = settings.PUBLIC_BASE_URL + reverse("verify_email", kwargs={"token": token})
-    _send(user=user, subject="Confirm your email address for ClawHub",
-          template="accounts/email/verify_email.txt", link=link,
-          valid_hours=settings.ACCOUNTS_EMAIL_VERIFICATION_TIMEOUT // 3600)
+    _send(user=user, kind=MAIL_VERIFY_EMAIL)
 
 
 def email_verification_resend(*, email: str, ip: str | None = None) -> None:
@@ -296,8 +287,44 @@ def user_email_verify(*, token: str, signed_in: User | None = None, ip: str | No
     return user
 
 
-def _send(*, user: User, subject: str, template: str, **context: Any) -> None:
-    # Sent inline rather than on commit: the link must reach the user even when a caller's transaction is
-    # still open, and a failing mail server should fail the request the user is waiting on, not vanish.
+MAIL_PASSWORD_RESET, MAIL_VERIFY_EMAIL, MAIL_SIGNUP_EXISTS = "password_reset", "verify_email", "signup_exists"
+
+
+def _send(*, user: User, kind: str) -> None:
+    """Hands the mail to the account-mail task once the caller's transaction commits: the request is answered
+    in the same time whether a mail goes out or not, and a slow mail server holds no web worker. The limits
+    (account_mail_allowed) were applied by the caller."""
+    enqueue_on_commit(ACCOUNT_MAIL, user.pk, kind=kind)
+
+
+def _mail_content(*, user: User, kind: str) -> tuple[str, str, dict[str, Any]]:
+    """(subject, template, context) of one account mail, with a link made now."""
+    base = settings.PUBLIC_BASE_URL
+    if kind == MAIL_PASSWORD_RESET:
+        link = base + reverse("password_reset_confirm", kwargs={
+            "uidb64": urlsafe_base64_encode(force_bytes(user.pk)),
+            "token": default_token_generator.make_token(user),
+        })
+        return ("Reset your ClawHub password", "accounts/email/password_reset.txt",
+                {"link": link, "valid_hours": settings.PASSWORD_RESET_TIMEOUT // 3600})
+    if kind == MAIL_VERIFY_EMAIL:
+        token = signing.dumps({"u": user.pk, "e": user.email}, salt=EMAIL_VERIFICATION_SALT)
+        return ("Confirm your email address for ClawHub", "accounts/email/verify_email.txt",
+                {"link": base + reverse("verify_email", kwargs={"token": token}),
+                 "valid_hours": settings.ACCOUNTS_EMAIL_VERIFICATION_TIMEOUT // 3600})
+    if kind == MAIL_SIGNUP_EXISTS:
+        return ("Someone tried to sign up to ClawHub with your address", "accounts/email/signup_exists.txt",
+                {"link": base + reverse("password_reset")})
+    raise ValueError(f"unknown account mail {kind!r}")
+
+
+def account_mail_deliver(*, user_id: int, kind: str) -> bool:
+    """Sends one account mail (the account-mail task's body). False when the account is gone or inactive, or
+    when it no longer needs the mail (a verification for an address confirmed meanwhile)."""
+    user = User.objects.filter(pk=user_id, is_active=True).first()
+    if user is None or (kind == MAIL_VERIFY_EMAIL and user.email_verified_at is not None):
+        return False
+    subject, template, context = _mail_content(user=user, kind=kind)
     body = render_to_string(template, {"user": user, **context})
     send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [user.email])
+    return True

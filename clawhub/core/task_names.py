@@ -27,6 +27,7 @@ PROMOTION_SWEEP = "clawhub.train.sweep"
 UNLOAD_DRAINED = "clawhub.train.unload_drained"
 RETENTION_PURGE = "clawhub.retention.purge"
 HEALTH_PING = "clawhub.health.ping"
+ACCOUNT_MAIL = "clawhub.accounts.mail"
 
 TASK_QUEUES: dict[str, str] = {
     JUDGE_TURN: JUDGE_QUEUE,
@@ -39,4 +40,7 @@ TASK_QUEUES: dict[str, str] = {
     UNLOAD_DRAINED: HOUSEKEEPING_QUEUE,
     RETENTION_PURGE: HOUSEKEEPING_QUEUE,
     HEALTH_PING: DEFAULT_QUEUE,
+    # Password reset, address verification and "someone tried to sign up" mails: off the request path, so
+    # the answer takes as long whether or not a mail goes out (and a slow mail server holds no web worker).
+    ACCOUNT_MAIL: HOUSEKEEPING_QUEUE,
 }

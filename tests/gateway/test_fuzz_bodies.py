@@ -1,0 +1,149 @@
+"""Hypothesis drives /v1/chat/completions and /v1/completions with random bodies (JSON of any shape, wrong
+types, large values, other encodings, odd headers) against the fake upstream. Every answer is a proxied
+success or an OpenAI-shaped 4xx, never a 5xx and never a hang, and a refused request leaves no capture
+record."""
+
+import json
+import time
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from tests.factories import make_key, make_user
+from tests.gateway.conftest import activate_adapter
+
+EXAMPLES = 150
+MAX_BODY = 64 * 1024
+ROUTES = ("/chat/completions", "/completions")
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(),
+                         st.integers(min_value=-2**70, max_value=2**70),
+                         st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=40))
+json_values = st.recursive(json_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)), max_leaves=12)
+messages = st.lists(st.fixed_dictionaries(
+    {"role": st.one_of(st.sampled_from(["user", "system", "assistant", "tool"]), json_values),
+     "content": st.one_of(st.text(max_size=200), json_values)}), max_size=3)
+good_messages = st.lists(st.fixed_dictionaries({"role": st.just("user"), "content": st.text(max_size=200)}),
+                         min_size=1, max_size=3)
+# The fields the gateway reads: mostly well typed (so that many requests get through to the upstream), else
+# anything at all.
+def _mostly(good):
+    return st.one_of(good, good, good, json_values)
+
+
+FIELDS = {
+    "stream": _mostly(st.booleans()),
+    "stream_options": _mostly(st.just({"include_usage": True})),
+    "max_tokens": _mostly(st.integers(min_value=1, max_value=64)),
+    "n": _mostly(st.just(1)),
+    "temperature": _mostly(st.floats(min_value=0, max_value=2)),
+    "logprobs": json_values, "seed": json_values, "tools": json_values, "tool_choice": json_values,
+    "user": json_values, "session_id": json_values, "metadata": json_values,
+}
+model = _mostly(st.just("clawhub-personal"))
+chat_bodies = st.fixed_dictionaries({"model": model, "messages": st.one_of(
+    good_messages, good_messages, messages, json_values)}, optional=FIELDS)
+completion_bodies = st.fixed_dictionaries({"model": model, "prompt": _mostly(st.text(max_size=200))},
+                                          optional=FIELDS)
+near_valid = st.one_of(chat_bodies, completion_bodies).flatmap(
+    lambda body: st.dictionaries(st.text(max_size=10), json_values, max_size=2).map(
+        lambda extra: {**extra, **body}))
+bodies = st.one_of(near_valid, near_valid, near_valid, json_values)
+
+
+@st.composite
+def encoded(draw):
+    """(bytes on the wire, content-type header or None)."""
+    kind = draw(st.sampled_from(["json"] * 6 + ["utf16", "latin1", "bytes", "big", "empty"]))
+    body = draw(bodies)
+    if kind == "json":
+        data = json.dumps(body).encode()
+    elif kind == "utf16":
+        data = json.dumps(body, ensure_ascii=False).encode("utf-16")
+    elif kind == "latin1":
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "replace") + b"\xff\xfe\xc3"
+    elif kind == "bytes":
+        data = draw(st.binary(max_size=200))
+    elif kind == "big":
+        data = json.dumps({"model": "clawhub-personal", "prompt": "x" * draw(
+            st.integers(min_value=MAX_BODY - 200, max_value=MAX_BODY + 2000))}).encode()
+    else:
+        data = b""
+    content_type = draw(st.sampled_from(["application/json"] * 4 + [
+        None, "application/json; charset=utf-16", "text/plain", "application/x-www-form-urlencoded"]))
+    return data, content_type
+
+
+extra_headers = st.dictionaries(
+    st.sampled_from(["x-session-id", "x-openclaw-session-id", "x-request-id", "user-agent", "accept",
+                     "x-clawhub-turn-type", "content-encoding", "x-api-key"]),
+    st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=60), max_size=3)
+
+
+def _is_openai_error(response) -> bool:
+    try:
+        error = response.json()["error"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(error, dict) and {"message", "type", "param", "code"} <= set(error) \
+        and isinstance(error["message"], str)
+
+
+def _is_success(response) -> bool:
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        return "data:" in response.text
+    try:
+        return isinstance(response.json().get("choices"), list)
+    except (ValueError, AttributeError):
+        return False
+
+
+@pytest.fixture
+def secret():
+    user = make_user()
+    _, secret = make_key(user)
+    activate_adapter(user.tenant)
+    return secret
+
+
+def test_random_bodies_get_a_success_or_an_openai_4xx(gateway_factory, fake, secret):
+    gateway = gateway_factory([fake.url], max_body_bytes=MAX_BODY)
+    seen: dict[str, int] = {}
+    proxied = 0
+
+    @seed(18)
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
+              suppress_health_check=list(HealthCheck), print_blob=False)
+    @given(route=st.sampled_from(ROUTES), wire=encoded(), headers=extra_headers)
+    def one(route, wire, headers):
+        nonlocal proxied
+        data, content_type = wire
+        sent = {"Authorization": f"Bearer {secret}", **headers}
+        if content_type:
+            sent["content-type"] = content_type
+        try:
+            response = httpx.post(f"{gateway.v1}{route}", content=data, headers=sent, timeout=15)
+        except httpx.TimeoutException:  # the gateway must answer every request, quickly on a fake upstream
+            pytest.fail(f"no answer in 15 s for {route} {data[:200]!r} {sent}")
+        key = f"{response.status_code}"
+        seen[key] = seen.get(key, 0) + 1
+        assert response.status_code < 500, (route, data[:300], sent, response.text[:500])
+        if response.status_code == 200:
+            assert _is_success(response), response.text[:500]
+            proxied += 1
+        else:
+            assert 400 <= response.status_code < 500 and _is_openai_error(response), (
+                response.status_code, response.text[:500], data[:300])
+
+    one()
+    # Every proxied success is captured, and nothing else is.
+    # Records are handed over off the request path: wait for the successes' and a little for any other.
+    gateway.spy.wait_for(proxied, timeout=30)
+    time.sleep(1.0)
+    print(f"\ngateway fuzz: {EXAMPLES} examples, statuses {dict(sorted(seen.items()))}, "
+          f"{proxied} proxied, {len(gateway.spy.records)} captured")
+    assert len(gateway.spy.records) == proxied
+    assert proxied > 0 and sum(seen.values()) >= EXAMPLES
