@@ -7,6 +7,7 @@ comes back to the user as a message on the page.
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -93,6 +94,7 @@ def group_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "can_receive_ownership": role == Role.OWNER and not is_self,
         })
     can_manage = rules.can_manage(role)
+    influence_versions, influence = selectors.group_member_influence(group=group)
     return render(request, "groups/detail.html", {
         "group": group,
         "role": role,
@@ -103,6 +105,9 @@ def group_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "invite_roles": rules.grantable_roles(role),
         "new_invitation_link": request.session.pop(_NEW_LINK_SESSION_KEY, None),
         "model_id": naming.group_model_id(group.slug),
+        "influence_versions": influence_versions,
+        "influence": influence,
+        "influence_cap_pct": round(settings.CLAWHUB_INFLUENCE_CAP * 100),
     })
 
 

@@ -126,3 +126,23 @@ def test_the_adversary_is_flagged_in_the_pipeline_and_their_approved_samples_wai
     assert set(honest.values_list("state", flat=True)) == {Sample.State.APPROVED}
     # The statistic is over other members only: the next honest sample is not flagged either.
     assert flags.CONSENSUS not in make_sample(h1, key=k1, reward=-1, reply=BOLD_REPLY).flag_codes
+
+
+def test_the_review_console_shows_the_reason_and_the_disagreeing_pairs(trio):
+    from django.test import Client
+
+    group, (h1, h2, adversary), (k1, k2, ka) = trio
+    for user, key in ((h1, k1), (h2, k2)):
+        make_sample(user, key=key, reward=-1, reply=BOLD_REPLY)
+        make_sample(user, key=key, reward=+1, reply=PLAIN_REPLY)
+    made = [make_sample(adversary, key=ka, reward=+1 if i % 2 == 0 else -1,
+                        reply=BOLD_REPLY if i % 2 == 0 else PLAIN_REPLY) for i in range(6)]
+    client = Client()
+    client.force_login(h1)  # the group's owner reviews
+    html = client.get(f"/review/{made[-1].pk}/").content.decode()
+    assert "consensus_disagreement" in html and "rewarded 6 of 6 comparable replies" in html
+    assert 'class="flag-evidence"' in html
+    # The first disagreeing pair is the adversary's first sample, with an honest member's opposite score.
+    assert f'href="/review/{made[0].pk}/"' in html
+    assert "+1 on a <code>bold+numbered|short</code> reply" in html
+    assert "where the 2 other members score that style -1.00 on average" in html

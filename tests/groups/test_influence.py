@@ -126,3 +126,51 @@ def test_a_personal_tenant_keeps_weight_one(db, settings):
         approved_sample(user, reward=-1)
     run = services.run_start(tenant=user.tenant)
     assert set(Sample.objects.filter(pk__in=run.sample_ids).values_list("train_weight", flat=True)) == {1.0}
+
+
+def test_the_group_page_shows_each_members_share_weight_flags_and_rejections(group_of_three, settings):
+    from django.test import Client
+
+    from clawhub.review.flags import CONSENSUS
+    from clawhub.review.services import sample_reject
+    from tests.adapters.conftest import make_version
+
+    tenant, adversary, h1, h2 = group_of_three
+    owner = adversary  # the group's owner is the one who supplies most here
+    for user, n in ((adversary, 4), (h1, 2), (h2, 2)):
+        for _ in range(n):
+            approved_sample(user, tenant=tenant, reward=1)
+    run = services.run_start(tenant=tenant)
+    version = make_version(tenant, 1, state="active")
+    TrainingRun.objects.filter(pk=run.pk).update(state=TrainingRun.State.SUCCEEDED, adapter_version=version)
+    # One flagged sample of h1, rejected by the owner.
+    flagged = approved_sample(h1, tenant=tenant, reward=-1)
+    Sample.objects.filter(pk=flagged.pk).update(
+        state=Sample.State.PENDING,
+        flags=[{"code": CONSENSUS, "detail": "rewarded 5 of 6 against the group"}])
+    sample_reject(actor=owner, sample_id=flagged.pk, reason="steers against the group")
+
+    from clawhub.groups.selectors import group_member_influence
+
+    versions, rows = group_member_influence(group=tenant.group)
+    assert versions == [1]
+    by_user = {r.user.pk: r for r in rows}
+    # Masses 4, 2, 2 with w_a = 2/3: weighted 2.67, 2, 2 of 6.67 -> 40 %, 30 %, 30 %.
+    assert by_user[adversary.pk].shares == [pytest.approx(0.4)]
+    assert by_user[h1.pk].shares == [pytest.approx(0.3)] and by_user[h2.pk].shares == [pytest.approx(0.3)]
+    assert by_user[adversary.pk].min_weight == pytest.approx(2 / 3) and by_user[h1.pk].min_weight == 1.0
+    assert (by_user[h1.pk].flagged, by_user[h1.pk].rejected) == (1, 1)
+    assert by_user[h1.pk].consensus.startswith("rewarded 5 of 6")
+    assert (by_user[h2.pk].flagged, by_user[h2.pk].rejected) == (0, 0)
+
+    client = Client()
+    client.force_login(owner)
+    html = client.get(f"/groups/{tenant.group.slug}/").content.decode()
+    section = html[html.index('id="influence"'):]
+    assert "<th>v1</th>" in section and "40 %" in section and "30 %" in section and "0.67" in section
+    assert "consensus: rewarded 5 of 6" in section
+    member = Client()
+    member.force_login(h2)
+    html = member.get(f"/groups/{tenant.group.slug}/").content.decode()
+    section = html[html.index('id="influence"'):]
+    assert "40 %" in section and "consensus:" not in section  # shares for everyone, flags for managers
