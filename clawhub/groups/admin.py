@@ -2,6 +2,8 @@
 so the admin shows memberships and invitations read-mostly and never shows or edits token digests."""
 
 from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.forms.models import BaseInlineFormSet
 
 from clawhub.groups.models import Group, Invitation, Membership, Role
 from clawhub.groups.selectors import invitation_status
@@ -12,8 +14,30 @@ def _not_the_owner(membership: Membership | None) -> bool:
     return membership is None or membership.role != Role.OWNER
 
 
+class MembershipInlineFormSet(BaseInlineFormSet):
+    """The group page's member rows: the owner's row cannot be deleted, demoted or given to someone else here,
+    and no row can be made an owner (ownership moves by transfer), so a group never loses its owner."""
+
+    def clean(self):
+        super().clean()
+        for form in self.forms:
+            was_owner = form.instance.pk is not None and form.initial.get("role") == Role.OWNER
+            if was_owner and form in self.deleted_forms:
+                raise ValidationError("The owner's membership cannot be deleted: transfer the ownership "
+                                      "first.")
+            if not form.has_changed() or form in self.deleted_forms:
+                continue
+            role = form.cleaned_data.get("role")
+            if was_owner and (role != Role.OWNER or "user" in form.changed_data):
+                raise ValidationError("The owner's membership cannot be changed here: transfer the "
+                                      "ownership.")
+            if not was_owner and role == Role.OWNER:
+                raise ValidationError("Ownership moves by transfer, not by editing a membership.")
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
+    formset = MembershipInlineFormSet
     extra = 0
     fields = ("user", "role", "created_at")
     readonly_fields = ("created_at",)

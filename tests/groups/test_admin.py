@@ -23,3 +23,34 @@ def test_staff_browse_groups_memberships_and_invitations_without_token_digests(c
 def test_non_staff_cannot_open_the_admin(crew, web_as):
     response = web_as(crew.owner).get("/admin/groups/group/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def _group_form(group, *, change: dict) -> dict:
+    """The group change page's POST: its fields and every member row, with ``change`` applied to rows by
+    membership id ({id: {"role": ...} or {"DELETE": "on"}})."""
+    rows = list(group.memberships.order_by("pk"))
+    data = {"name": group.name, "slug": group.slug, "memberships-TOTAL_FORMS": str(len(rows)),
+            "memberships-INITIAL_FORMS": str(len(rows)), "memberships-MIN_NUM_FORMS": "0",
+            "memberships-MAX_NUM_FORMS": "1000"}
+    for i, row in enumerate(rows):
+        data.update({f"memberships-{i}-id": str(row.pk), f"memberships-{i}-group": str(group.pk),
+                     f"memberships-{i}-user": str(row.user_id), f"memberships-{i}-role": row.role})
+        data.update({f"memberships-{i}-{k}": v for k, v in change.get(row.pk, {}).items()})
+    return data
+
+
+@pytest.mark.parametrize("edit", [{"DELETE": "on"}, {"role": "admin"}], ids=["delete", "demote"])
+def test_the_group_page_cannot_delete_or_demote_the_owner_row(crew, web_as, edit):
+    client = web_as(make_user(is_staff=True, is_superuser=True))
+    owner_row = crew.group.memberships.get(role="owner")
+    url = f"/admin/groups/group/{crew.group.pk}/change/"
+    response = client.post(url, _group_form(crew.group, change={owner_row.pk: edit}))
+    assert response.status_code == 200 and "transfer" in response.content.decode()
+    owner_row.refresh_from_db()
+    assert owner_row.role == "owner"
+    # Other rows still change as before.
+    member_row = crew.group.memberships.get(user=crew.member)
+    ok = client.post(url, _group_form(crew.group, change={member_row.pk: {"role": "viewer"}}))
+    assert ok.status_code == 302
+    member_row.refresh_from_db()
+    assert member_row.role == "viewer"
