@@ -291,10 +291,6 @@ def feedback_stages(*, last_feedback: float, run: dict, version: dict, seen: flo
     return {name: round(end - begin, 1) for name, begin, end in marks if None not in (begin, end)}
 
 
-def updates_to(curve: list[float | None], target: float) -> int | None:
-    return next((i for i, c in enumerate(curve) if c is not None and c >= target), None)
-
-
 # --- the benchmark ------------------------------------------------------------------------------------------
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from workers.messages import content_text
+
 MAIN = "main"
 SIDE = "side"
 
@@ -46,23 +48,6 @@ TIMESTAMP_PREFIX = re.compile(
 INTERNAL_CONTEXT = re.compile(
     r"<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>.*?(?:<<<END_OPENCLAW_INTERNAL_CONTEXT>>>|\Z)", re.DOTALL
 )
-
-
-def content_text(content: Any) -> str:
-    """The text of a message's content, whether a string or a list of parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, dict) and part.get("type") in ("text", "input_text", None):
-                texts.append(str(part.get("text") or ""))
-        return "\n".join(texts)
-    return str(content)
 
 
 def _canonical_content(content: Any, *, user: bool = False) -> Any:

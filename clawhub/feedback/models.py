@@ -3,6 +3,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from workers.judge.registry import judge_names
+
 
 class Judgment(models.Model):
     """What the judge made of one main turn: the PRM reward from its votes, and the hindsight hints it found.
@@ -50,10 +52,9 @@ class Judgment(models.Model):
 class JudgeRules(models.Model):
     """A tenant's own rules for the rule judge, and which judge scores its turns."""
 
-    class Backend(models.TextChoices):
-        DEFAULT = "default"  # settings.CLAWHUB_JUDGE
-        RULE = "rule"
-        LLM = "llm"
+    # "default" (settings.CLAWHUB_JUDGE), then every judge in workers.judge.registry: Backend.RULE, .LLM, …
+    Backend = models.TextChoices("Backend",
+                                 [("DEFAULT", "default"), *((name.upper(), name) for name in judge_names())])
 
     tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, related_name="judge_rules")
     judge = models.CharField(max_length=8, choices=Backend.choices, default=Backend.DEFAULT)

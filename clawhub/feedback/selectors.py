@@ -4,8 +4,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import QuerySet
-
 from clawhub.accounts.models import User
 from clawhub.conversations.models import Turn
 from clawhub.core.exceptions import NotFound
@@ -28,16 +26,6 @@ def turn_tenant_id(*, turn_id: int) -> int | None:
 
 def judgment_for_turn(*, turn_id: int) -> Judgment | None:
     return Judgment.objects.filter(turn_id=turn_id).first()
-
-
-def judgments_for_tenant(*, tenant: Tenant, reward: int | None = None,
-                         status: str | None = None) -> QuerySet[Judgment]:
-    qs = Judgment.objects.filter(tenant=tenant).select_related("turn")
-    if reward is not None:
-        qs = qs.filter(reward=reward)
-    if status:
-        qs = qs.filter(status=status)
-    return qs
 
 
 def judge_rules_for_tenant(*, tenant_id: int) -> JudgeRules | None:

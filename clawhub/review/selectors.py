@@ -158,13 +158,6 @@ def samples_for_user(*, user: User) -> QuerySet[Sample]:
     return _samples().filter(user=user).order_by("-created_at", "-id")
 
 
-def sample_get_own(*, user: User, sample_id: int) -> Sample:
-    sample = _samples().filter(pk=sample_id, user=user).first()
-    if sample is None:
-        raise NotFound("No such sample.")
-    return sample
-
-
 # --- the training selector ----------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import environ
 
 from clawhub.core.logging import build_logging
+from workers.judge.registry import JUDGES
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
@@ -307,6 +308,8 @@ CLAWHUB_INFLUENCE_WINDOW = env.int("CLAWHUB_INFLUENCE_WINDOW", default=4)
 # pattern rules). The embedded default may have no model server behind it, so it starts with "rule";
 # deployments with vLLM set CLAWHUB_JUDGE=llm.
 CLAWHUB_JUDGE = env.str("CLAWHUB_JUDGE", default="rule")
+if CLAWHUB_JUDGE not in JUDGES:  # the names in workers.judge.registry
+    raise environ.ImproperlyConfigured(f"CLAWHUB_JUDGE={CLAWHUB_JUDGE!r}: use one of {', '.join(JUDGES)}")
 _judge_upstream = CLAWHUB_UPSTREAMS[0] if CLAWHUB_UPSTREAMS else {}
 CLAWHUB_JUDGE_BASE_URL = env.str(
     "CLAWHUB_JUDGE_BASE_URL",

@@ -12,7 +12,7 @@ from clawhub.feedback.services import judge_rules_set
 from tests.feedback.conftest import capture_exchange
 from tests.judge.fake_openai import FakeOpenAI, prm_or_hint
 from workers.celery import app
-from workers.judge import TransientJudgeError
+from workers.judge import RuleJudge, TransientJudgeError
 from workers.tasks import judging
 from workers.tasks.judging import close_idle_sessions, judge_turn
 
@@ -132,7 +132,7 @@ def test_transient_error_from_any_judge_triggers_celery_retry(judged_turn, monke
             calls.append(inp)
             if len(calls) < 3:
                 raise TransientJudgeError("connection refused")
-            return judging.RuleJudge().judge(inp)
+            return RuleJudge().judge(inp)
 
     monkeypatch.setattr(judging, "judge_for_tenant", lambda tenant_id: Flaky())
     monkeypatch.setattr(judging.settings, "CLAWHUB_JUDGE_TASK_RETRY_DELAY", 0)

@@ -31,6 +31,7 @@ import re2
 
 from workers.judge import prompts
 from workers.judge.parsing import MIN_HINT_CHARS, boxed_score, extract_hint, majority_vote
+from workers.messages import content_text
 
 logger = logging.getLogger("workers.judge")
 
@@ -91,6 +92,12 @@ class Judge(ABC):
     @abstractmethod
     def _judge(self, inp: JudgeInput) -> JudgeResult: ...
 
+    @classmethod
+    @abstractmethod
+    def from_config(cls, config: Any, *, rules: Mapping[str, Any] | None = None) -> Judge:
+        """The judge the task uses: ``config`` has the CLAWHUB_JUDGE_* settings as attributes (Django's
+        settings, or any object), ``rules`` a tenant's own rules (JudgeRules' fields) or None."""
+
     def close(self) -> None:  # noqa: B027 - only judges that hold connections need it
         pass
 
@@ -104,26 +111,6 @@ MAX_MESSAGE_CHARS = 4000
 MAX_HISTORY_CHARS = 16000
 
 
-def content_text(content: Any) -> str:
-    """The text of a message's content, whether a string or a list of parts. (clawhub.conversations.identity
-    has its twin; this package stays importable without the clawhub package, so it keeps its own.)"""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and part.get("type") in ("text", "input_text", None):
-                parts.append(str(part.get("text") or ""))
-            elif isinstance(part, dict):
-                parts.append(f"[{part.get('type')}]")
-        return "\n".join(parts)
-    return str(content)
-
-
 def _clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     if len(text) <= limit:
         return text
@@ -135,7 +122,7 @@ def render_message(message: dict[str, Any]) -> str:
     role = str(message.get("role") or "unknown")
     label = f"[{role}" + (f" {message['name']}" if message.get("name") else "") + "]"
     lines = [label]
-    text = content_text(message.get("content")).strip()
+    text = content_text(message.get("content"), placeholders=True).strip()
     if text:
         lines.append(_clip(text))
     for call in message.get("tool_calls") or []:
@@ -184,6 +171,28 @@ class LLMJudge(Judge):
     connections. Thread-safe."""
 
     name = "llm"
+    # One per process and configuration: its semaphore bounds the requests of every task this worker runs,
+    # and its connection pool is reused from turn to turn.
+    _shared: dict[tuple, LLMJudge] = {}
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: Any, *, rules: Mapping[str, Any] | None = None) -> LLMJudge:
+        key = (
+            config.CLAWHUB_JUDGE_BASE_URL, config.CLAWHUB_JUDGE_MODEL, config.CLAWHUB_JUDGE_API_KEY,
+            config.CLAWHUB_JUDGE_VOTES, config.CLAWHUB_JUDGE_HINT_VOTES, config.CLAWHUB_JUDGE_TEMPERATURE,
+            config.CLAWHUB_JUDGE_MAX_TOKENS, config.CLAWHUB_JUDGE_TIMEOUT, config.CLAWHUB_JUDGE_CONCURRENCY,
+            config.CLAWHUB_JUDGE_HTTP_RETRIES,
+        )
+        with cls._shared_lock:
+            judge = cls._shared.get(key)
+            if judge is None:
+                judge = cls._shared[key] = cls(
+                    base_url=key[0], model=key[1], api_key=key[2], votes=key[3], hint_votes=key[4],
+                    temperature=key[5], max_tokens=key[6], timeout=key[7], concurrency=key[8],
+                    max_retries=key[9],
+                )
+            return judge
 
     def __init__(
         self,
@@ -315,7 +324,8 @@ def _answer_text(response: httpx.Response) -> str:
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise JudgeError(f"judge endpoint answered without a message: {body_shape(response)}") from exc
     # Reasoning models served with a reasoning parser may leave content empty and put everything in reasoning.
-    return content_text(message.get("content")) or str(message.get("reasoning_content") or "")
+    text = content_text(message.get("content"), placeholders=True)
+    return text or str(message.get("reasoning_content") or "")
 
 
 # --- rule judge ---------------------------------------------------------------------------------------------
@@ -484,13 +494,30 @@ class RuleJudge(Judge):
 
     name = "rule"
 
+    @classmethod
+    def from_config(cls, config: Any, *, rules: Mapping[str, Any] | None = None) -> RuleJudge:
+        """The default rules, or the tenant's (``negative_patterns``, ``positive_patterns``,
+        ``hint_templates``, ``extend_defaults``). Rules saved before patterns were compiled with RE2 and
+        capped are refused here: such a tenant is judged by the defaults until it fixes them."""
+        try:
+            ruleset = RuleSet.build() if rules is None else RuleSet.build(
+                negative=rules["negative_patterns"], positive=rules["positive_patterns"],
+                hints=rules["hint_templates"], extend_defaults=rules["extend_defaults"],
+            )
+        except ValueError as exc:
+            logger.warning("tenant %s: judge rules refused (%s); using the default rules",
+                           rules.get("tenant_id") if rules else None, exc)
+            ruleset = RuleSet.build()
+        return cls(ruleset, votes=config.CLAWHUB_JUDGE_VOTES)
+
     def __init__(self, rules: RuleSet | None = None, *, votes: int = 3):
         self.rules = rules or RuleSet.build()
         self.votes = max(1, votes)
         self.prompt_version = f"rules-{self.rules.fingerprint}"
 
     def _judge(self, inp: JudgeInput) -> JudgeResult:
-        texts = [(m.get("role"), content_text(m.get("content"))) for m in inp.next_state or []]
+        texts = [(m.get("role"), content_text(m.get("content"), placeholders=True))
+                 for m in inp.next_state or []]
         user_text = "\n".join(t for role, t in texts if role != "tool").strip()
         tool_texts = [t for role, t in texts if role == "tool"]
         everything = "\n".join(t for _, t in texts)

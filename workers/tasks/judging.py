@@ -7,7 +7,6 @@ leaves the message to be delivered again) costs one read.
 """
 
 import logging
-import threading
 from typing import Any
 
 from celery.exceptions import MaxRetriesExceededError, SoftTimeLimitExceeded
@@ -24,7 +23,8 @@ from clawhub.feedback.models import JudgeRules
 from clawhub.feedback.selectors import judge_rules_for_tenant, judgment_for_turn, turn_for_judging
 from clawhub.feedback.services import judgment_store, judgment_store_failure
 from workers.celery import app
-from workers.judge import Judge, JudgeError, JudgeInput, LLMJudge, RuleJudge, RuleSet, TransientJudgeError
+from workers.judge import Judge, JudgeError, JudgeInput, TransientJudgeError
+from workers.judge.registry import judge_class
 
 logger = logging.getLogger("workers.tasks.judging")
 
@@ -171,47 +171,15 @@ def judge_input(turn: Turn) -> JudgeInput:
     )
 
 
-_llm_judges: dict[tuple, LLMJudge] = {}
-_llm_lock = threading.Lock()
-
-
-def _llm_judge() -> LLMJudge:
-    # One per process and configuration: its semaphore bounds the requests of every task this worker runs, and
-    # its connection pool is reused from turn to turn.
-    config = (
-        settings.CLAWHUB_JUDGE_BASE_URL, settings.CLAWHUB_JUDGE_MODEL, settings.CLAWHUB_JUDGE_API_KEY,
-        settings.CLAWHUB_JUDGE_VOTES, settings.CLAWHUB_JUDGE_HINT_VOTES, settings.CLAWHUB_JUDGE_TEMPERATURE,
-        settings.CLAWHUB_JUDGE_MAX_TOKENS, settings.CLAWHUB_JUDGE_TIMEOUT, settings.CLAWHUB_JUDGE_CONCURRENCY,
-        settings.CLAWHUB_JUDGE_HTTP_RETRIES,
-    )
-    with _llm_lock:
-        judge = _llm_judges.get(config)
-        if judge is None:
-            judge = _llm_judges[config] = LLMJudge(
-                base_url=config[0], model=config[1], api_key=config[2], votes=config[3], hint_votes=config[4],
-                temperature=config[5], max_tokens=config[6], timeout=config[7], concurrency=config[8],
-                max_retries=config[9],
-            )
-        return judge
-
-
 def judge_for_tenant(*, tenant_id: int) -> Judge:
-    """The tenant's choice of judge if it made one, else settings.CLAWHUB_JUDGE; the rule judge with the
-    tenant's rules."""
+    """The tenant's choice of judge if it made one, else settings.CLAWHUB_JUDGE (names in
+    workers.judge.registry), built from the settings and the tenant's rules."""
     rules = judge_rules_for_tenant(tenant_id=tenant_id)
-    backend = rules.judge if rules is not None and rules.judge != JudgeRules.Backend.DEFAULT \
+    name = rules.judge if rules is not None and rules.judge != JudgeRules.Backend.DEFAULT \
         else settings.CLAWHUB_JUDGE
-    if backend == JudgeRules.Backend.LLM:
-        return _llm_judge()
-    if backend != JudgeRules.Backend.RULE:
-        raise ValueError(f"CLAWHUB_JUDGE must be 'rule' or 'llm', not {backend!r}")
-    try:
-        ruleset = RuleSet.build() if rules is None else RuleSet.build(
-            negative=rules.negative_patterns, positive=rules.positive_patterns, hints=rules.hint_templates,
-            extend_defaults=rules.extend_defaults,
-        )
-    except ValueError as exc:
-        # Rules saved before patterns were compiled with RE2 and capped: judged by the defaults until fixed.
-        logger.warning("tenant %s: judge rules refused (%s); using the default rules", tenant_id, exc)
-        ruleset = RuleSet.build()
-    return RuleJudge(ruleset, votes=settings.CLAWHUB_JUDGE_VOTES)
+    plain = None if rules is None else {
+        "tenant_id": tenant_id, "negative_patterns": rules.negative_patterns,
+        "positive_patterns": rules.positive_patterns, "hint_templates": rules.hint_templates,
+        "extend_defaults": rules.extend_defaults,
+    }
+    return judge_class(name).from_config(settings, rules=plain)
