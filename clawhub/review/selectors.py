@@ -271,6 +271,12 @@ def user_data_export(*, user: User) -> dict[str, Any]:
     samples = list(Sample.objects.filter(user=user).order_by("created_at", "pk").values(
         "id", "turn_id", "tenant_id", "key_id", "reward", "has_hint", "state", "flags", "decided_at",
         "reason", "trained_at", "created_at"))
+    from clawhub.feedback.models import ExplicitFeedback
+
+    # Ratings the user gave (on their own turns, or as a reviewer on a group's) and ratings of their turns.
+    explicit = list(ExplicitFeedback.objects.filter(Q(rated_by=user) | Q(turn__user=user)).order_by(
+        "created_at", "pk").values("id", "turn_id", "tenant_id", "key_id", "source", "thumb", "score",
+                                   "comment", "demonstration", "created_at", "updated_at"))
     usage = list(UsageDaily.objects.filter(user=user).order_by("day", "pk").values(
         "day", "key_id", "tenant_id", "model", "requests", "errors", "prompt_tokens", "completion_tokens",
         "latency_ms_sum", "streams"))
@@ -293,6 +299,7 @@ def user_data_export(*, user: User) -> dict[str, Any]:
         "turns": turns,
         "judgments": judgments,
         "samples": samples,
+        "explicit_feedback": explicit,
         "usage": usage,
         "audit": audit,
     }
