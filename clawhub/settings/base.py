@@ -437,6 +437,9 @@ CLAWHUB_PROMOTE_RETRIES = env.int("CLAWHUB_PROMOTE_RETRIES", default=5)
 CLAWHUB_PROMOTE_RETRY_BACKOFF = env.float("CLAWHUB_PROMOTE_RETRY_BACKOFF", default=15.0)
 CLAWHUB_TRAIN_MAX_TIMEOUTS = env.int("CLAWHUB_TRAIN_MAX_TIMEOUTS", default=2)
 CLAWHUB_TRAIN_MAX_ATTEMPTS = env.int("CLAWHUB_TRAIN_MAX_ATTEMPTS", default=4)
+# Multi-tenant passes: a local train task takes up to this many queued runs (its own included, other tenants,
+# same base model) into one pass over the resident base; 1 trains one run per task.
+CLAWHUB_TRAIN_PASS_TENANTS = env.int("CLAWHUB_TRAIN_PASS_TENANTS", default=1)
 # Hot swap: how long a retired version stays loaded after the switch. Must exceed the gateway's adapter cache
 # plus the longest request, so no request is still on the old name when it is unloaded.
 CLAWHUB_ADAPTER_DRAIN_SECONDS = env.float(

@@ -62,6 +62,28 @@ def run_for_task(*, run_id: int) -> TrainingRun | None:
     )
 
 
+def runs_in_pass(*, task_id: str) -> list[TrainingRun]:
+    """Runs a multi-tenant pass run by this train task took in (still running: a redelivered task finds
+    them again)."""
+    return list(
+        TrainingRun.objects.select_related("tenant", "parent_version", "adapter_version")
+        .filter(state=TrainingRun.State.RUNNING, remote_ids__pass_task=task_id)
+        .order_by("created_at", "pk")
+    )
+
+
+def runs_ready_for_pass(*, base_model: str, exclude_tenant_id: int, limit: int) -> list[TrainingRun]:
+    """Queued local runs on this base model that no task has taken yet, oldest first: what a multi-tenant
+    pass may take in besides the run its task was sent for."""
+    return list(
+        TrainingRun.objects.filter(
+            state=TrainingRun.State.QUEUED, backend="local", base_model=base_model, attempts=0
+        )
+        .exclude(tenant_id=exclude_tenant_id)
+        .order_by("created_at", "pk")[:limit]
+    )
+
+
 def samples_of_run(*, run: TrainingRun) -> list[Sample]:
     """The run's claimed samples in the order it claimed them (the trainer's batch order, which a resumed run
     must repeat). A sample its user deleted since is left out."""

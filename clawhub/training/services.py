@@ -275,6 +275,23 @@ def run_mark_running(*, run_id: int, task_id: str) -> TrainingRun | None:
     return run
 
 
+def run_join_pass(*, run_id: int, task_id: str) -> TrainingRun | None:
+    """A queued run taken into the multi-tenant pass of train task `task_id`: running, owned by that task
+    (remote_ids["pass_task"]); its own message, when a worker gets it, leaves it to the pass. None when the
+    run is no longer queued (another task took it, or it was cancelled)."""
+    with transaction.atomic():
+        queued = TrainingRun.objects.select_for_update().filter(pk=run_id, state=TrainingRun.State.QUEUED)
+        run = queued.first()
+        if run is None:
+            return None
+        run.state = TrainingRun.State.RUNNING
+        run.attempts += 1
+        run.started_at = run.started_at or timezone.now()
+        run.remote_ids = {**(run.remote_ids or {}), "pass_task": task_id}
+        run.save(update_fields=["state", "attempts", "started_at", "remote_ids"])
+    return run
+
+
 def run_resolve_parent(*, run_id: int) -> TrainingRun:
     """Fixes the version the run continues, once, when it starts training: the tenant's active version now
     (not at claim time, when the previous candidate may still have been on its way). A redelivered run keeps

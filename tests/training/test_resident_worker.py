@@ -1,10 +1,12 @@
-"""One real train worker process serves two tenants' runs on its resident base model: the first run fails
-after a training step, its adapter and memory are freed, and the second tenant's run succeeds on the same,
-once-loaded base (the version's trainer figures say so)."""
+"""One real train worker process serves several tenants' runs on its resident base model: a run that fails
+after a training step frees its adapter and memory and the next tenant's run succeeds on the same, once-loaded
+base (the version's trainer figures say so); with multi-tenant passes on, one task trains three tenants'
+queued runs together."""
 
 import pytest
 
 from clawhub.adapters.selectors import tenant_access
+from clawhub.review.models import Sample
 from clawhub.training import services
 from clawhub.training.models import TrainingRun, TrainingSettings
 from tests.factories import make_user
@@ -55,3 +57,37 @@ def test_a_failed_run_frees_its_adapter_and_the_next_tenant_trains_on_the_same_b
     # One load for both runs; the failed run's LoRA matrices were garbage-collected before this one began.
     assert figures["loads"] == 1 and figures["runs_on_this_load"] == 2, figures
     assert figures["previous_adapter_freed"] is True and figures["evictions"] == 0, figures
+
+
+def test_one_task_trains_three_tenants_queued_runs_in_one_pass(tmp_path, settings):
+    """CLAWHUB_TRAIN_PASS_TENANTS=3: the first run's task takes the other two queued runs (oldest first)
+    into one multi-tenant pass; every run succeeds with its own candidate version, and the two companions'
+    own messages find their runs already done and send nothing twice."""
+    settings.CLAWHUB_TRAIN_WORKDIR = str(tmp_path / "train")
+    settings.CLAWHUB_GATE_HOLDOUT_EVERY = 0
+    users = [make_user() for _ in range(3)]
+    for user in users:
+        approved_samples(user, 2, reward=1)
+        approved_samples(user, 2, reward=-1)
+        TrainingSettings.objects.create(tenant=user.tenant, method="rl", overrides=FAST)
+    # All three queued before the worker starts, as when tenants' batches fill up together.
+    runs = [
+        services.run_start(tenant=u.tenant, access=tenant_access(actor=u, tenant_id=u.tenant.pk))
+        for u in users
+    ]
+    worker = start_worker(tmp_path, CLAWHUB_TRAIN_PASS_TENANTS="3")
+    try:
+        done = [wait_for(lambda r=r: _finished(r.pk), 240, f"run {r.pk} did not finish") for r in runs]
+    finally:
+        stop(worker)
+    assert [r.state for r in done] == [TrainingRun.State.SUCCEEDED] * 3, [r.error for r in done]
+    owner = done[0].task_id
+    assert all(r.remote_ids.get("pass_task") == owner for r in done[1:])  # taken in by the first run's task
+    versions = [r.adapter_version for r in done]
+    assert len({v.pk for v in versions}) == 3
+    assert {v.tenant_id for v in versions} == {u.tenant.pk for u in users}
+    assert all(v.metrics["trainer"]["pass_tenants"] == 3 for v in versions)
+    # One sample per optimizer step: four joint steps, each recorded on every run once.
+    assert all([m["step"] for m in r.metrics] == [1, 2, 3, 4] for r in done)
+    for r in done:
+        assert Sample.objects.filter(training_run_id=r.pk, trained_at__isnull=False).count() == 4

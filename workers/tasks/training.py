@@ -221,7 +221,12 @@ def train_run(self, run_id: int) -> dict[str, Any]:
     # The soft time limit as a deadline checked after every optimizer step: a worker with --pool solo (one per
     # GPU, as production runs them) has no way to interrupt a task, so Celery's own soft limit never fires.
     deadline = time.monotonic() + settings.CLAWHUB_TRAIN_SOFT_TIME_LIMIT
-    run = services.run_mark_running(run_id=run_id, task_id=self.request.id or "")
+    task_id = self.request.id or ""
+    owner = _pass_owner(run_id)
+    if owner not in (None, task_id):
+        # Another task's multi-tenant pass trains this run (and sends its promotion): nothing to do here.
+        return {"run": run_id, "outcome": "in_pass", "pass_task": owner}
+    run = services.run_mark_running(run_id=run_id, task_id=task_id)
     if run is None:
         # Finished, failed or cancelled. A worker that died between "succeeded" and sending the promotion
         # left a candidate nobody will evaluate: this redelivery sends it (the sweeper is the backstop).
@@ -230,6 +235,9 @@ def train_run(self, run_id: int) -> dict[str, Any]:
         if (
             done is not None
             and done.state == TrainingRun.State.SUCCEEDED
+            # A run trained in another task's pass had its promotion sent by that task (the sweeper is the
+            # backstop should that worker have died in between).
+            and (done.remote_ids or {}).get("pass_task") in (None, task_id)
             and version is not None
             and version.state == AdapterVersion.State.CANDIDATE
             and version.held_at is None
@@ -239,7 +247,12 @@ def train_run(self, run_id: int) -> dict[str, Any]:
             return {"run": run_id, "outcome": "promote_resent", "version": version.version}
         return {"run": run_id, "outcome": "not_open"}
     try:
-        version = _train(services.run_resolve_parent(run_id=run_id), deadline=deadline)
+        run = services.run_resolve_parent(run_id=run_id)
+        companions = _pass_companions(run, task_id=task_id)
+        if companions:
+            version = _train_pass(run, companions, deadline=deadline)
+        else:
+            version = _train(run, deadline=deadline)
     except RunCancelled:
         return {"run": run_id, "outcome": "cancelled"}
     except SoftTimeLimitExceeded:
@@ -267,54 +280,73 @@ def train_run(self, run_id: int) -> dict[str, Any]:
     return {"run": run_id, "outcome": "succeeded", "version": version.version}
 
 
-def _train(run: TrainingRun, *, deadline: float) -> AdapterVersion | None:
-    samples = samples_of_run(run=run)
-    batch = [train_sample(s) for s in samples]
+def _batch_of(run: TrainingRun) -> list[TrainSample]:
+    batch = [train_sample(s) for s in samples_of_run(run=run)]
     if not batch:
         raise ValueError("none of the run's claimed samples is left to train on")
-    backend = make_backend(run.backend)
-    parent_dir = run.parent_version.artifact_path if run.parent_version else None
+    return batch
 
+
+def _step_recorder(run_id: int, deadline: float):
     def on_step(metrics) -> None:
-        state = services.run_record_step(run_id=run.pk, metrics=metrics.to_dict())
+        state = services.run_record_step(run_id=run_id, metrics=metrics.to_dict())
         if state != TrainingRun.State.RUNNING:
             raise RunCancelled()
         if time.monotonic() > deadline:
             raise SoftTimeLimitExceeded("past CLAWHUB_TRAIN_SOFT_TIME_LIMIT (checked between steps)")
 
+    return on_step
+
+
+def _train(run: TrainingRun, *, deadline: float) -> AdapterVersion | None:
+    batch = _batch_of(run)
+    backend = make_backend(run.backend)
+    parent_dir = run.parent_version.artifact_path if run.parent_version else None
     try:
         backend.start(run.base_model, parent_dir, TrainConfig.from_dict(run.config), run.workdir)
         # Shown on the run's page while it trains: where to look for it on the remote service.
         services.run_set_remote_ids(run_id=run.pk, remote_ids=backend.remote_ids())
-        result = backend.train(batch, on_step=on_step)
-        run.refresh_from_db()
-        if run.state != TrainingRun.State.RUNNING:
+        result = backend.train(batch, on_step=_step_recorder(run.pk, deadline))
+        version = _version_of(run, result)
+        if version is None:
             return None
-        version = run.adapter_version
-        if version is None:  # a redelivery after the version was created reuses it (and re-exports)
-            version = adapter_services.adapter_version_create(
-                tenant=run.tenant,
-                parent=run.parent_version,
-                metrics={
-                    "training_run": run.pk,
-                    "steps": result.steps,
-                    "method": run.method,
-                    "backend": run.backend,
-                    "samples": len(result.trained_sample_ids),
-                    "heldout": len(run.heldout_ids or []),
-                    "mean_reward": result.metrics[-1].mean_reward if result.metrics else None,
-                    # Optimizer continuity: the AdamW steps the parent's state had taken (None = fresh).
-                    "optimizer_resumed_at": result.optimizer_resumed_at,
-                    "optimizer_note": result.optimizer_note,
-                    # Local backend: the resident base's loads/runs in this worker, a multi-tenant pass.
-                    "trainer": result.runtime,
-                },
-            )
-            services.run_attach_version(run=run, version=version)
         backend.export_adapter(version.artifact_path)
         remote_ids = backend.remote_ids()
     finally:
         backend.close()
+    return _succeed(run, version, result, remote_ids)
+
+
+def _version_of(run: TrainingRun, result) -> AdapterVersion | None:
+    """The candidate version a trained run becomes (None when the run was cancelled meanwhile)."""
+    run.refresh_from_db()
+    if run.state != TrainingRun.State.RUNNING:
+        return None
+    version = run.adapter_version
+    if version is None:  # a redelivery after the version was created reuses it (and re-exports)
+        version = adapter_services.adapter_version_create(
+            tenant=run.tenant,
+            parent=run.parent_version,
+            metrics={
+                "training_run": run.pk,
+                "steps": result.steps,
+                "method": run.method,
+                "backend": run.backend,
+                "samples": len(result.trained_sample_ids),
+                "heldout": len(run.heldout_ids or []),
+                "mean_reward": result.metrics[-1].mean_reward if result.metrics else None,
+                # Optimizer continuity: the AdamW steps the parent's state had taken (None = fresh).
+                "optimizer_resumed_at": result.optimizer_resumed_at,
+                "optimizer_note": result.optimizer_note,
+                # Local backend: the resident base's loads/runs in this worker, a multi-tenant pass.
+                "trainer": result.runtime,
+            },
+        )
+        services.run_attach_version(run=run, version=version)
+    return version
+
+
+def _succeed(run: TrainingRun, version: AdapterVersion, result, remote_ids: dict) -> AdapterVersion | None:
     ok = services.run_succeed(
         run_id=run.pk,
         metrics=[m.to_dict() for m in result.metrics],
@@ -324,6 +356,101 @@ def _train(run: TrainingRun, *, deadline: float) -> AdapterVersion | None:
         remote_ids=remote_ids,
     )
     return version if ok else None
+
+
+# --- multi-tenant passes ------------------------------------------------------------------------------------
+
+
+def _pass_owner(run_id: int) -> str | None:
+    """The train task whose multi-tenant pass holds this run while it runs, if any."""
+    run = run_for_task(run_id=run_id)
+    if run is None or run.state != TrainingRun.State.RUNNING:
+        return None
+    return (run.remote_ids or {}).get("pass_task")
+
+
+def _pass_companions(run: TrainingRun, *, task_id: str) -> list[TrainingRun]:
+    """Other tenants' runs to train in one pass with `run` (CLAWHUB_TRAIN_PASS_TENANTS > 1, local backend):
+    those this task took before a redelivery, then queued ones on the same base model, device and dtype,
+    oldest first, one per tenant, tenants within their compute budget (workers.trainer.schedule)."""
+    most = settings.CLAWHUB_TRAIN_PASS_TENANTS
+    if most <= 1 or run.backend != "local" or not task_id:
+        return []
+    from clawhub.training.budget import budget_refusal
+    from clawhub.training.selectors import runs_in_pass, runs_ready_for_pass
+    from workers.trainer.schedule import ReadyBatch, choose_pass
+
+    def group(r: TrainingRun) -> tuple:
+        config = TrainConfig.from_dict(r.config)
+        return (config.device, config.dtype)
+
+    taken = [r for r in runs_in_pass(task_id=task_id) if r.pk != run.pk]
+    free = most - 1 - len(taken)
+    if free > 0:
+        ready = [
+            ReadyBatch(key=r.pk, tenant_id=r.tenant_id, ready_at=r.created_at.timestamp(), tokens=0)
+            for r in runs_ready_for_pass(base_model=run.base_model, exclude_tenant_id=run.tenant_id,
+                                         limit=4 * free)
+            if group(r) == group(run) and r.tenant_id not in {t.tenant_id for t in taken}
+        ]
+        chosen = choose_pass(
+            ready, within_budget=lambda t: budget_refusal(tenant_id=t) is None, max_tenants=free
+        )
+        for batch in chosen:
+            if services.run_join_pass(run_id=batch.key, task_id=task_id) is not None:
+                taken.append(batch.key)
+    return [services.run_resolve_parent(run_id=r if isinstance(r, int) else r.pk) for r in taken]
+
+
+def _train_pass(run: TrainingRun, companions: list[TrainingRun], *, deadline: float) -> AdapterVersion | None:
+    """Train `run` and its companions in one multi-tenant pass. The companions are finished here (failed,
+    or succeeded with their promotion sent); `run`'s own outcome is returned, or its error raised, for the
+    task to handle as for a run trained alone."""
+    from workers.trainer.multitenant import MultiTenantPass, TenantJob
+
+    runs, jobs = [], []
+    for r in [run, *companions]:
+        try:
+            batch = _batch_of(r)
+        except ValueError as exc:
+            if r.pk == run.pk:
+                raise
+            services.run_fail(run_id=r.pk, error=str(exc))
+            continue
+        parent_dir = r.parent_version.artifact_path if r.parent_version else None
+        runs.append(r)
+        jobs.append(TenantJob(str(r.pk), TrainConfig.from_dict(r.config), r.workdir, batch, parent_dir,
+                              _step_recorder(r.pk, deadline)))
+    finished: dict[int, tuple[AdapterVersion | None, Any]] = {}
+    try:
+        with MultiTenantPass(run.base_model, jobs) as mt:
+            for r, outcome in zip(runs, mt.train(), strict=True):
+                if outcome.exception is not None:
+                    finished[r.pk] = (None, outcome.exception)
+                    continue
+                version = _version_of(r, outcome.result)
+                if version is not None:
+                    outcome.backend.export_adapter(version.artifact_path)
+                finished[r.pk] = (version, outcome.result)
+    except Exception as exc:
+        for r in runs[1:]:
+            services.run_fail(run_id=r.pk, error=f"the multi-tenant pass failed: {type(exc).__name__}: {exc}")
+        raise
+    for r in runs[1:]:
+        version, outcome = finished[r.pk]
+        if isinstance(outcome, RunCancelled):
+            continue
+        if isinstance(outcome, SoftTimeLimitExceeded):
+            services.run_fail(run_id=r.pk, error="The run went past CLAWHUB_TRAIN_SOFT_TIME_LIMIT.",
+                              failure=TrainingRun.Failure.TIMEOUT)
+        elif isinstance(outcome, Exception):
+            services.run_fail(run_id=r.pk, error=f"{type(outcome).__name__}: {outcome}")
+        elif version is not None and _succeed(r, version, outcome, {}) is not None:
+            app.send_task("clawhub.train.promote", args=[version.pk])
+    version, outcome = finished[run.pk]
+    if isinstance(outcome, Exception):
+        raise outcome
+    return _succeed(run, version, outcome, {}) if version is not None else None
 
 
 def _resumed_from(run: TrainingRun) -> int | None:

@@ -139,6 +139,7 @@ class TenantOutcome:
     backend: LocalBackend
     result: TrainResult | None = None
     error: str | None = None
+    exception: BaseException | None = None
     steps: list[int] = field(default_factory=list)
 
 
@@ -245,7 +246,7 @@ class MultiTenantPass:
         try:
             return call()
         except Exception as exc:  # noqa: BLE001 - one tenant's failure must not sink the others' updates
-            outcome.error = f"{type(exc).__name__}: {exc}"
+            outcome.error, outcome.exception = f"{type(exc).__name__}: {exc}", exc
             return None
 
     def _joint_step(self, live: list[tuple[TenantOutcome, TenantJob]]) -> None:
