@@ -40,7 +40,7 @@ class User(AbstractBaseUser, PermissionsMixin):
     is_staff = models.BooleanField(default=False)
     date_joined = models.DateTimeField(default=timezone.now)
     email_verified_at = models.DateTimeField(null=True, blank=True)
-    # Privacy switches (review issue, clawhub/review/): may my data train an adapter; may my turns be stored
+    # Privacy switches (clawhub/review/): may my data train an adapter; may my turns be stored
     # at all (off: requests are served and metered, nothing of them is kept).
     training_enabled = models.BooleanField(default=True)
     store_turns = models.BooleanField(default=True)

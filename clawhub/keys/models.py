@@ -29,7 +29,7 @@ class ApiKey(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     # What the key may do besides /v1 (clawhub/keys/scopes.py); "inference" alone unless the owner opted in.
     scopes = models.JSONField(default=default_scopes, blank=True)
-    # Off: what this key sends is served (and stored, if its owner allows) but never trains (review issue).
+    # Off: what this key sends is served (and stored, if its owner allows) but never trains (clawhub/review/).
     training_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
 
