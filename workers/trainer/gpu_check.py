@@ -11,7 +11,7 @@
 3. 32 tenants with one small ready batch each: tenant updates/hour with the base reloaded from disk per
    update (measured load time + a resident update), resident one after another, and one multi-tenant pass.
 
-One JSON line per figure on stdout, and the same lines in $OUT/gpu_check.jsonl when $OUT is set. Each part
+One JSON line per figure on stdout, and the same lines in <dir>/gpu_check.jsonl with --out <dir>. Each part
 checks the clock and is skipped (with a line saying so) once the budget is spent.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -43,11 +42,10 @@ SMOKE_SHAPE = {
 
 
 class Report:
-    def __init__(self, budget_s: float):
+    def __init__(self, budget_s: float, out: Path | None = None):
         self.started = time.monotonic()
         self.budget_s = budget_s
-        out = os.environ.get("OUT")
-        self.file = open(Path(out) / "gpu_check.jsonl", "a") if out else None  # noqa: SIM115
+        self.file = open(out / "gpu_check.jsonl", "a") if out else None  # noqa: SIM115
 
     def __call__(self, **row: Any) -> None:
         row["elapsed_s"] = round(time.monotonic() - self.started, 1)
@@ -192,8 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a tiny Qwen3 on CPU (checks the code paths)")
     parser.add_argument("--budget-s", type=float, default=450.0, help="stop starting new parts after this")
+    parser.add_argument("--out", type=Path, default=None, help="also write the lines to OUT/gpu_check.jsonl")
     args = parser.parse_args(argv)
-    report = Report(args.budget_s)
+    report = Report(args.budget_s, args.out)
     if not args.smoke and not torch.cuda.is_available():
         report(part="refused", reason="no CUDA GPU: run with --smoke for the CPU code-path check")
         raise SystemExit(2)
