@@ -2,10 +2,13 @@
 the Kubernetes manifests, the worker image's default command and ``./dev run``'s embedded worker. A queue
 nobody consumes fails silently: its periodic tasks just stop running."""
 
+import importlib
 import json
+import pkgutil
 
 import pytest
 
+import workers.tasks
 from clawhub.core import tasks
 from clawhub.web.management.commands.serve import _app_children
 from tests.deploy.conftest import DEPLOY, load_k8s_documents
@@ -20,11 +23,8 @@ def _queues(argv: list[str]) -> set[str]:
 
 
 def test_every_task_is_declared_and_routed_to_its_queue():
-    import workers.tasks.health  # noqa: F401
-    import workers.tasks.judging  # noqa: F401
-    import workers.tasks.retention  # noqa: F401
-    import workers.tasks.training  # noqa: F401
-
+    for module in pkgutil.iter_modules(workers.tasks.__path__):  # every task module, as the worker loads them
+        importlib.import_module(f"workers.tasks.{module.name}")
     ours = {name for name in app.tasks if name.startswith("clawhub.")}
     assert ours == set(tasks.TASK_QUEUES)
     for name, queue in tasks.TASK_QUEUES.items():
