@@ -142,10 +142,13 @@ _BULLETS = re.compile(r"(?m)^\s*[-*•]\s+\S")
 _HEADING = re.compile(r"(?m)^\s*#{1,6}\s+\S")
 _CODE = re.compile(r"```")
 _TOOL_CALL = re.compile(r'<tool_call>|"tool_calls"')
+_LIST_MARKER = re.compile(r"(?m)^\s*(?:\d+[.)]|[-*•])\s+")
+_SENTENCE = re.compile(r"[^.!?\n]*\w[^.!?\n]*(?:[.!?]+|\n|$)")
 
 
 def reply_style(text: str) -> str:
-    """A reply's style signature: which markup it uses and a coarse length, e.g. ``"bold+numbered|short"``.
+    """A reply's style signature: which markup it uses and how developed it is, e.g. ``"bold+numbered|terse"``
+    (fewer than 3 sentences or lines: an answer without its steps; 3 to 7: a worked answer; 8 or more: long).
 
     Replies with the same signature are "similar" for the consensus guard. Why style and not an embedding: a
     group's shared preference is mostly about how replies are written (markup, lists, length), and a member
@@ -158,8 +161,8 @@ def reply_style(text: str) -> str:
     marks = [name for name, pattern in (("bold", _BOLD), ("numbered", _NUMBERED), ("bullets", _BULLETS),
                                         ("heading", _HEADING), ("code", _CODE), ("tool", _TOOL_CALL))
              if pattern.search(text)]
-    words = len(text.split())
-    size = "short" if words < 40 else "medium" if words < 150 else "long"
+    sentences = len(_SENTENCE.findall(_LIST_MARKER.sub("", text)))
+    size = "terse" if sentences < 3 else "worked" if sentences < 8 else "long"
     return f"{'+'.join(marks) or 'plain'}|{size}"
 
 

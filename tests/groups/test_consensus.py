@@ -16,11 +16,11 @@ def judged(member: int, style: str, *rewards: int) -> list[Judged]:
             for i, r in enumerate(rewards)]
 
 
-def test_reply_style_is_markup_and_a_coarse_length():
-    assert reply_style("**Step 1**: add them.\n1. 3 + 4\n2. = 7") == "bold+numbered|short"
-    assert reply_style("First add three and four, then you get seven.") == "plain|short"
-    assert reply_style("word " * 60) == "plain|medium"
-    assert reply_style("- a\n- b\n" + "word " * 200) == "bullets|long"
+def test_reply_style_is_markup_and_how_developed_the_reply_is():
+    assert reply_style("**Step 1**: add them.\n1. 3 + 4\n2. = 7") == "bold+numbered|worked"
+    assert reply_style("First add three and four, then you get seven.") == "plain|terse"
+    assert reply_style("Add them. Then count. So it is 7.") == "plain|worked"
+    assert reply_style("- a\n- b\n" + "More. " * 8) == "bullets|long"
 
 
 def test_one_adversary_among_three():
@@ -144,5 +144,5 @@ def test_the_review_console_shows_the_reason_and_the_disagreeing_pairs(trio):
     assert 'class="flag-evidence"' in html
     # The first disagreeing pair is the adversary's first sample, with an honest member's opposite score.
     assert f'href="/review/{made[0].pk}/"' in html
-    assert "+1 on a <code>bold+numbered|short</code> reply" in html
+    assert "+1 on a <code>bold+numbered|worked</code> reply" in html
     assert "where the 2 other members score that style -1.00 on average" in html
