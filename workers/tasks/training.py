@@ -146,7 +146,7 @@ def train_sample(sample: Sample) -> TrainSample:
         chat_template_kwargs=kwargs if isinstance(kwargs, dict) else None,
         source=(f"{path}; {why}" if why else path) if path == SERVED_IDS else f"{path}: {why}",
     )
-    # A person's own rating outranks the judge's hints; a corrected reply is trained instead of the served one.
+    # A person's own rating outranks the judge's hints; a corrected reply is trained in place of the reply.
     return train_sample_with_feedback(train, judgment=sample.judgment)
 
 
