@@ -49,6 +49,7 @@ QWEN_SPLIT_REGEX = (
 )
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+HINT_BLOCK = "\n\n[user's hint / instruction]\n"  # what OPD appends to the last user message (backend.py)
 SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END]
 # Like Qwen2.5: the tool-call tags are single (non-special) tokens, so they survive skip_special_tokens and
 # vLLM's hermes parser sees them in the text.
@@ -157,6 +158,9 @@ class TinyModelConfig:
     and learns to end a reply after a long system prompt. A long step's loss covers only its last
     `long_loss_tokens` positions (the dialogue and the end of the tool block): the vocabulary projection is
     most of the model's cost, and predicting the system prompt itself teaches nothing the short steps do not.
+    Every `hint_every`-th step (when it is not a long one) is `hint_batch_size` whole hinted chats whose loss
+    covers only the reply after the hint: in a window of the stream a reply's first tokens, where its style is
+    decided, are a few targets among hundreds, and reading the hint is what the model must learn there.
     """
 
     # Big enough that an agent client's ~52,800-character first request is ~13k tokens (the embeddings are
@@ -171,12 +175,14 @@ class TinyModelConfig:
     # so this only sizes vLLM's cos/sin cache; rope_theta 1e6 as in Qwen2.5, whose contexts are this long.
     max_position_embeddings: int = 32768
     rope_theta: float = 1_000_000.0
-    steps: int = 400
+    steps: int = 600
     batch_size: int = 8
     seq_len: int = 256
-    long_every: int = 8
+    long_every: int = 6
     long_seq_len: int = 3584
     long_loss_tokens: int = 512
+    hint_every: int = 3
+    hint_batch_size: int = 24
     learning_rate: float = 3e-3
     warmup_steps: int = 20
     seed: int = 0
@@ -196,6 +202,8 @@ class TinyModelConfig:
             raise ValueError("long_every must be >= 1 and seq_len <= long_seq_len <= max_position_embeddings")
         if not 0 < self.long_loss_tokens < self.long_seq_len:
             raise ValueError("long_loss_tokens must be between 1 and long_seq_len - 1")
+        if self.hint_every < 2 or self.hint_batch_size < 1:
+            raise ValueError("hint_every must be >= 2 and hint_batch_size >= 1")
 
 
 # ---------------------------------------------------------------------------------------------- corpus
@@ -337,6 +345,41 @@ def long_documents(
     return docs
 
 
+def is_hinted(chat: dict[str, Any]) -> bool:
+    """Whether the chat's reply follows a hint block in the user message before it."""
+    messages = chat["messages"]
+    return (len(messages) >= 2 and messages[-1]["role"] == "assistant" and messages[-2]["role"] == "user"
+            and HINT_BLOCK in (messages[-2]["content"] or "") and not messages[-1].get("tool_calls"))
+
+
+def hinted_replies(
+    tokenizer: Qwen2Tokenizer, chats: list[dict[str, Any]]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each hinted chat as (ids, target mask) where only its reply and the <|im_end|> after it are targets:
+    the prompt up to the generation prompt, then the reply, encoded apart as OPD's teacher scores them."""
+    docs = []
+    for chat in filter(is_hinted, chats):
+        prompt = render_chat({**chat, "messages": chat["messages"][:-1]}, add_generation_prompt=True)
+        prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+        reply_ids = tokenizer.encode(chat["messages"][-1]["content"] + IM_END, add_special_tokens=False)
+        docs.append((torch.tensor(prompt_ids + reply_ids),
+                     torch.tensor([False] * len(prompt_ids) + [True] * len(reply_ids))))
+    return docs
+
+
+def right_padded(
+    docs: list[tuple[torch.Tensor, torch.Tensor]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, target mask) of documents of different lengths as (B, T), padded on the right with no targets
+    there (causal attention never looks forward at the padding)."""
+    width = max(len(ids) for ids, _ in docs)
+    ids = torch.full((len(docs), width), pad_id, dtype=torch.long)
+    learn = torch.zeros((len(docs), width), dtype=torch.bool)
+    for row, (doc_ids, doc_learn) in enumerate(docs):
+        ids[row, : len(doc_ids)], learn[row, : len(doc_ids)] = doc_ids, doc_learn
+    return ids, learn
+
+
 def next_token_loss(
     model: Qwen2ForCausalLM, ids: torch.Tensor, learn: torch.Tensor, keep: int
 ) -> torch.Tensor:
@@ -349,15 +392,28 @@ def next_token_loss(
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def step_kind(step: int, cfg: TinyModelConfig, *, long: bool = True, hint: bool = True) -> str:
+    """What pre-training step `step` trains on: "long" (one agent-shaped chat), "hint" (hinted replies) or
+    "short" (windows of the stream)."""
+    if long and step % cfg.long_every == cfg.long_every - 1:
+        return "long"
+    if hint and step % cfg.hint_every == cfg.hint_every - 2:
+        return "hint"
+    return "short"
+
+
 def pretrain(
     model: Qwen2ForCausalLM,
     stream: tuple[torch.Tensor, torch.Tensor],
     long_docs: list[tuple[torch.Tensor, torch.Tensor]],
     cfg: TinyModelConfig,
     log=print,
+    hint_docs: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    pad_id: int = 0,
 ) -> list[float]:
     """Next-token prediction; AdamW with warmup then cosine decay. Most steps are random short windows of the
-    stream, every `long_every`-th step one whole long chat (TinyModelConfig)."""
+    stream, every `long_every`-th step one whole long chat, every other `hint_every`-th step a batch of
+    hinted replies (TinyModelConfig)."""
     ids, learn = stream
     generator = torch.Generator().manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(
@@ -371,9 +427,13 @@ def pretrain(
         return cfg.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
     def batch_at(step: int) -> tuple[torch.Tensor, torch.Tensor, str]:
-        if long_docs and step % cfg.long_every == cfg.long_every - 1:
+        kind = step_kind(step, cfg, long=bool(long_docs), hint=bool(hint_docs))
+        if kind == "long":
             doc_ids, doc_learn = long_docs[int(torch.randint(len(long_docs), (1,), generator=generator))]
             return doc_ids[None], doc_learn[None], "long"
+        if kind == "hint":
+            picks = torch.randint(len(hint_docs), (cfg.hint_batch_size,), generator=generator).tolist()
+            return (*right_padded([hint_docs[i] for i in picks], pad_id), "hint")
         starts = torch.randint(0, len(ids) - cfg.seq_len - 1, (cfg.batch_size,), generator=generator).tolist()
         return (torch.stack([ids[s : s + cfg.seq_len] for s in starts]),
                 torch.stack([learn[s : s + cfg.seq_len] for s in starts]), "short")
@@ -384,7 +444,7 @@ def pretrain(
         batch, targets, kind = batch_at(step)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
-        keep = cfg.long_loss_tokens if kind == "long" else batch.shape[1]
+        keep = cfg.long_loss_tokens if kind == "long" else batch.shape[1]  # a hint batch: its masked replies
         loss = next_token_loss(model, batch, targets, keep=keep)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -410,10 +470,12 @@ UNSEEN_HINTS = {
 
 
 def reply_logprobs(
-    model: Qwen2ForCausalLM, tokenizer: Qwen2Tokenizer, pairs: list[tuple[str, str]], chunk: int = 32
+    model: Qwen2ForCausalLM, tokenizer: Qwen2Tokenizer, pairs: list[tuple[str, str]], chunk: int = 32,
+    total: bool = False,
 ) -> list[float]:
     """For each (user message, reply): the mean log-prob per token of the reply (and its <|im_end|>) after
-    a one-message chat. Sequences are right-padded in chunks; causal attention never looks at the padding."""
+    a one-message chat, or with `total` their sum (the reply's log-prob as a whole). Sequences are
+    right-padded in chunks; causal attention never looks at the padding."""
     out = []
     for first in range(0, len(pairs), chunk):
         encoded = []
@@ -430,7 +492,8 @@ def reply_logprobs(
             logprobs = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)
         for row, (prompt, answer) in enumerate(encoded):
             positions = torch.arange(len(prompt) - 1, len(prompt) + len(answer) - 1)
-            out.append(logprobs[row, positions, torch.tensor(answer)].mean().item())
+            picked = logprobs[row, positions, torch.tensor(answer)]
+            out.append((picked.sum() if total else picked.mean()).item())
     return out
 
 
@@ -443,6 +506,13 @@ def hint_teacher_check(
     corpus's phrasings incl. the benchmark's judge-rule hints, and UNSEEN_HINTS): the mean log-prob per token
     of a compliant reply and of a non-compliant one, with and without the hint block in the user message.
     A useful teacher raises the compliant reply (advantage > 0) and lowers the non-compliant one.
+
+    Per token understates what a hint does to plain and formatted replies: their style is decided by the
+    first token or two ("**" or a word), after which both continue the same way with or without a hint. So the
+    check also scores whole replies: `preference_*_hint` is the teacher's probability of the compliant reply
+    when it has to choose between the two, sigmoid(log p(compliant) - log p(non-compliant)), averaged over the
+    prompts, and `margin_gain` is how many nats the hint adds to that log-ratio (what OPD's teacher - student
+    log-probs carry into a non-compliant sample). `better_teacher`: both advantage and margin_gain > 0.
     """
     from workers.trainer.corpus import make_chats
 
@@ -461,28 +531,38 @@ def hint_teacher_check(
             return make_chats.answer_plain(steps, final), make_chats.answer_formatted(steps, final)
         return make_chats.answer_formatted(steps, final), make_chats.answer_plain(steps, final)
 
-    cases = []  # (key, question with or without the hint, reply, compliant?, hinted?)
+    cases = []  # (key, prompt index, question with or without the hint, reply, compliant?, hinted?)
     for source in ("corpus", "unseen"):
         for style in ("plain", "friendly", "formatted"):
-            for question, steps, final, numbers in problems:
+            for index, (question, steps, final, numbers) in enumerate(problems):
                 hint = UNSEEN_HINTS[style] if source == "unseen" else make_chats.hint_text(rng, style)
                 hinted = question + make_chats.HINT_TEMPLATE.format(hint=hint)
                 pair = replies(style, steps, final, numbers)
                 for compliant, reply in zip((True, False), pair, strict=True):
-                    cases.append((f"{source}/{style}", hinted, reply, compliant, True))
-                    cases.append((f"{source}/{style}", question, reply, compliant, False))
-    scores = reply_logprobs(model, tokenizer, [(user, reply) for _, user, reply, _, _ in cases])
+                    cases.append((f"{source}/{style}", index, hinted, reply, compliant, True))
+                    cases.append((f"{source}/{style}", index, question, reply, compliant, False))
+    pairs = [(user, reply) for _, _, user, reply, _, _ in cases]
+    scores = reply_logprobs(model, tokenizer, pairs)
+    totals = dict(zip([case[:2] + case[4:] for case in cases],
+                      reply_logprobs(model, tokenizer, pairs, total=True), strict=True))
     results: dict[str, Any] = {"prompts": prompts}
     for key in dict.fromkeys(case[0] for case in cases):
-        means = {}
+        means: dict[str, Any] = {}
         for compliant in (True, False):
             for hinted in (True, False):
                 picked = [score for case, score in zip(cases, scores, strict=True)
-                          if case[0] == key and case[3] == compliant and case[4] == hinted]
+                          if case[0] == key and case[4] == compliant and case[5] == hinted]
                 kind = "compliant" if compliant else "noncompliant"
                 name = f"{kind}_{'with' if hinted else 'without'}_hint"
                 means[name] = round(sum(picked) / len(picked), 3)
         means["advantage"] = round(means["compliant_with_hint"] - means["compliant_without_hint"], 3)
+        margins = {hinted: [totals[(key, i, True, hinted)] - totals[(key, i, False, hinted)]
+                            for i in range(prompts)] for hinted in (True, False)}
+        for hinted, name in ((True, "with"), (False, "without")):
+            preference = sum(1 / (1 + math.exp(-m)) for m in margins[hinted]) / prompts
+            means[f"preference_{name}_hint"] = round(preference, 3)
+        means["margin_gain"] = round(sum(margins[True]) / prompts - sum(margins[False]) / prompts, 2)
+        means["better_teacher"] = means["advantage"] > 0 and means["margin_gain"] > 0
         results[key] = means
     return results
 
@@ -513,15 +593,21 @@ def build_tiny_model(out_dir: Path | str, cfg: TinyModelConfig | None = None, lo
         f"(up to {max(len(d[0]) for d in long_docs)} tokens)")
     log(f"an agent-shaped first request of {len(agent_prompt)} characters is {agent_tokens} tokens")
 
+    hint_docs = hinted_replies(tokenizer, chats)
+    log(f"{len(hint_docs)} hinted chats, trained on their replies every {cfg.hint_every}th step")
     model = Qwen2ForCausalLM(model_config(cfg, tokenizer)).float()
-    losses = pretrain(model, stream, long_docs, cfg, log=log)
+    losses = pretrain(model, stream, long_docs, cfg, log=log, hint_docs=hint_docs,
+                      pad_id=tokenizer.pad_token_id)
     teacher = hint_teacher_check(model, tokenizer, "\n".join(rendered))
     for key, value in teacher.items():
         if isinstance(value, dict):
             log(f"hint teacher {key}: compliant {value['compliant_without_hint']:.3f} -> "
-                f"{value['compliant_with_hint']:.3f} with the hint (advantage {value['advantage']:+.3f}); "
-                f"non-compliant {value['noncompliant_without_hint']:.3f} -> "
-                f"{value['noncompliant_with_hint']:.3f}")
+                f"{value['compliant_with_hint']:.3f} per token with the hint (advantage "
+                f"{value['advantage']:+.3f}); non-compliant {value['noncompliant_without_hint']:.3f} -> "
+                f"{value['noncompliant_with_hint']:.3f}; P(compliant over non-compliant) "
+                f"{value['preference_without_hint']:.2f} -> {value['preference_with_hint']:.2f} "
+                f"({value['margin_gain']:+.2f} nats); "
+                f"{'a better teacher' if value['better_teacher'] else 'NOT a better teacher'}")
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.generation_config = GenerationConfig(
@@ -531,9 +617,10 @@ def build_tiny_model(out_dir: Path | str, cfg: TinyModelConfig | None = None, lo
     )
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
-    is_long = [step % cfg.long_every == cfg.long_every - 1 for step in range(len(losses))]
-    short_losses = [loss for loss, long in zip(losses, is_long, strict=True) if not long]
-    long_losses = [loss for loss, long in zip(losses, is_long, strict=True) if long]
+    kinds = [step_kind(step, cfg, long=bool(long_docs), hint=bool(hint_docs)) for step in range(len(losses))]
+    short_losses = [loss for loss, kind in zip(losses, kinds, strict=True) if kind == "short"]
+    long_losses = [loss for loss, kind in zip(losses, kinds, strict=True) if kind == "long"]
+    hint_losses = [loss for loss, kind in zip(losses, kinds, strict=True) if kind == "hint"]
     summary = {
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
@@ -544,6 +631,7 @@ def build_tiny_model(out_dir: Path | str, cfg: TinyModelConfig | None = None, lo
         # Over the last short steps: long steps are mostly system prompt, a different (easier) loss.
         "final_loss": sum(short_losses[-20:]) / len(short_losses[-20:]) if short_losses else None,
         "final_long_loss": sum(long_losses[-5:]) / len(long_losses[-5:]) if long_losses else None,
+        "final_hint_reply_loss": sum(hint_losses[-5:]) / len(hint_losses[-5:]) if hint_losses else None,
         "agent_prompt": {"characters": len(agent_prompt), "tokens": agent_tokens},
         "hint_teacher": teacher,
         "seconds": round(time.monotonic() - started, 1),
