@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from clawhub.core.api import client_ip, openapi_error
 from clawhub.core.exceptions import NotFound
+from clawhub.feedback.completion_ids import completion_id_for
 from clawhub.feedback.models import ExplicitFeedback, JudgeRules
 from clawhub.feedback.selectors import (
     explicit_feedback_for_turn,
@@ -143,8 +144,6 @@ class ExplicitFeedbackOutputSerializer(serializers.Serializer):
     sample = serializers.SerializerMethodField()
 
     def get_completion_id(self, feedback) -> str:
-        from clawhub.gateway.feedback import completion_id_for
-
         return completion_id_for(request_id=feedback.turn.request_id, route=feedback.turn.route)
 
     @extend_schema_field(JudgeVerdictSerializer(allow_null=True))

@@ -264,7 +264,8 @@ class Gateway:
                 served.model = path[len("/v1/models/"):] or None
                 await self._models(headers, tracked_send, served.model)
             elif path == feedback.PATH:
-                await feedback.serve(self, receive, tracked_send, headers, method)
+                body = await feedback.answer(self, headers, method, lambda n: read_body(receive, headers, n))
+                await send_json(tracked_send, 200, body)
             else:
                 raise GatewayError(404, f"Unknown route {method} {path}.", code="unknown_url")
         except GatewayError as err:

@@ -11,27 +11,19 @@ Any of the last four, at least one; sending it again for the same completion upd
 feedback as the REST API shows it (``/api/turns/<id>/feedback/``), errors are OpenAI-shaped.
 """
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
+from clawhub.feedback.completion_ids import completion_id_for, request_id_for
 from clawhub.gateway.errors import GatewayError, bad_request
 
+__all__ = ["MAX_BODY", "PATH", "answer", "completion_id_for"]
+
 PATH = "/v1/feedback"
-_PREFIXES = {"chat": "chatcmpl-", "completions": "cmpl-"}
+MAX_BODY = 64 * 1024
 _FIELDS = ("thumb", "score", "comment", "demonstration")
-
-
-def completion_id_for(*, request_id: str, route: str) -> str:
-    """The id a client sees for the completion the gateway served as ``request_id``."""
-    return _PREFIXES.get(route, "chatcmpl-") + request_id
-
-
-def request_id_for(completion_id: str) -> str | None:
-    for prefix in _PREFIXES.values():
-        if completion_id.startswith(prefix) and len(completion_id) > len(prefix):
-            return completion_id[len(prefix):]
-    return None
 
 
 def _error(exc) -> GatewayError:
@@ -65,13 +57,13 @@ def _submit(key_id: int, user_id: int, body: dict[str, Any]) -> dict[str, Any]:
     return ExplicitFeedbackOutputSerializer(feedback).data
 
 
-async def serve(gateway, receive, send, headers: dict[bytes, bytes], method: str) -> None:
-    from clawhub.gateway.app import read_body, send_json
-
+async def answer(gateway, headers: dict[bytes, bytes], method: str,
+                 read_body: Callable[[int], Awaitable[bytes]]) -> bytes:
+    """The JSON body of a 200 answer (errors raise GatewayError, which the gateway renders)."""
     if method != "POST":
         raise GatewayError(405, f"Use POST for {PATH}.", code="method_not_allowed")
     _, _, entry = await gateway._authenticate(headers)
-    raw = await read_body(receive, headers, 64 * 1024)
+    raw = await read_body(MAX_BODY)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -83,4 +75,4 @@ async def serve(gateway, receive, send, headers: dict[bytes, bytes], method: str
     if unknown:
         raise bad_request(f"Unknown field(s): {', '.join(unknown)}.", param=unknown[0])
     data = await gateway.db.run(_submit, entry.info.key_id, entry.info.user_id, body)
-    await send_json(send, 200, orjson.dumps(data))
+    return orjson.dumps(data)

@@ -1,0 +1,16 @@
+"""The id a client sees for a completion the gateway served, and back: ``chatcmpl-<request id>`` (chat) or
+``cmpl-<request id>`` (completions). The gateway writes it into every response; explicit feedback on
+/v1/feedback names the turn by it. Plain functions, imported by both sides."""
+
+_PREFIXES = {"chat": "chatcmpl-", "completions": "cmpl-"}
+
+
+def completion_id_for(*, request_id: str, route: str) -> str:
+    return _PREFIXES.get(route, "chatcmpl-") + request_id
+
+
+def request_id_for(completion_id: str) -> str | None:
+    for prefix in _PREFIXES.values():
+        if completion_id.startswith(prefix) and len(completion_id) > len(prefix):
+            return completion_id[len(prefix):]
+    return None
