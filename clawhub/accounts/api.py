@@ -187,9 +187,9 @@ class PasswordChangeApi(APIView):
 
     @extend_schema(tags=TAGS, request=InputSerializer, responses={
         200: CSRF_TOKEN_OUTPUT,
-        400: openapi_error("Invalid input, a wrong current password (wrong_password) or a weak new one "
-                           "(weak_password)."),
-        403: NO_SESSION,
+        400: openapi_error("Invalid input or a weak new password (weak_password)."),
+        403: openapi_error("A wrong current password (wrong_password), or not a signed-in session with its "
+                           "CSRF token."),
     })
     def post(self, request):
         data = self.InputSerializer(data=request.data)

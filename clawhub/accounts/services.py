@@ -34,7 +34,7 @@ from clawhub.accounts.throttle import (
     login_throttle_check,
 )
 from clawhub.core.api import client_ip
-from clawhub.core.exceptions import AuthenticationFailed, Conflict, ValidationFailed
+from clawhub.core.exceptions import AuthenticationFailed, Conflict, PermissionDenied, ValidationFailed
 from clawhub.core.task_names import ACCOUNT_MAIL
 from clawhub.core.tasks import enqueue_on_commit
 
@@ -195,7 +195,8 @@ def user_password_change(*, user: User, old_password: str, new_password: str, ip
     """Sets a new password after checking the current one. The caller keeps its own session alive
     (update_session_auth_hash); every other session of the user ends because the auth hash changed."""
     if not user.check_password(old_password):
-        raise ValidationFailed("The current password is wrong.", code="wrong_password", field="old_password",
+        # A re-authentication that fails: the caller has not shown they hold the account (403, not 400).
+        raise PermissionDenied("The current password is wrong.", code="wrong_password", field="old_password",
                                fields={"old_password": ["The current password is wrong."]})
     _check_password_rules(new_password, user=user, field="new_password")
     user.set_password(new_password)

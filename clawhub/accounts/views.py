@@ -110,7 +110,7 @@ def password_change(request):
                                                  old_password=form.cleaned_data["old_password"],
                                                  new_password=form.cleaned_data["new_password1"],
                                                  ip=client_ip(request))
-        except ValidationFailed as exc:
+        except (ValidationFailed, PermissionDenied) as exc:
             form_add_service_error(form, exc)
         else:
             update_session_auth_hash(request, user)

@@ -53,9 +53,11 @@ class ClawHubAutoSchema(AutoSchema):
         result = super()._map_serializer_field(field, direction, bypass_extensions)
         if direction == "request" and isinstance(getattr(field, "style", None), dict):
             result.update(field.style.get("openapi", {}))
-        if (direction == "request" and type(field) in (serializers.CharField, serializers.EmailField)
-                and field.trim_whitespace and not field.allow_blank and "pattern" not in result):
-            result["pattern"] = r"\S"  # at least one character that is not whitespace
+        if direction == "request" and isinstance(field, serializers.CharField) and not field.allow_blank:
+            result.setdefault("minLength", 1)
+            if (type(field) in (serializers.CharField, serializers.EmailField) and field.trim_whitespace
+                    and "pattern" not in result):
+                result["pattern"] = r"\S"  # at least one character that is not whitespace
         return result
 
 

@@ -371,7 +371,7 @@ class AccountDeleteApi(APIView):
 
     @extend_schema(tags=ME_TAGS, request=InputSerializer, responses={
         200: OutputSerializer,
-        400: openapi_error("Wrong password (wrong_password)."),
+        403: openapi_error("Wrong password (wrong_password), or not a signed-in session."),
         409: openapi_error("The caller owns groups with other members (owner_must_transfer; data.groups).")})
     def post(self, request):
         data = self.InputSerializer(data=request.data)

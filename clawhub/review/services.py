@@ -340,7 +340,7 @@ def account_delete(*, actor: User, password: str, ip: str | None = None) -> "Del
     """The user deletes their own account (``user_delete``), after typing their password again."""
     user = User.objects.select_for_update().get(pk=actor.pk)
     if not password or not user.check_password(password):
-        raise ValidationFailed("The password is wrong.", code="wrong_password", field="password",
+        raise PermissionDenied("The password is wrong.", code="wrong_password", field="password",
                                fields={"password": ["The password is wrong."]})
     return user_delete(user=user, actor=user, ip=ip)
 

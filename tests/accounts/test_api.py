@@ -175,7 +175,7 @@ def test_password_change_keeps_the_session_and_the_new_password_works(api, api_c
     make_user("p@example.com")
     api.login("p@example.com", PASSWORD)
     response = api.post("/api/auth/password/change/", {"old_password": "wrong", "new_password": NEW_PASSWORD})
-    assert response.status_code == 400
+    assert response.status_code == 403 and _error(response)["code"] == "wrong_password"
     assert "old_password" in _error(response)["data"]["fields"]
     response = api.post("/api/auth/password/change/",
                         {"old_password": PASSWORD, "new_password": NEW_PASSWORD})

@@ -19,7 +19,7 @@ from clawhub.accounts.services import (
     user_signup,
     user_update,
 )
-from clawhub.core.exceptions import AuthenticationFailed, RateLimited, ValidationFailed
+from clawhub.core.exceptions import AuthenticationFailed, PermissionDenied, RateLimited, ValidationFailed
 from clawhub.tenants.models import Tenant
 from tests.factories import PASSWORD, make_user
 
@@ -184,7 +184,7 @@ def test_unverified_users_cannot_log_in_when_verification_is_required(settings):
 
 def test_password_change_needs_the_old_password_and_a_strong_new_one():
     user = make_user()
-    with pytest.raises(ValidationFailed) as caught:
+    with pytest.raises(PermissionDenied) as caught:
         user_password_change(user=user, old_password="wrong", new_password=NEW_PASSWORD)
     assert "old_password" in caught.value.data["fields"]
     with pytest.raises(ValidationFailed) as caught:

@@ -3,9 +3,15 @@ with sessions, samples, keys, adapter versions and a training run; the first als
 admin of another (so its requests cross three tenants), the second owns a group of its own."""
 
 import hashlib
+import secrets
 from dataclasses import dataclass, field
 
 import pytest
+from django.conf import settings
+from django.contrib.auth import HASH_SESSION_KEY
+from django.contrib.sessions.backends.db import SessionStore
+from django.contrib.sessions.models import Session
+from django.test import Client
 from django.utils import timezone
 
 from clawhub.adapters.models import AdapterVersion
@@ -43,6 +49,39 @@ class Credential:
             self.minted += 1
         return {"Authorization": f"Bearer {self.secret}"}
 
+    def cookies(self) -> dict[str, str]:
+        return {}
+
+
+@dataclass
+class SessionCredential:
+    """A signed-in browser session with its CSRF token, for the operations only a session may call (sign out,
+    sign out everywhere, password change, account deletion). Signing out is under test: ``header`` then signs
+    in again."""
+
+    user: object
+    session_key: str = ""
+    csrf: str = field(default_factory=lambda: secrets.token_hex(16))
+    minted: int = 0
+
+    def header(self) -> dict[str, str]:
+        return {"X-CSRFToken": self.csrf, "Referer": "http://localhost/"}
+
+    def _valid(self) -> bool:
+        # Signing out everywhere (or a password change) moves the user's session auth hash.
+        self.user.refresh_from_db()
+        store = SessionStore(session_key=self.session_key)
+        return (Session.objects.filter(session_key=self.session_key, expire_date__gt=timezone.now()).exists()
+                and store.get(HASH_SESSION_KEY) == self.user.get_session_auth_hash())
+
+    def cookies(self) -> dict[str, str]:
+        if not self._valid():
+            client = Client()
+            client.force_login(self.user)
+            self.session_key = client.cookies[settings.SESSION_COOKIE_NAME].value
+            self.minted += 1
+        return {settings.SESSION_COOKIE_NAME: self.session_key, settings.CSRF_COOKIE_NAME: self.csrf}
+
 
 @dataclass
 class World:
@@ -52,6 +91,7 @@ class World:
     user: object
     credential: Credential
     ids: dict[str, list] = field(default_factory=dict)
+    session: SessionCredential | None = None
 
 
 def _adapter_versions(tenant) -> list[AdapterVersion]:
@@ -83,7 +123,7 @@ def _side(user, groups_owned, groups_admin) -> World:
     runs = [_run(t, user) for t in tenants]
     invitations = [invitation_create(actor=user, group=g, role=Role.MEMBER) for g in groups]
     members = [m.user_id for g in groups for m in g.memberships.all()]
-    return World(user=user, credential=Credential(user=user), ids={
+    return World(user=user, credential=Credential(user=user), session=SessionCredential(user=user), ids={
         "tenant_id": [t.pk for t in tenants],
         "slug": [g.slug for g in groups],
         "key_id": [k.pk for k in keys],

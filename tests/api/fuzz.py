@@ -162,7 +162,8 @@ def _fuzz_one(operation, mode, *, credential, ids, examples, report, only_own=Fa
     @given(case=_strategy(operation, mode, ids, only_own=only_own))
     def run(case):
         headers = credential.header() if credential is not None else {}
-        response = case.call(headers=headers)
+        cookies = credential.cookies() if credential is not None else {}
+        response = case.call(headers=headers, cookies=cookies)
         report.requests += 1
         report.statuses[response.status_code] += 1
         if refused and response.status_code not in (403, 404):

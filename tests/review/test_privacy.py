@@ -170,7 +170,7 @@ def test_account_deletion_removes_the_user_and_all_their_data(api_as):
     tenant_id = leaver.tenant.pk
 
     api = api_as(leaver)
-    assert api.post("/api/me/delete/", {"password": "wrong password"}).status_code == 400
+    assert api.post("/api/me/delete/", {"password": "wrong password"}).status_code == 403
     assert User.objects.filter(pk=leaver.pk).exists()
     response = api.post("/api/me/delete/", {"password": PASSWORD})
     assert response.status_code == 200
