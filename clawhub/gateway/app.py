@@ -30,10 +30,10 @@ from clawhub.gateway.errors import (
     model_not_found,
     no_upstream,
     normalise_upstream_error,
-    too_large,
     upstream_refused,
     upstream_timeout,
 )
+from clawhub.gateway.http import ClientGone, read_body, send_json
 from clawhub.gateway.identity import Identity, extract_identity
 from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, watch_disconnect
 from clawhub.gateway.quotas import LocalLimiter, RedisLimiter, reservation
@@ -47,10 +47,10 @@ from clawhub.gateway.upstreams import (
     active_adapter_blocking,
 )
 from clawhub.gateway.writer import CaptureWriter
+from clawhub.tenants import naming
 
 logger = logging.getLogger("clawhub.gateway")
 
-JSON_HEADER = (b"content-type", b"application/json")
 # Failing to reach an upstream before it answered anything: safe to try the next one.
 CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
                   httpx.WriteError)
@@ -60,10 +60,6 @@ STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
 
-class ClientGone(Exception):
-    """The client disconnected before its request body arrived: there is nobody to answer."""
-
-
 @dataclass(slots=True)
 class Served:
     """What ``_http`` needs to count a request that no TurnRecord counts (the writer counts the others)."""
@@ -71,35 +67,6 @@ class Served:
     route: str | None  # "chat" | "completions" | "models"; None for unknown routes (never counted)
     model: str | None = None
     recorded: bool = False  # a TurnRecord went to the writer, which updates the metrics from it
-
-
-async def send_json(send, status: int, body: bytes, headers: list | None = None) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [JSON_HEADER, (b"content-length", str(len(body)).encode()), *(headers or ())]})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def read_body(receive, headers: dict[bytes, bytes], limit: int) -> bytes:
-    declared = headers.get(b"content-length")
-    if declared is not None:
-        try:
-            if int(declared) > limit:
-                raise too_large(limit)
-        except ValueError:
-            raise bad_request("Invalid Content-Length header.") from None
-    # Counted while reading too: a chunked body has no Content-Length to trust.
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def parse_request(raw: bytes, chat: bool) -> dict:
@@ -133,12 +100,12 @@ def parse_request(raw: bytes, chat: bool) -> dict:
 
 
 def check_model(info: KeyInfo, model: str) -> None:
-    if model != "base" and model != info.model_id:
-        if model == "clawhub-personal" or model.startswith("clawhub-group-"):
-            raise model_not_allowed(model)
-        raise model_not_found(model)
-    if info.allowed_models and model not in info.allowed_models:
+    access = naming.model_access(model=model, tenant_model_id=info.model_id,
+                                 allowed_models=info.allowed_models)
+    if access == "not_allowed":
         raise model_not_allowed(model)
+    if access == "not_found":
+        raise model_not_found(model)
 
 
 class Gateway:
@@ -347,7 +314,7 @@ class Gateway:
         identity = extract_identity(headers, body)
         model = served.model = body["model"]
         check_model(entry.info, model)
-        adapter = None if model == "base" else await self.adapters.get(entry.info.tenant_id)
+        adapter = None if model == naming.BASE_MODEL_ID else await self.adapters.get(entry.info.tenant_id)
         request_id = f"{self._id_prefix}{next(self._ids):x}"
         requested = limits.requested_output(body)
         context = self.pool.max_model_len()

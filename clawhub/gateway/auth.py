@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from clawhub.gateway.dbreads import CachedLoader, DbRunner
+from clawhub.tenants import naming
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,7 @@ class KeyInfo:
 
     def models(self) -> list[str]:
         """The client-facing model ids this key may use, in a stable order."""
-        ids = [self.model_id, "base"]
-        return [m for m in ids if not self.allowed_models or m in self.allowed_models]
+        return naming.models_for_key(tenant_model_id=self.model_id, allowed_models=self.allowed_models)
 
 
 def presented_secret(headers: dict[bytes, bytes]) -> str | None:
@@ -56,7 +56,7 @@ def resolve_key_blocking(secret: str) -> KeyInfo | None:
     if resolved is None:
         return None
     key = resolved.key
-    model_id = f"clawhub-group-{key.group.slug}" if key.group_id else "clawhub-personal"
+    model_id = naming.tenant_model_id(group_slug=key.group.slug if key.group_id else None)
     return KeyInfo(
         key_id=key.pk,
         user_id=key.owner_id,
