@@ -202,7 +202,9 @@ def test_export_is_a_peft_adapter_that_changes_the_model(
     assert (after - before).abs().max() > 1e-3
 
 
-def test_close_finishes_the_remote_session_with_the_runs_outcome(fake_tinker, make_tinker, tokenizer, tmp_path):
+def test_close_finishes_the_remote_session_with_the_runs_outcome(
+    fake_tinker, make_tinker, tokenizer, tmp_path
+):
     exported = make_tinker()
     exported.start(str(tokenizer.name_or_path), None, small_config(method="rl"), str(tmp_path / "a"))
     exported.train([chat_sample(tokenizer, 1, "Hi", "Hello there.", reward=1)])
