@@ -427,7 +427,7 @@ class LocalBackend(TrainingBackend):
         through this tenant's adapter)."""
         if not self.shared:
             return contextlib.nullcontext()
-        from workers.trainer.multitenant import segment_lora
+        from workers.trainer.lora_spans import segment_lora
 
         return segment_lora(self.model, spans or [(self.adapter, 0, None)])
 
