@@ -92,7 +92,9 @@ def parse_request(raw: bytes, chat: bool) -> dict:
         if not isinstance(prompt, str | list):
             raise bad_request("'prompt' must be a string or a list.", param="prompt")
     for name, kind, label in (("stream", bool, "a boolean"), ("stream_options", dict, "an object"),
-                              ("n", int, "an integer"), ("return_token_ids", bool, "a boolean")):
+                              ("n", int, "an integer"), ("return_token_ids", bool, "a boolean"),
+                              ("max_tokens", int, "an integer"),
+                              ("max_completion_tokens", int, "an integer")):
         value = body.get(name)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             raise bad_request(f"'{name}' must be {label}.", param=name)

@@ -235,3 +235,14 @@ def test_vllm_error_shapes_are_normalised():
                                     client_model="m").message == "There was an error parsing the body"
     assert normalise_upstream_error(401, b'{"error": "Unauthorized"}', client_model="m").status == 502
     assert normalise_upstream_error(500, b"<html>oops</html>", client_model="m").status == 502
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+@pytest.mark.parametrize("path", ["/chat/completions", "/completions"])
+def test_an_output_cap_that_is_not_an_integer_is_400_not_forwarded(gateway, secret, field, path):
+    # Found by tests/gateway/test_fuzz_bodies.py: a dict here reached the upstream and came back as a 502.
+    body = chat(**{field: {"x": 1}}) if path == "/chat/completions" else {
+        "model": "clawhub-personal", "prompt": "hi", field: "12"}
+    error = assert_error(post(gateway, secret, body, path=path), 400, type_="invalid_request_error")
+    assert error["param"] == field
+    still_serving(gateway, secret)
