@@ -166,6 +166,14 @@ def reply_style(text: str) -> str:
     return f"{'+'.join(marks) or 'plain'}|{size}"
 
 
+def coarse_style(style: str) -> str:
+    """The signature with its markup folded to "marked" or "plain" ("bold+numbered|worked" ->
+    "marked|worked"): where nobody else scored a reply's exact style, the guard compares on this, so that a
+    small group's few samples still meet."""
+    markup, _, size = style.partition("|")
+    return f"{'plain' if markup == 'plain' else 'marked'}|{size}"
+
+
 @dataclass(frozen=True)
 class Judged:
     """One judged reply of a group member: the sample, its reward and the reply's style signature."""
@@ -202,23 +210,27 @@ def consensus_of(member_id: int, judged: Sequence[Judged], *, lean: float = 0.34
     group cannot outvote the rest, and a style scored by fewer than ``min_others`` other members is not
     compared. With two of five members adversarial, an honest member's others are split 2-2 (consensus 0,
     not compared) while an adversary's others lean 3-1 against them: the honest majority is what counts.
-    ``pairs``: up to ``max_pairs`` disagreeing examples, each the member's sample and one of the others'
-    samples of the same style with the opposite reward.
+    A style no other member scored is compared on its coarse form (``coarse_style``). ``pairs``: up to
+    ``max_pairs`` disagreeing examples, each the member's sample and one of the others' samples of the same
+    style with the opposite reward.
     """
     by_style: dict[str, dict[int, list[int]]] = {}
     example: dict[tuple[str, int], int | None] = {}  # (style, sign) -> an other member's sample with it
     for j in judged:
-        if j.reward == 0:
+        if j.reward == 0 or j.member_id == member_id:
             continue
-        if j.member_id != member_id:
-            by_style.setdefault(j.style, {}).setdefault(j.member_id, []).append(j.reward)
-            example.setdefault((j.style, 1 if j.reward > 0 else -1), j.sample_id)
+        for style in {j.style, coarse_style(j.style)}:
+            by_style.setdefault(style, {}).setdefault(j.member_id, []).append(j.reward)
+            example.setdefault((style, 1 if j.reward > 0 else -1), j.sample_id)
     comparable = disagreeing = 0
     pairs: list[dict[str, Any]] = []
     for j in judged:
         if j.member_id != member_id or j.reward == 0:
             continue
-        others = by_style.get(j.style, {})
+        style = j.style
+        if len(by_style.get(style, {})) < min_others:
+            style = coarse_style(style)  # nobody else scored this exact style: compare on markup or not
+        others = by_style.get(style, {})
         if len(others) < min_others:
             continue
         consensus = sum(sum(r) / len(r) for r in others.values()) / len(others)
@@ -228,8 +240,8 @@ def consensus_of(member_id: int, judged: Sequence[Judged], *, lean: float = 0.34
         if (j.reward > 0) != (consensus > 0):
             disagreeing += 1
             if len(pairs) < max_pairs:
-                pairs.append({"sample": j.sample_id, "reward": j.reward, "style": j.style,
-                              "other_sample": example.get((j.style, 1 if consensus > 0 else -1)),
+                pairs.append({"sample": j.sample_id, "reward": j.reward, "style": style,
+                              "other_sample": example.get((style, 1 if consensus > 0 else -1)),
                               "group_consensus": round(consensus, 2), "other_members": len(others)})
     return Consensus(comparable=comparable, disagreeing=disagreeing, pairs=tuple(pairs))
 

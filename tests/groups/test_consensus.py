@@ -146,3 +146,14 @@ def test_the_review_console_shows_the_reason_and_the_disagreeing_pairs(trio):
     assert f'href="/review/{made[0].pk}/"' in html
     assert "+1 on a <code>bold+numbered|worked</code> reply" in html
     assert "where the 2 other members score that style -1.00 on average" in html
+
+
+def test_a_style_nobody_else_scored_is_compared_on_markup_or_not():
+    # Others scored "bold+numbered|worked" and "bold|worked" -1; member 3's "numbered|worked" +1 has no exact
+    # match, so it is compared on "marked|worked": member 1 mean -1, member 2 mean -1 -> consensus -1.
+    data = (judged(1, "bold+numbered|worked", -1) + judged(2, "bold|worked", -1, -1)
+            + judged(3, "numbered|worked", +1) + judged(3, "plain|terse", +1))
+    three = consensus_of(3, data)
+    assert (three.comparable, three.disagreeing) == (1, 1)  # plain|terse: nobody else scored it at all
+    assert three.pairs[0]["style"] == "marked|worked" and three.pairs[0]["group_consensus"] == -1.0
+    assert flags.coarse_style("plain|terse") == "plain|terse"
