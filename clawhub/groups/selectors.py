@@ -1,8 +1,6 @@
 """Reads for groups, memberships and invitations."""
 
 import hashlib
-from dataclasses import dataclass
-from typing import Any
 
 from django.db.models import Case, F, IntegerField, QuerySet, Value, When
 from django.utils import timezone
@@ -116,67 +114,3 @@ def invitation_status(invitation: Invitation) -> str:
     if invitation.expires_at <= timezone.now():
         return "expired"
     return "open"
-
-
-@dataclass(frozen=True)
-class MemberInfluence:
-    """One member's weight in the group adapter: their share of the advantage mass of each of the last
-    versions (oldest first; None where they had no sample in it), the smallest loss weight the influence cap
-    gave their samples, and, over the review guards' window, their flagged and rejected samples."""
-
-    user: Any
-    shares: list[float | None]
-    min_weight: float | None
-    flagged: int
-    consensus: str  # the latest consensus guard's reason for this member, or ""
-    rejected: int
-
-
-def group_member_influence(*, group: Group, versions: int = 5) -> tuple[list[int], list[MemberInfluence]]:
-    """(the version numbers, oldest first; a row per current member) for the group page. A version's shares
-    are each member's sum of loss weight x advantage mass over its run's samples, divided by the run's total
-    (training.influence)."""
-    from clawhub.review.flags import CONSENSUS, MEMBER_OUTLIER
-    from clawhub.review.models import Sample
-    from clawhub.review.selectors import review_policy_for
-    from clawhub.training.models import TrainingRun
-
-    tenant = group.tenant
-    runs = list(TrainingRun.objects.filter(tenant=tenant, state=TrainingRun.State.SUCCEEDED,
-                                           adapter_version__isnull=False)
-                .select_related("adapter_version").order_by("-created_at", "-id")[:versions])[::-1]
-    mass: dict[tuple[int, int], float] = {}
-    weight: dict[int, float] = {}
-    rows = (Sample.objects.filter(tenant=tenant, training_run_id__in=[r.pk for r in runs])
-            .values_list("training_run_id", "user_id", "train_weight", "advantage_mass"))
-    for run_id, user_id, w, m in rows:
-        mass[run_id, user_id] = mass.get((run_id, user_id), 0.0) + w * m
-        weight[user_id] = min(weight.get(user_id, 1.0), w)
-    totals = {r.pk: sum(v for (run, _), v in mass.items() if run == r.pk) for r in runs}
-    since = timezone.now() - review_policy_for(tenant=tenant).outlier_window
-    recent = (Sample.objects.filter(tenant=tenant, created_at__gte=since)
-              .values_list("user_id", "state", "flags"))
-    flagged: dict[int, int] = {}
-    rejected: dict[int, int] = {}
-    consensus: dict[int, str] = {}
-    for user_id, state, flags in recent.order_by("created_at", "id"):
-        codes = {f.get("code"): f.get("detail", "") for f in flags or [] if isinstance(f, dict)}
-        if codes.keys() & {CONSENSUS, MEMBER_OUTLIER}:
-            flagged[user_id] = flagged.get(user_id, 0) + 1
-        if CONSENSUS in codes:
-            consensus[user_id] = codes[CONSENSUS]
-        if state == Sample.State.REJECTED:
-            rejected[user_id] = rejected.get(user_id, 0) + 1
-    members = [
-        MemberInfluence(
-            user=m.user,
-            shares=[mass[r.pk, m.user_id] / totals[r.pk] if totals[r.pk] and (r.pk, m.user_id) in mass
-                    else None for r in runs],
-            min_weight=weight.get(m.user_id),
-            flagged=flagged.get(m.user_id, 0),
-            consensus=consensus.get(m.user_id, ""),
-            rejected=rejected.get(m.user_id, 0),
-        )
-        for m in group_members(group=group)
-    ]
-    return [r.adapter_version.version for r in runs], members

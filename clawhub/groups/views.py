@@ -19,6 +19,7 @@ from clawhub.core.exceptions import ClawHubError, NotFound
 from clawhub.groups import rules, selectors, services
 from clawhub.groups.forms import GroupCreateForm, GroupRenameForm, InvitationForm, RoleForm, TransferForm
 from clawhub.groups.models import Group, Role
+from clawhub.review import selectors as review_selectors
 from clawhub.tenants import naming
 
 # A link-only invitation's link is shown once: on the page rendered right after its creation, then popped.
@@ -94,7 +95,7 @@ def group_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "can_receive_ownership": role == Role.OWNER and not is_self,
         })
     can_manage = rules.can_manage(role)
-    influence_versions, influence = selectors.group_member_influence(group=group)
+    influence_versions, influence = review_selectors.group_member_influence(group=group)
     return render(request, "groups/detail.html", {
         "group": group,
         "role": role,

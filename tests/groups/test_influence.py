@@ -150,7 +150,7 @@ def test_the_group_page_shows_each_members_share_weight_flags_and_rejections(gro
         flags=[{"code": CONSENSUS, "detail": "rewarded 5 of 6 against the group"}])
     sample_reject(actor=owner, sample_id=flagged.pk, reason="steers against the group")
 
-    from clawhub.groups.selectors import group_member_influence
+    from clawhub.review.selectors import group_member_influence
 
     versions, rows = group_member_influence(group=tenant.group)
     assert versions == [1]
