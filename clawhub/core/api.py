@@ -28,6 +28,17 @@ def openapi_error(description: str) -> OpenApiResponse:
     return OpenApiResponse(description=f"{description} {_ERROR_BODY}")
 
 
+def _invalid_message(fields: object) -> str:
+    """'Invalid input.' followed by the first field's first error, so a client that shows only the message
+    still learns what to change (data.fields holds them all)."""
+    if isinstance(fields, dict):
+        for name, errors in fields.items():
+            first = errors[0] if isinstance(errors, list) and errors else errors
+            if isinstance(first, str):
+                return f"Invalid input. {name}: {first}"
+    return "Invalid input."
+
+
 def exception_handler(exc, context):
     """Renders ClawHubError and DRF's own errors as ``{"error": {"code", "message", "data"}}``."""
     if isinstance(exc, ClawHubError):
@@ -39,7 +50,7 @@ def exception_handler(exc, context):
     if response is None:
         return None
     if isinstance(exc, drf_exceptions.ValidationError):
-        response.data = error_body("invalid", "Invalid input.", {"fields": response.data})
+        response.data = error_body("invalid", _invalid_message(response.data), {"fields": response.data})
     elif isinstance(exc, drf_exceptions.APIException):
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         response.data = error_body(exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code,

@@ -150,9 +150,14 @@ class SettingsApi(APIView):
         overrides = serializers.JSONField(required=False, style={"openapi": overrides_schema()})
         backend = serializers.ChoiceField(choices=[("", "site default"), *Backend.choices], required=False,
                                           help_text="Site staff only (403 backend_staff_only otherwise).")
-        batch_size = serializers.IntegerField(required=False, min_value=0,
-                                              max_value=settings.CLAWHUB_TRAIN_MAX_BATCH_SIZE,
-                                              help_text="0 = the site default.")
+        batch_size = serializers.IntegerField(
+            required=False, min_value=0, max_value=settings.CLAWHUB_TRAIN_MAX_BATCH_SIZE,
+            help_text="0 = the site default.",
+            error_messages={
+                bound: f"allowed range is 1–{settings.CLAWHUB_TRAIN_MAX_BATCH_SIZE} (0 = the site default)."
+                for bound in ("min_value", "max_value")
+            },
+        )
         auto_start = serializers.BooleanField(required=False)
 
         class Meta:
