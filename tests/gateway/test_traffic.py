@@ -169,8 +169,12 @@ def test_a_crashed_workers_lease_frees_within_its_lease_period(gateway_factory, 
     try:
         stuck = threading.Thread(target=lambda: pytest.raises(httpx.HTTPError, post, worker.v1, secret,
                                                               chat(fake_fault="sleep", fake_sleep=60)))
+        sent = sum(fake.stats()["requests"].values())
         stuck.start()
-        wait_until(lambda: post(survivor.v1, secret, chat()).status_code == 429, timeout=20, interval=0.1)
+        # The stuck request holds the key's one slot once it reached the upstream; asking before that could
+        # take the slot from it (and it would get the 429).
+        wait_until(lambda: sum(fake.stats()["requests"].values()) > sent, timeout=20, interval=0.05)
+        assert post(survivor.v1, secret, chat()).status_code == 429
         worker.kill()
         killed = time.monotonic()
         wait_until(lambda: post(survivor.v1, secret, chat()).status_code == 200, timeout=lease + 5,
