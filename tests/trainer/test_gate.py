@@ -75,12 +75,16 @@ def test_collapsed_to_repetition_is_rejected(tiny_model_dir, tmp_path, tenant, p
     adapter = candidate(tiny_model_dir, tmp_path, loop, lr=5e-3, epochs=6)
     decision = gate(tiny_model_dir, adapter, tenant["heldout"])
     print("collapsed:", decision.outcome, decision.reason)
-    # The canaries caught it: its replies repeat ("the the the ...") and its own corpus became unlikely; which
-    # of the two degeneration rules fires first depends on how far the collapse went.
+    # The canaries caught it: its replies repeat ("the the the ...") or its own corpus became unlikely; which
+    # of the two degeneration rules fires first depends on how far the collapse went, and the number behind
+    # the rule that fired must show it.
     assert decision.outcome == REJECT
-    assert "repetition" in decision.reason or "perplexity on the model's own corpus rose" in decision.reason
     canary = decision.numbers["canary"]
-    assert canary["repetition"]["candidate"] > 3 * canary["repetition"]["parent"] + 0.01
+    if "repetition" in decision.reason:
+        assert canary["repetition"]["candidate"] > 3 * canary["repetition"]["parent"] + 0.01
+    else:
+        assert "perplexity on the model's own corpus rose" in decision.reason
+        assert canary["perplexity"]["candidate"] > 1.5 * canary["perplexity"]["parent"]
 
 
 def test_too_little_held_out_data_says_so(tiny_model_dir, tmp_path, tenant):
