@@ -226,14 +226,18 @@ def adapter_activate(
 
 def adapter_unload_drained(*, now=None, upstreams: list[serving.UpstreamTarget] | None = None) -> list[str]:
     """Unloads every retired version whose drain period is over from every upstream. An upstream that is down
-    is retried on the next sweep (a restarted vLLM has forgotten it anyway)."""
+    is retried on the next sweep (a restarted vLLM has forgotten it anyway), and so is a version a gateway
+    still has a request on (one that outlasted the drain period)."""
     from clawhub.gateway.models import LoadedAdapter
+    from clawhub.gateway.selectors import adapter_in_flight
 
     now = now or timezone.now()
     targets = serving.configured_upstreams() if upstreams is None else upstreams
     done = []
     for version in adapters_to_unload(now=now):
         name = version.upstream_name
+        if adapter_in_flight(adapter_name=name):
+            continue
         if all([serving.unload_adapter(up, name=name) for up in targets]):
             with transaction.atomic():
                 # Only if it is still retired: a rollback in the meantime made it active again.

@@ -122,6 +122,34 @@ def test_drained_versions_are_unloaded_after_the_grace_period(db, fake, sent_tas
     assert v1.unloaded_at is not None and not v1.draining
 
 
+def test_a_drained_version_a_gateway_still_has_a_request_on_waits_for_the_next_sweep(db, fake, sent_tasks):
+    import time
+
+    import redis
+    from django.conf import settings
+
+    from clawhub.adapters import serving
+
+    user = make_user()
+    v1 = make_version(user.tenant, 1, State.ACTIVE)
+    v2 = make_version(user.tenant, 2)
+    serving.load_adapter(serving.configured_upstreams()[0], name=v1.upstream_name, path=v1.artifact_path)
+    services.adapter_activate(version=v2)
+    later = timezone.now() + timedelta(seconds=services.settings.CLAWHUB_ADAPTER_DRAIN_SECONDS + 1)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    busy = f"gw:busy:{v1.upstream_name}"
+    client.zadd(busy, {"a-gateway-request": time.time() + 30})  # the lease a gateway holds while it streams
+    try:
+        assert services.adapter_unload_drained(now=later) == []
+        assert v1.upstream_name in fake.stats()["adapters"]
+        client.zrem(busy, "a-gateway-request")
+        assert services.adapter_unload_drained(now=later) == [v1.upstream_name]
+        assert v1.upstream_name not in fake.stats()["adapters"]
+    finally:
+        client.delete(busy)
+        client.close()
+
+
 def test_rollback_reactivates_an_earlier_version_under_its_own_name(db, fake, sent_tasks):
     user = make_user()
     v1 = make_version(user.tenant, 1, State.ACTIVE)
