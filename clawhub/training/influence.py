@@ -29,7 +29,6 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F, Sum
 
 from clawhub.review.models import Sample
@@ -120,7 +119,7 @@ def batch_weights_set(*, tenant: Tenant, sample_ids: list[int], method: str,
     weight (group tenants; a personal tenant has one member and every weight stays 1). Returns the weights
     per member."""
     w_rl, w_opd = float(config.get("w_rl", 1.0)), float(config.get("w_opd", 1.0))
-    claimed = [Claimed(*row) for row in Sample.objects.filter(pk__in=sample_ids)
+    claimed = [Claimed(*row) for row in Sample.objects.filter(tenant=tenant, pk__in=sample_ids)
                .values_list("pk", "user_id", "reward", "has_hint")]
     mass = {c.sample_id: advantage_mass(method=method, reward=c.reward, has_hint=c.has_hint, w_rl=w_rl,
                                         w_opd=w_opd) for c in claimed}
@@ -131,8 +130,9 @@ def batch_weights_set(*, tenant: Tenant, sample_ids: list[int], method: str,
     if tenant.kind == Tenant.Kind.GROUP:
         weights = member_weights(per_member, cap=settings.CLAWHUB_INFLUENCE_CAP,
                                  past=window_masses(tenant=tenant, window=settings.CLAWHUB_INFLUENCE_WINDOW))
-    with transaction.atomic():
-        for c in claimed:
-            Sample.objects.filter(pk=c.sample_id).update(advantage_mass=mass[c.sample_id],
-                                                         train_weight=weights[c.member_id])
+    Sample.objects.bulk_update(
+        [Sample(pk=c.sample_id, advantage_mass=mass[c.sample_id], train_weight=weights[c.member_id])
+         for c in claimed],
+        ["advantage_mass", "train_weight"],
+    )
     return weights
