@@ -23,6 +23,7 @@ from clawhub.adapters.models import AdapterVersion
 from clawhub.gateway.app import Gateway
 from clawhub.gateway.config import GatewayConfig
 from clawhub.gateway.records import TurnRecord
+from tests.factories import make_key, make_user
 
 
 def free_port() -> int:
@@ -176,6 +177,15 @@ def activate_adapter(tenant, version: int = 1, path: str | None = None) -> Adapt
         state=AdapterVersion.State.RETIRED)
     return AdapterVersion.objects.create(tenant=tenant, version=version, state=AdapterVersion.State.ACTIVE,
                                          artifact_path=path or f"/srv/adapters/t{tenant.pk}/v{version}")
+
+
+@pytest.fixture
+def secret() -> str:
+    """The secret of a new user's key whose tenant has an active adapter."""
+    user = make_user()
+    _, secret = make_key(user)
+    activate_adapter(user.tenant)
+    return secret
 
 
 # The tiny model and its two random LoRA adapters (seeds 1 and 2), shared with tests/model; imported, not

@@ -11,7 +11,6 @@ from django.utils import timezone
 from clawhub.gateway.quotas import GroupLimits
 from clawhub.keys.services import key_revoke, key_rotate
 from tests.factories import add_member, make_group, make_key, make_user
-from tests.gateway.conftest import activate_adapter
 
 MSGS = [{"role": "user", "content": "hi"}]
 
@@ -40,14 +39,6 @@ def assert_error(response, status: int, code: str | None = None, type_: str | No
 
 def still_serving(gateway, secret):
     assert post(gateway, secret, chat()).status_code == 200
-
-
-@pytest.fixture
-def secret():
-    user = make_user()
-    _, secret = make_key(user)
-    activate_adapter(user.tenant)
-    return secret
 
 
 @pytest.mark.parametrize(("content", "param"), [

@@ -11,9 +11,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.factories import make_key, make_user
-from tests.gateway.conftest import activate_adapter
-
 EXAMPLES = 150
 MAX_BODY = 64 * 1024
 ROUTES = ("/chat/completions", "/completions")
@@ -99,14 +96,6 @@ def _is_success(response) -> bool:
         return isinstance(response.json().get("choices"), list)
     except (ValueError, AttributeError):
         return False
-
-
-@pytest.fixture
-def secret():
-    user = make_user()
-    _, secret = make_key(user)
-    activate_adapter(user.tenant)
-    return secret
 
 
 def test_random_bodies_get_a_success_or_an_openai_4xx(gateway_factory, fake, secret):
