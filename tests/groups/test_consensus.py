@@ -157,3 +157,35 @@ def test_a_style_nobody_else_scored_is_compared_on_markup_or_not():
     assert (three.comparable, three.disagreeing) == (1, 1)  # plain|terse: nobody else scored it at all
     assert three.pairs[0]["style"] == "marked|worked" and three.pairs[0]["group_consensus"] == -1.0
     assert flags.coarse_style("plain|terse") == "plain|terse"
+
+
+def test_the_guard_reads_each_members_newest_samples_only(trio, monkeypatch, django_assert_num_queries):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from clawhub.review import consensus
+
+    group, (h1, h2, flooder), (k1, k2, kf) = trio
+    since = timezone.now() - timedelta(days=7)
+    make_sample(h1, key=k1, reward=-1, reply=BOLD_REPLY)
+    make_sample(h2, key=k2, reward=-1, reply=BOLD_REPLY)
+    flood = [make_sample(flooder, key=kf, reward=+1, reply=BOLD_REPLY) for _ in range(5)]
+    read = consensus.judged_recent(tenant=group.tenant, author_id=h1.pk, since=since, per_member=3)
+    by_member = {}
+    for j in read:
+        by_member.setdefault(j.member_id, []).append(j.sample_id)
+    # The flooder's newest 3 of 5; the others' one each is still read (a flood does not push them out).
+    assert sorted(by_member[flooder.pk]) == sorted(s.pk for s in flood[-3:])
+    assert len(by_member[h1.pk]) == len(by_member[h2.pk]) == 1
+    # One query for the members and one per member, however many samples the group has.
+    with django_assert_num_queries(4):
+        consensus.judged_recent(tenant=group.tenant, author_id=h1.pk, since=since, per_member=3)
+    for _ in range(10):
+        make_sample(flooder, key=kf, reward=+1, reply=BOLD_REPLY)
+    with django_assert_num_queries(4):
+        again = consensus.judged_recent(tenant=group.tenant, author_id=h1.pk, since=since, per_member=3)
+    assert len(again) == 5
+    # The module's bound is what the pipeline uses.
+    monkeypatch.setattr(consensus, "PER_MEMBER", 2)
+    assert len(consensus.judged_recent(tenant=group.tenant, author_id=h1.pk, since=since)) == 4
