@@ -21,6 +21,11 @@ def email_normalize(email: str) -> str:
     return User.objects.normalize_email(email or "").strip().lower()
 
 
+def user_by_id(*, user_id: int | None) -> User | None:
+    """For tasks: the user an id names, or None (no id, or the user was deleted since)."""
+    return User.objects.filter(pk=user_id).first() if user_id else None
+
+
 def user_get_by_email(*, email: str) -> User | None:
     return User.objects.filter(email=email_normalize(email)).first()
 

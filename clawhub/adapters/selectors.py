@@ -110,6 +110,10 @@ def adapter_pin_for(*, tenant: Tenant) -> AdapterPin | None:
     return AdapterPin.objects.select_related("version", "pinned_by").filter(tenant=tenant).first()
 
 
+def adapter_is_pinned(*, tenant_id: int) -> bool:
+    return AdapterPin.objects.filter(tenant_id=tenant_id).exists()
+
+
 def adapters_to_unload(*, now) -> QuerySet[AdapterVersion]:
     """Retired versions whose drain period is over and that are still loaded somewhere."""
     return AdapterVersion.objects.filter(

@@ -3,6 +3,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from workers.trainer.registry import backend_names
+
 
 class Method(models.TextChoices):
     RL = "rl"  # Binary RL: A = r
@@ -10,10 +12,8 @@ class Method(models.TextChoices):
     COMBINE = "combine"  # w_opd * OPD + w_rl * r
 
 
-class Backend(models.TextChoices):
-    LOCAL = "local"
-    TINKER = "tinker"
-    FIREWORKS = "fireworks"
+# Every backend in workers.trainer.registry: Backend.LOCAL, .TINKER, .FIREWORKS, …
+Backend = models.TextChoices("Backend", [(name.upper(), name) for name in backend_names()])
 
 
 class TrainingSettings(models.Model):

@@ -62,6 +62,11 @@ def run_for_task(*, run_id: int) -> TrainingRun | None:
     )
 
 
+def run_for_version(*, version) -> TrainingRun | None:
+    """The run that trained an adapter version (None for a version made otherwise, e.g. by hand)."""
+    return TrainingRun.objects.filter(adapter_version=version).first()
+
+
 def runs_in_pass(*, task_id: str) -> list[TrainingRun]:
     """Runs a multi-tenant pass run by this train task took in (still running: a redelivered task finds
     them again)."""

@@ -46,7 +46,7 @@ def fake_tinker(tiny_dir, tmp_path):
 
 @pytest.fixture
 def make_tinker(fake_tinker, tiny_dir):
-    from workers.trainer.remote import backend_for
+    from workers.trainer.registry import backend_for
 
     created = []
 
@@ -108,7 +108,7 @@ def fake_fireworks(tiny_dir, tmp_path):
 
 @pytest.fixture
 def make_fireworks(fake_fireworks, tiny_dir):
-    from workers.trainer.remote import backend_for
+    from workers.trainer.registry import backend_for
 
     created = []
 

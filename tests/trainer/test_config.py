@@ -6,13 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.trainer.backend import (
-    BACKENDS,
-    TrainConfig,
-    TrainingBackend,
-    TrainSample,
-    load_backend,
-)
+from workers.trainer.backend import TrainConfig, TrainingBackend, TrainSample
+from workers.trainer.registry import BACKENDS, backend_class
 
 
 def test_defaults_follow_openclaw_rl():
@@ -91,16 +86,38 @@ def test_sample_validation():
 def test_backend_registry():
     from workers.trainer.local import LocalBackend
 
-    assert load_backend("local") is LocalBackend and issubclass(LocalBackend, TrainingBackend)
+    assert backend_class("local") is LocalBackend and issubclass(LocalBackend, TrainingBackend)
     assert BACKENDS["local"] == "workers.trainer.local:LocalBackend"
     with pytest.raises(ValueError, match="unknown training backend 'nope'"):
-        load_backend("nope")
+        backend_class("nope")
+
+
+def test_every_registered_backend_is_the_class_of_its_name_and_builds_from_settings():
+    from types import SimpleNamespace
+
+    from workers.trainer.registry import backend_from_config, backend_names
+
+    config = SimpleNamespace(
+        CLAWHUB_TINKER_API_KEY="tml-k", CLAWHUB_TINKER_BASE_URL="", CLAWHUB_TINKER_BASE_MODEL="m",
+        CLAWHUB_FIREWORKS_API_KEY="fw-k", CLAWHUB_FIREWORKS_ACCOUNT_ID="acct", CLAWHUB_FIREWORKS_BASE_URL="",
+        CLAWHUB_FIREWORKS_BASE_MODEL="", CLAWHUB_REMOTE_RETRY_ATTEMPTS=0, CLAWHUB_REMOTE_RETRY_BACKOFF=1.5,
+        CLAWHUB_REMOTE_CALL_TIMEOUT=9.0,
+    )
+    assert backend_names() == ["local", "tinker", "fireworks"]
+    for name in backend_names():
+        backend = backend_from_config(name, config)
+        assert type(backend) is backend_class(name) and backend.name == name
+    assert backend_from_config("local", config).resident  # the train worker keeps its base model loaded
+    tinker = backend_from_config("tinker", config)
+    assert (tinker.base_url, tinker.remote_base_model) == (None, "m")
+    assert (tinker.retry.attempts, tinker.retry.backoff_s, tinker.retry.call_timeout_s) == (1, 1.5, 9.0)
+    assert backend_from_config("fireworks", config).account_id == "acct"
 
 
 def test_the_interface_imports_neither_torch_nor_django():
     # The web process builds samples and configs; it must never pull torch in.
     code = (
-        "import sys, workers.trainer.backend; "
+        "import sys, workers.trainer.backend, workers.trainer.registry; "
         "bad = [m for m in ('torch', 'transformers', 'peft', 'django') if m in sys.modules]; "
         "assert not bad, bad"
     )

@@ -23,10 +23,15 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import celeryd_after_setup
 from django.conf import settings
 
-from clawhub.accounts.models import User
+from clawhub.accounts.selectors import user_by_id
 from clawhub.adapters import services as adapter_services
-from clawhub.adapters.models import AdapterPin, AdapterVersion
-from clawhub.adapters.selectors import adapter_version_by_id, heldout_samples
+from clawhub.adapters.models import AdapterVersion
+from clawhub.adapters.selectors import (
+    active_adapter_for_tenant,
+    adapter_is_pinned,
+    adapter_version_by_id,
+    heldout_samples,
+)
 from clawhub.adapters.serving import UpstreamUnavailable
 from clawhub.conversations.selectors import (
     RERENDERED,
@@ -40,7 +45,7 @@ from clawhub.feedback.selectors import train_sample_with_feedback
 from clawhub.review.models import Sample
 from clawhub.training import services
 from clawhub.training.models import TrainingRun
-from clawhub.training.selectors import run_for_task, samples_of_run
+from clawhub.training.selectors import run_for_task, run_for_version, samples_of_run
 from workers.celery import app
 from workers.trainer.backend import TrainConfig, TrainingBackend, TrainSample
 
@@ -166,41 +171,12 @@ def constrained_decoding(request: dict[str, Any]) -> str:
 
 
 def make_backend(name: str) -> TrainingBackend:
-    """The backend a run names, with credentials and bounds from settings. Credentials come from the
-    environment only (never from a row): they live on the backend instance for the run and are not logged."""
-    from workers.trainer.remote import backend_for
+    """The backend a run names (workers.trainer.registry), with credentials and bounds from settings.
+    Credentials come from the environment only (never from a row): they live on the backend instance for the
+    run and are not logged."""
+    from workers.trainer.registry import backend_from_config
 
-    if name == "local":
-        # The worker process keeps the base model loaded across runs and only swaps tenants' adapters.
-        return backend_for(name, resident=True)
-    if name not in ("tinker", "fireworks"):
-        return backend_for(name)
-    from workers.trainer.remote.protocol import RetryPolicy
-
-    options: dict[str, Any] = {
-        "retry": RetryPolicy(
-            attempts=max(1, settings.CLAWHUB_REMOTE_RETRY_ATTEMPTS),
-            backoff_s=settings.CLAWHUB_REMOTE_RETRY_BACKOFF,
-            max_backoff_s=max(settings.CLAWHUB_REMOTE_RETRY_BACKOFF, 30.0),
-            call_timeout_s=settings.CLAWHUB_REMOTE_CALL_TIMEOUT,
-        ),
-        # No tokenizer option: it loads from the run's base_model (the model vLLM serves), whatever the
-        # service calls that model (remote_base_model).
-    }
-    if name == "tinker":
-        options.update(
-            api_key=settings.CLAWHUB_TINKER_API_KEY,
-            base_url=settings.CLAWHUB_TINKER_BASE_URL or None,
-            remote_base_model=settings.CLAWHUB_TINKER_BASE_MODEL or None,
-        )
-    else:
-        options.update(
-            api_key=settings.CLAWHUB_FIREWORKS_API_KEY,
-            account_id=settings.CLAWHUB_FIREWORKS_ACCOUNT_ID,
-            base_url=settings.CLAWHUB_FIREWORKS_BASE_URL or None,
-            remote_base_model=settings.CLAWHUB_FIREWORKS_BASE_MODEL or None,
-        )
-    return backend_for(name, **options)
+    return backend_from_config(name, settings)
 
 
 # --- the run ------------------------------------------------------------------------------------------------
@@ -479,7 +455,7 @@ def promote(self, version_id: int, rollback: bool = False, actor_id: int | None 
         return {"version": version_id, "outcome": "missing"}
     try:
         if rollback:
-            actor = User.objects.filter(pk=actor_id).first() if actor_id else None
+            actor = user_by_id(user_id=actor_id)
             adapter_services.adapter_activate(version=version, actor=actor, reason="rollback")
             return {"version": version_id, "outcome": "active"}
         if version.state not in (AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING):
@@ -502,9 +478,7 @@ def _promote_candidate(version: AdapterVersion) -> str:
     if not adapter_services.adapter_parent_is_current(version=version):
         # The parent was retired while this version trained (a rollback, a held candidate promoted by
         # hand): promoting it would drop the active version's feedback; its samples train again instead.
-        active = AdapterVersion.objects.filter(
-            tenant_id=version.tenant_id, state=AdapterVersion.State.ACTIVE
-        ).first()
+        active = active_adapter_for_tenant(tenant_id=version.tenant_id)
         parent = f"v{version.parent.version}" if version.parent else "the base model"
         adapter_services.adapter_reject_out_of_lineage(
             version=version,
@@ -515,7 +489,7 @@ def _promote_candidate(version: AdapterVersion) -> str:
         return "requeued"
     if not _gate(version):
         return "rejected"
-    if AdapterPin.objects.filter(tenant_id=version.tenant_id).exists():
+    if adapter_is_pinned(tenant_id=version.tenant_id):
         adapter_services.adapter_hold(version=version)
         return "held"
     adapter_services.adapter_activate(version=version)
@@ -529,7 +503,7 @@ def _gate(version: AdapterVersion) -> bool:
     from workers.trainer.gate import score_versions
 
     version = adapter_services.adapter_evaluation_start(version=version)
-    run = TrainingRun.objects.filter(adapter_version=version).first()
+    run = run_for_version(version=version)
     limit = settings.CLAWHUB_GATE_MAX_SAMPLES
     samples = [train_sample(s) for s in heldout_samples(tenant=version.tenant, limit=limit)]
     parent = version.parent

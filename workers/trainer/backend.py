@@ -10,7 +10,7 @@ and must never pull torch into `sys.modules`.
 
 Lifecycle, per training run:
 
-    backend = load_backend("local")()
+    backend = backend_class("local")()           # workers.trainer.registry: backends by name
     backend.start(base_model, parent_adapter_dir, config, workdir)  # resumes from a checkpoint in workdir
     result = backend.train(samples, on_step=report_progress)        # may be called again with more samples
     backend.export_adapter(out_dir)              # adapter_config.json + adapter_model.safetensors
@@ -22,7 +22,6 @@ backend continues after the last completed optimizer step and never repeats one.
 
 from __future__ import annotations
 
-import importlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -360,6 +359,13 @@ class TrainingBackend(ABC):
 
     name: str = ""
 
+    @classmethod
+    def from_config(cls, config: Any) -> TrainingBackend:
+        """The backend the train task uses: ``config`` has the settings as attributes (Django's settings, or
+        any object); a backend with options or credentials reads its own here. Registered by name in
+        workers.trainer.registry."""
+        return cls()
+
     @abstractmethod
     def start(
         self, base_model: str, parent_adapter_dir: str | None, config: TrainConfig, workdir: str
@@ -388,17 +394,3 @@ class TrainingBackend(ABC):
     def close(self) -> None:  # noqa: B027 - only backends holding connections or GPU memory need it
         """Release what start() acquired."""
 
-
-# Backends by name, as "module:Class" so that naming one does not import torch or an SDK.
-BACKENDS: dict[str, str] = {
-    "local": "workers.trainer.local:LocalBackend",
-}
-
-
-def load_backend(name: str) -> type[TrainingBackend]:
-    try:
-        target = BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown training backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)

@@ -264,6 +264,11 @@ class LocalBackend(TrainingBackend):
         self.shared = False  # in a multi-tenant pass: every forward goes through the per-segment LoRA
         self.runtime: dict[str, Any] = {}
 
+    @classmethod
+    def from_config(cls, config: Any) -> LocalBackend:
+        # The train worker keeps the base model loaded across runs and only swaps tenants' adapters.
+        return cls(resident=True)
+
     # -------------------------------------------------------------------------------------- start / resume
 
     def start(

@@ -34,6 +34,18 @@ class FireworksBackend(TinkerProtocolBackend):
     name = "fireworks"
     supports_last_n = False  # its fork of compute_logprobs scores the whole prompt
 
+    @classmethod
+    def from_config(cls, config: Any) -> FireworksBackend:
+        # No tokenizer option: it loads from the run's base_model (the model vLLM serves), whatever Fireworks
+        # calls that model (remote_base_model).
+        return cls(
+            api_key=config.CLAWHUB_FIREWORKS_API_KEY,
+            account_id=config.CLAWHUB_FIREWORKS_ACCOUNT_ID,
+            base_url=config.CLAWHUB_FIREWORKS_BASE_URL or None,
+            remote_base_model=config.CLAWHUB_FIREWORKS_BASE_MODEL or None,
+            retry=RetryPolicy.from_config(config),
+        )
+
     def __init__(
         self,
         *,

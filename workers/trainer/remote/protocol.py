@@ -62,6 +62,16 @@ class RetryPolicy:
     def delay(self, attempt: int) -> float:
         return min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
 
+    @classmethod
+    def from_config(cls, config: Any) -> RetryPolicy:
+        """From the CLAWHUB_REMOTE_* settings (attributes of ``config``)."""
+        return cls(
+            attempts=max(1, config.CLAWHUB_REMOTE_RETRY_ATTEMPTS),
+            backoff_s=config.CLAWHUB_REMOTE_RETRY_BACKOFF,
+            max_backoff_s=max(config.CLAWHUB_REMOTE_RETRY_BACKOFF, 30.0),
+            call_timeout_s=config.CLAWHUB_REMOTE_CALL_TIMEOUT,
+        )
+
 
 @dataclass
 class PreparedSample:

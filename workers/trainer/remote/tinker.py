@@ -31,6 +31,17 @@ class TinkerBackend(TinkerProtocolBackend):
 
     name = "tinker"
 
+    @classmethod
+    def from_config(cls, config: Any) -> TinkerBackend:
+        # No tokenizer option: it loads from the run's base_model (the model vLLM serves), whatever Tinker
+        # calls that model (remote_base_model).
+        return cls(
+            api_key=config.CLAWHUB_TINKER_API_KEY,
+            base_url=config.CLAWHUB_TINKER_BASE_URL or None,
+            remote_base_model=config.CLAWHUB_TINKER_BASE_MODEL or None,
+            retry=RetryPolicy.from_config(config),
+        )
+
     def __init__(
         self,
         *,
