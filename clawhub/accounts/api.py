@@ -1,11 +1,17 @@
 """REST API for sign-up, sign-in, passwords, email verification, the current user and the audit log."""
 
 from django.conf import settings
-from django.contrib.auth import login, update_session_auth_hash
+from django.contrib.auth import update_session_auth_hash
 from django.middleware.csrf import get_token
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import ensure_csrf_cookie
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.pagination import PageNumberPagination
@@ -77,8 +83,14 @@ class CsrfTokenApi(APIView):
         return Response({"csrf_token": get_token(request)})
 
 
+@extend_schema_field({"type": "object", "nullable": True, "not": {}})  # null and nothing else
+class _AlwaysNull(serializers.Field):
+    """A field sign-up keeps for its clients: it is always null."""
+
+
 class SignupApi(CsrfProtectedAnonymousApi):
-    """Create an account; signs it in unless email verification is required."""
+    """Create an account. Answers every address alike, new or already taken (whose owner gets a mail), and
+    signs nobody in: log in next (POST /api/auth/login/)."""
 
     class InputSerializer(serializers.Serializer):
         email = serializers.CharField(max_length=254)
@@ -90,11 +102,13 @@ class SignupApi(CsrfProtectedAnonymousApi):
 
     @extend_schema(tags=TAGS, request=InputSerializer, responses={
         201: inline_serializer(name="SignupOutput", fields={
-            "user": UserOutputSerializer(allow_null=True, help_text="The new account once signed in; null "
-                                                                    "while a mailed link must be followed."),
-            "logged_in": serializers.BooleanField(),
+            "user": _AlwaysNull(help_text="Always null: sign-up signs nobody in, so that its answer does not "
+                                          "tell whether the address already had an account. Log in to get "
+                                          "the user (POST /api/auth/login/)."),
+            "logged_in": serializers.BooleanField(help_text="Always false, for the same reason."),
             "email_verification_required": serializers.BooleanField(
-                help_text="True when the account must confirm its address before it can log in."),
+                help_text="The site's rule, the same for every address: true when a new account must "
+                          "confirm its address (the mailed link) before it can log in."),
             "csrf_token": serializers.CharField(help_text="The token to use from now on."),
         }),
         400: INVALID,
@@ -103,16 +117,11 @@ class SignupApi(CsrfProtectedAnonymousApi):
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        user = services.user_signup(ip=client_ip(request), **data.validated_data)
-        # A taken address (user None) is answered exactly like a new account that waits for its link.
-        logged_in = user is not None and not settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION
-        if logged_in:
-            login(request, user)
+        services.user_signup(ip=client_ip(request), **data.validated_data)
         return Response({
-            "user": UserOutputSerializer(user).data if logged_in else None,
-            "logged_in": logged_in,
-            "email_verification_required": not logged_in,
-            # Login rotates the CSRF token; the caller needs the new one for its next write.
+            "user": None,
+            "logged_in": False,
+            "email_verification_required": settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION,
             "csrf_token": get_token(request),
         }, status=status.HTTP_201_CREATED)
 
@@ -141,7 +150,7 @@ class LoginApi(CsrfProtectedAnonymousApi):
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        user = services.user_login(request=request, **data.validated_data)
+        user, _first_sign_in = services.user_login(request=request, **data.validated_data)
         return Response({"user": UserOutputSerializer(user).data, "csrf_token": get_token(request)})
 
 

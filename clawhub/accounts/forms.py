@@ -36,6 +36,15 @@ class LoginForm(forms.Form):
                                widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}))
 
 
+class SignedUpLoginForm(LoginForm):
+    """The login form that answers a sign-up: the address filled in, the cursor in the password field."""
+
+    def __init__(self, *, email: str):
+        super().__init__(initial={"email": email})
+        self.fields["email"].widget.attrs.pop("autofocus", None)
+        self.fields["password"].widget.attrs["autofocus"] = True
+
+
 class PasswordChangeForm(_NewPasswordMixin, forms.Form):
     old_password = forms.CharField(label="Current password", strip=False,
                                    widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}))

@@ -2,7 +2,7 @@
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import login, update_session_auth_hash
+from django.contrib.auth import update_session_auth_hash
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
@@ -17,6 +17,7 @@ from clawhub.accounts.forms import (
     LoginForm,
     PasswordChangeForm,
     SetPasswordForm,
+    SignedUpLoginForm,
     SignupForm,
 )
 from clawhub.core.api import client_ip
@@ -40,19 +41,19 @@ def signup(request):
         return redirect("dashboard")
     form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
+        email = selectors.email_normalize(form.cleaned_data["email"])
         try:
-            user = services.user_signup(email=form.cleaned_data["email"],
-                                        password=form.cleaned_data["new_password1"],
-                                        display_name=form.cleaned_data["display_name"], ip=client_ip(request))
+            services.user_signup(email=email, password=form.cleaned_data["new_password1"],
+                                 display_name=form.cleaned_data["display_name"], ip=client_ip(request))
         except ClawHubError as exc:
             form_add_service_error(form, exc)
         else:
-            if user is None or settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION:
-                # A taken address sees the same page as a new account waiting for its link.
-                shown = user.email if user else selectors.email_normalize(form.cleaned_data["email"])
-                return render(request, "accounts/verify_sent.html", {"email": shown})
-            login(request, user)
-            return redirect("onboarding")  # "connect OpenClaw": a key, the config, a test request
+            # One answer whether the address was new or already had an account (whose owner got a mail):
+            # nobody is signed in here, and the page says what to do in either case.
+            if settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION:
+                return render(request, "accounts/verify_sent.html", {"email": email})
+            return render(request, "accounts/login.html", {"form": SignedUpLoginForm(email=email),
+                                                           "signed_up": email})
     return render(request, "accounts/signup.html", {"form": form})
 
 
@@ -68,7 +69,7 @@ def login_view(request):
     status, retry_after, unverified = 200, None, False
     if request.method == "POST" and form.is_valid():
         try:
-            services.user_login(request=request, **form.cleaned_data)
+            _user, first_sign_in = services.user_login(request=request, **form.cleaned_data)
         except RateLimited as exc:
             form.add_error(None, exc.message)
             status, retry_after = 429, exc.retry_after
@@ -76,7 +77,8 @@ def login_view(request):
             form.add_error(None, exc.message)
             unverified = exc.code == "email_unverified"
         else:
-            return redirect(next_url or "dashboard")
+            # A new account's first page is "connect OpenClaw" (a key, the config, a test request).
+            return redirect(next_url or ("onboarding" if first_sign_in else "dashboard"))
     response = render(request, "accounts/login.html",
                       {"form": form, "next": next_url, "unverified": unverified}, status=status)
     if retry_after is not None:

@@ -138,8 +138,10 @@ class Api:
         return self.request("POST", path, body if body is not None else {}, **kw)
 
     def signup(self, email: str, password: str) -> dict:
+        """Signs up, then logs in (sign-up signs nobody in); returns the user."""
         self.request("GET", "/api/auth/csrf/")
-        return self.post("/api/auth/signup/", {"email": email, "password": password}).json()["user"]
+        self.post("/api/auth/signup/", {"email": email, "password": password})
+        return self.post("/api/auth/login/", {"email": email, "password": password}).json()["user"]
 
     def tenant_ids(self) -> dict[str, int]:
         """label -> tenant id, read from the training page. No JSON endpoint says which tenant a user or group

@@ -34,6 +34,10 @@ from .base import *  # noqa: E402,F403
 from .base import BASE_DIR, env  # noqa: E402
 
 DEBUG = False
+# A deployment proves each new account's mailbox before it can log in (off in the embedded default, which
+# may have no mail server). Sign-up answers every address alike either way; verification also stops an
+# account made in someone else's name from being used before its mailbox's owner sees it.
+ACCOUNTS_REQUIRE_EMAIL_VERIFICATION = env.bool("CLAWHUB_REQUIRE_EMAIL_VERIFICATION", default=True)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_SECURE = env.bool("CLAWHUB_SECURE_COOKIES", default=True)
 CSRF_COOKIE_SECURE = env.bool("CLAWHUB_SECURE_COOKIES", default=True)

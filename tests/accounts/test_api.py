@@ -51,17 +51,18 @@ def test_session_writes_refuse_a_post_without_csrf_token(api, api_client):
 
 # Sign-up, login, logout, me ---------------------------------------------------------------------------------
 
-def test_signup_logs_in_and_me_shows_the_user(api):
+def test_signup_signs_nobody_in_and_the_login_after_it_shows_the_user(api):
     response = api.post("/api/auth/signup/", {"email": "New@Example.com", "password": PASSWORD,
                                               "display_name": "Nina"})
     assert response.status_code == 201, response.json()
-    body = response.json()
-    assert body["logged_in"] is True and body["email_verification_required"] is False
-    assert body["user"]["email"] == "new@example.com"
+    assert {k: v for k, v in response.json().items() if k != "csrf_token"} == \
+        {"user": None, "logged_in": False, "email_verification_required": False}
+    assert api.get("/api/me/").status_code in (401, 403)
+    user = api.login("new@example.com", PASSWORD).json()["user"]
     me = api.get("/api/me/").json()
-    tenant = Tenant.objects.get(kind=Tenant.Kind.USER, user_id=body["user"]["id"])
-    assert me == {"id": body["user"]["id"], "email": "new@example.com", "display_name": "Nina",
-                  "is_staff": False, "email_verified": False, "tenant_id": tenant.pk}
+    tenant = Tenant.objects.get(kind=Tenant.Kind.USER, user_id=user["id"])
+    assert me == user == {"id": user["id"], "email": "new@example.com", "display_name": "Nina",
+                          "is_staff": False, "email_verified": False, "tenant_id": tenant.pk}
 
 
 def test_signup_reports_weak_passwords_and_answers_taken_emails_neutrally(api, settings, mailoutbox):

@@ -136,8 +136,10 @@ def test_resend_mails_only_unverified_accounts(settings, mailoutbox):
 def test_login_starts_a_session_for_the_right_password():
     user = make_user("l@example.com")
     request = _request()
-    assert user_login(request=request, email="L@example.com", password=PASSWORD) == user
+    assert user_login(request=request, email="L@example.com", password=PASSWORD) == (user, True)
     assert request.session["_auth_user_id"] == str(user.pk)
+    # Only the first sign-in is one (the login page sends it to onboarding).
+    assert user_login(request=_request(), email="l@example.com", password=PASSWORD) == (user, False)
 
 
 def test_login_refuses_a_wrong_password_and_an_unknown_email_the_same_way():
@@ -246,7 +248,9 @@ def test_password_reset_lifts_the_login_lock(settings):
         user_login(request=_request(ip="10.2.0.9"), email="r@example.com", password=PASSWORD)
     password_reset_confirm(uidb64=urlsafe_base64_encode(force_bytes(user.pk)),
                            token=default_token_generator.make_token(user), new_password=NEW_PASSWORD)
-    assert user_login(request=_request(ip="10.2.0.9"), email="r@example.com", password=NEW_PASSWORD) == user
+    signed_in, _first = user_login(request=_request(ip="10.2.0.9"), email="r@example.com",
+                                   password=NEW_PASSWORD)
+    assert signed_in == user
 
 
 # Profile ----------------------------------------------------------------------------------------------------

@@ -35,17 +35,22 @@ def test_forms_refuse_a_post_without_csrf_token(url, data, mailoutbox):
 
 # Sign-up ----------------------------------------------------------------------------------------------------
 
-def test_signup_page_logs_in_and_redirects_to_the_dashboard(browser):
+def test_signup_page_answers_with_the_login_form_and_the_first_sign_in_goes_to_onboarding(browser):
     page = browser.get("/signup/")
     assert page.status_code == 200 and b'name="csrfmiddlewaretoken"' in page.content
     response = browser.post("/signup/", {"email": "New@Example.com", "display_name": "Nina",
                                          "new_password1": PASSWORD, "new_password2": PASSWORD})
+    # Not signed in: the login form, its address filled in (sign-up answers every address this way).
+    assert response.status_code == 200 and b'id="signed-up"' in response.content
+    assert b'action="/login/"' in response.content and b'value="new@example.com"' in response.content
+    assert not _logged_in(browser)
+    assert User.objects.get(email="new@example.com").display_name == "Nina"
+    response = browser.login("new@example.com", PASSWORD)
     assert response.status_code == 302 and response["Location"] == "/onboarding/"  # connect OpenClaw first
     assert _logged_in(browser)
-    assert User.objects.get(email="new@example.com").display_name == "Nina"
 
 
-def test_signup_shows_field_errors(browser):
+def test_signup_shows_field_errors(browser, mailoutbox):
     response = browser.post("/signup/", {"email": "n@example.com", "new_password1": PASSWORD,
                                          "new_password2": PASSWORD + "x"})
     assert response.status_code == 200 and b"do not match" in response.content
@@ -55,8 +60,9 @@ def test_signup_shows_field_errors(browser):
     make_user("taken@example.com")
     response = browser.post("/signup/", {"email": "taken@example.com", "new_password1": PASSWORD,
                                          "new_password2": PASSWORD})
-    assert b"Check your inbox" in response.content and b"already exists" not in response.content
+    assert b'id="signed-up"' in response.content and b"already exists" not in response.content
     assert not _logged_in(browser)
+    assert [m.to for m in mailoutbox] == [["taken@example.com"]]
 
 
 # Login and logout -------------------------------------------------------------------------------------------
@@ -66,12 +72,14 @@ def test_login_and_logout(browser):
     response = browser.login("l@example.com", "wrong-password")
     assert response.status_code == 200 and b"Wrong email or password." in response.content
     response = browser.login("l@example.com", PASSWORD)
-    assert response.status_code == 302 and response["Location"] == "/dashboard/"
+    assert response.status_code == 302 and response["Location"] == "/onboarding/"  # the first sign-in
     assert _logged_in(browser)
     assert browser.get("/logout/").status_code == 405  # logging out is a POST, never a link
     response = browser.post("/logout/")
     assert response.status_code == 302 and response["Location"] == "/login/"
     assert not _logged_in(browser)
+    response = browser.login("l@example.com", PASSWORD)
+    assert response.status_code == 302 and response["Location"] == "/dashboard/"  # every later one
 
 
 def test_login_follows_a_local_next_but_not_an_external_one(browser):
@@ -149,7 +157,8 @@ def test_verification_pages(browser, settings, mailoutbox, mail_link):
     assert browser.get("/verify-email/not-a-token/").status_code == 400
     response = browser.get(mail_link(mailoutbox[1], "/verify-email/"))
     assert response.status_code == 302 and response["Location"] == "/login/"
-    assert browser.login("v@example.com", PASSWORD)["Location"] == "/dashboard/"
+    # The first sign-in of the new account, now confirmed: "connect OpenClaw".
+    assert browser.login("v@example.com", PASSWORD)["Location"] == "/onboarding/"
 
 
 # Audit ------------------------------------------------------------------------------------------------------

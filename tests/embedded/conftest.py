@@ -219,9 +219,11 @@ def signed_in_client(url: str, email: str, password: str, *, signup: bool) -> ht
     """An HTTP client holding a session cookie, signed in through the REST API the way the web app does."""
     client = httpx.Client(base_url=url, timeout=30)
     client.get("/api/auth/csrf/").raise_for_status()
-    path = "/api/auth/signup/" if signup else "/api/auth/login/"
-    response = post(client, path, {"email": email, "password": password})
-    assert response.status_code in (200, 201), response.text
+    if signup:  # sign-up signs nobody in (its answer must not tell who has an account): log in after it
+        response = post(client, "/api/auth/signup/", {"email": email, "password": password})
+        assert response.status_code == 201, response.text
+    response = post(client, "/api/auth/login/", {"email": email, "password": password})
+    assert response.status_code == 200, response.text
     return client
 
 
