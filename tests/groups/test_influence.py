@@ -174,3 +174,103 @@ def test_the_group_page_shows_each_members_share_weight_flags_and_rejections(gro
     html = member.get(f"/groups/{tenant.group.slug}/").content.decode()
     section = html[html.index('id="influence"'):]
     assert "40 %" in section and "consensus:" not in section  # shares for everyone, flags for managers
+
+
+# --- the optional robust aggregation: each member's mass clipped to the median member's ------------------
+
+
+def test_median_clip_on_hand_computed_cases():
+    from clawhub.training.influence import median_clip_weights
+
+    # None: equal honest volumes keep weight 1; (5, 4, 3): median 4, only the busiest loses a fifth.
+    assert median_clip_weights({"h1": 4, "h2": 4, "h3": 4}) == {"h1": 1.0, "h2": 1.0, "h3": 1.0}
+    assert median_clip_weights({"h1": 5, "h2": 4, "h3": 3}) == pytest.approx({"h1": 0.8, "h2": 1, "h3": 1})
+    # One adversary among three supplying half (8, 4, 4): median 4, w_a = 1/2, equal masses 4, 4, 4.
+    assert median_clip_weights({"a": 8, "h1": 4, "h2": 4}) == pytest.approx({"a": 0.5, "h1": 1.0, "h2": 1.0})
+    # Two among five (6, 6, 2, 2, 2): median 2, w_a = 1/3.
+    masses = {"a1": 6, "a2": 6, "h1": 2, "h2": 2, "h3": 2}
+    assert median_clip_weights(masses) == pytest.approx({"a1": 1 / 3, "a2": 1 / 3, "h1": 1, "h2": 1, "h3": 1})
+    assert median_clip_weights({"solo": 5}) == {"solo": 1.0}
+
+
+def test_robust_weights_take_the_smaller_of_the_cap_and_the_clip():
+    from clawhub.training.influence import robust_weights
+
+    masses = {"a": 8, "h1": 4, "h2": 4}
+    assert robust_weights(masses, cap=0.4, past=None, aggregation="none")["a"] == pytest.approx(2 / 3)
+    assert robust_weights(masses, cap=0.4, past=None, aggregation="median_clip")["a"] == pytest.approx(0.5)
+    # Over the window the cap can be the tighter one (0 here, see test_the_window_remembers...).
+    past = {"a": 6, "h1": 2, "h2": 2}
+    weights = robust_weights({"a": 2, "h1": 2, "h2": 2}, cap=0.4, past=past, aggregation="median_clip")
+    assert weights == pytest.approx({"a": 0.0, "h1": 1.0, "h2": 1.0})
+    with pytest.raises(ValueError):
+        robust_weights(masses, cap=0.4, past=None, aggregation="trimmed")
+
+
+def test_a_group_claim_uses_the_robust_aggregation_when_it_is_set(group_of_three, settings):
+    tenant, adversary, h1, h2 = group_of_three
+    settings.CLAWHUB_INFLUENCE_AGGREGATION = "median_clip"
+    for user, n in ((adversary, 4), (h1, 2), (h2, 2)):
+        for _ in range(n):
+            approved_sample(user, tenant=tenant, reward=1)
+    run = services.run_start(tenant=tenant)
+    # Masses 4, 2, 2: the cap gives the adversary 2/3, the median clip 2/4; the smaller one is written.
+    weights = dict(Sample.objects.filter(pk__in=run.sample_ids).values_list("user_id", "train_weight"))
+    assert weights == pytest.approx({adversary.pk: 0.5, h1.pk: 1.0, h2.pk: 1.0})
+
+
+def _update(per_member: dict[str, tuple[int, int]], weights: dict[str, float], seed: int = 0):
+    """The gradient of the trainer's own Binary RL loss (workers.trainer.losses) for one batch, on a toy
+    policy (one logit vector over 32 tokens). per_member: member -> (samples, reward). Every member's replies
+    are drawn from the same distribution, as honest members of one group chat about the same things."""
+    import torch
+
+    from workers.trainer import losses
+
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.zeros(32, requires_grad=True)
+    rows, rewards, sample_weights = [], [], []
+    for member, (n, reward) in per_member.items():
+        for _ in range(n):
+            rows.append(torch.randint(0, 32, (12,), generator=g))
+            rewards.append(float(reward))
+            sample_weights.append(weights[member])
+    tokens = torch.stack(rows)
+    logp = torch.log_softmax(logits, -1)[tokens]
+    mask = torch.ones_like(logp)
+    advantages, mask = losses.binary_rl_advantages(torch.tensor(rewards), mask)
+    out = losses.policy_loss(logp, logp.detach(), advantages, mask, weights=torch.tensor(sample_weights))
+    (grad,) = torch.autograd.grad(out.loss, logits)
+    return grad
+
+
+def test_with_honest_members_the_robust_aggregation_changes_the_update_little():
+    import torch
+
+    from clawhub.training.influence import robust_weights
+
+    def change(per_member, seed):
+        """(relative change of the update's norm, cosine between the two updates)."""
+        masses = {m: float(n) for m, (n, _) in per_member.items()}
+        plain = _update(per_member, {m: 1.0 for m in per_member}, seed)
+        weights = robust_weights(masses, cap=0.4, past=None, aggregation="median_clip")
+        robust = _update(per_member, weights, seed)
+        cosine = float(torch.nn.functional.cosine_similarity(plain, robust, dim=0))
+        return float((robust - plain).norm() / plain.norm()), cosine
+
+    def mean_change(per_member):
+        found = [change(per_member, seed) for seed in range(5)]
+        return sum(r for r, _ in found) / len(found), min(c for _, c in found)
+
+    # Honest batches as the bench claims them (16 claimed, 4 held out for the gate), all members correcting
+    # the same kind of reply (reward -1). Equal volumes: nobody is above the median, the update is the same.
+    assert mean_change({"h1": (4, -1), "h2": (4, -1), "h3": (4, -1)}) == (0.0, pytest.approx(1.0))
+    # 5, 4, 3: the busiest member's weight is 4/5, a twelfth of the batch's mass; on this toy policy (random
+    # tokens per reply, so the per-reply gradients are noisy) the update moves by 13 % on average over five
+    # draws and keeps its direction (cosine > 0.99).
+    relative, cosine = mean_change({"h1": (5, -1), "h2": (4, -1), "h3": (3, -1)})
+    assert relative < 0.2 and cosine > 0.99
+    # With an adversary who supplies 8 of 14 with the opposite reward, it changes the update four times as
+    # much: the aggregation is not a no-op that the honest case would pass trivially.
+    adversarial, _ = mean_change({"a": (8, 1), "h1": (3, -1), "h2": (3, -1)})
+    assert adversarial > 0.4 and adversarial > 3 * relative
