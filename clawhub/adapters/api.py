@@ -8,10 +8,10 @@ task (it talks to the upstreams), so the answer is 202 and the version turns act
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from clawhub.adapters import selectors, services
 from clawhub.core.api import client_ip
+from clawhub.tenants.access import TenantAccess, TenantApi, TenantRowApi
 
 TAGS = ["adapters"]
 
@@ -71,14 +71,22 @@ def _pin_data(pin) -> dict:
     }
 
 
-class VersionListApi(APIView):
+class VersionRowApi(TenantRowApi):
+    """A view about one version: handlers take ``version`` and ``access`` (to its tenant)."""
+
+    row_kwarg, row_name, not_found = "version_id", "version", "No such adapter version."
+
+    def get_row(self, pk: int):
+        return selectors.adapter_version_get(version_id=pk)
+
+
+class VersionListApi(TenantApi):
     @extend_schema(
         tags=TAGS, operation_id="adapter_versions_list", responses={200: inline_serializer(
             name="AdapterVersionList", fields={"results": VersionOutputSerializer(many=True),
                                                "pin": PinOutputSerializer()})}
     )
-    def get(self, request, tenant_id: int):
-        access = selectors.tenant_access(actor=request.user, tenant_id=tenant_id)
+    def get(self, request, access: TenantAccess):
         versions = selectors.adapter_versions(tenant=access.tenant).select_related("training_run")
         return Response(
             {
@@ -88,29 +96,27 @@ class VersionListApi(APIView):
         )
 
 
-class VersionDetailApi(APIView):
+class VersionDetailApi(VersionRowApi):
     @extend_schema(
         tags=TAGS, operation_id="adapter_version_detail", responses={200: VersionDetailOutputSerializer}
     )
-    def get(self, request, version_id: int):
-        version, _ = selectors.adapter_version_get(actor=request.user, version_id=version_id)
+    def get(self, request, version, access: TenantAccess):
         return Response(VersionDetailOutputSerializer(version, context={"viewer": request.user}).data)
 
 
-class VersionRollbackApi(APIView):
+class VersionRollbackApi(VersionRowApi):
     @extend_schema(
         tags=TAGS,
         operation_id="adapter_version_rollback",
         request=None,
         responses={202: VersionOutputSerializer},
     )
-    def post(self, request, version_id: int):
-        version, access = selectors.adapter_version_get(actor=request.user, version_id=version_id)
+    def post(self, request, version, access: TenantAccess):
         version = services.adapter_rollback(access=access, version=version, ip=client_ip(request))
         return Response(VersionOutputSerializer(version).data, status=status.HTTP_202_ACCEPTED)
 
 
-class PinApi(APIView):
+class PinApi(TenantApi):
     class InputSerializer(serializers.Serializer):
         reason = serializers.CharField(required=False, allow_blank=True, max_length=300, default="")
 
@@ -120,19 +126,17 @@ class PinApi(APIView):
     @extend_schema(
         tags=TAGS, operation_id="adapter_pin", request=InputSerializer, responses={200: PinOutputSerializer}
     )
-    def post(self, request, tenant_id: int):
-        access = selectors.tenant_access(actor=request.user, tenant_id=tenant_id)
+    def post(self, request, access: TenantAccess):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         pin = services.adapter_pin(access=access, reason=data.validated_data["reason"], ip=client_ip(request))
         return Response(_pin_data(pin))
 
 
-class UnpinApi(APIView):
+class UnpinApi(TenantApi):
     @extend_schema(
         tags=TAGS, operation_id="adapter_unpin", request=None, responses={200: PinOutputSerializer}
     )
-    def post(self, request, tenant_id: int):
-        access = selectors.tenant_access(actor=request.user, tenant_id=tenant_id)
+    def post(self, request, access: TenantAccess):
         services.adapter_unpin(access=access, ip=client_ip(request))
         return Response(_pin_data(None))

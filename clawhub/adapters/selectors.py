@@ -1,20 +1,13 @@
-"""Reads for adapter versions, and who may see or steer a tenant's adapter and training.
+"""Reads for adapter versions and pins, and the tenants whose adapter a user sees. Who may see or steer a
+tenant is clawhub.tenants.access."""
 
-Access to a tenant (resolved once per request by ``tenant_access``):
-- site staff see and manage every tenant;
-- a personal tenant belongs to its user, who manages it;
-- a group tenant: the owner and admins manage it; members and viewers see it (runs, versions) but change
-  nothing (403); anyone else gets 404, so that group names and ids do not leak.
-"""
-
-from dataclasses import dataclass
-
-from django.db.models import Model, Q, QuerySet
+from django.db.models import Q, QuerySet
 
 from clawhub.accounts.models import User
 from clawhub.adapters.models import AdapterPin, AdapterVersion
-from clawhub.core.exceptions import NotFound, PermissionDenied
-from clawhub.groups.models import ROLE_RANK, Membership, Role
+
+# Moved to clawhub.tenants.access; kept here until the last importers (adapters.services, web.views) move.
+from clawhub.tenants.access import TenantAccess, tenant_access, tenant_access_for_row  # noqa: F401
 from clawhub.tenants.models import Tenant
 
 
@@ -23,53 +16,7 @@ def active_adapter_for_tenant(*, tenant_id: int) -> AdapterVersion | None:
     return AdapterVersion.objects.filter(tenant_id=tenant_id, state=AdapterVersion.State.ACTIVE).first()
 
 
-# --- access -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TenantAccess:
-    tenant: Tenant
-    actor: User
-    role: str  # "staff", "self" (personal tenant), or the group role
-    can_manage: bool
-
-    @property
-    def is_staff(self) -> bool:
-        return self.actor.is_staff
-
-    def require_manage(self, what: str = "do this") -> None:
-        if not self.can_manage:
-            raise PermissionDenied(f"Only the group's owner and admins, and site staff, may {what}.")
-
-
-def tenant_access(*, actor: User, tenant_id: int) -> TenantAccess:
-    tenant = Tenant.objects.select_related("group", "user").filter(pk=tenant_id).first()
-    if tenant is None or not actor.is_authenticated:
-        raise NotFound("No such tenant.")
-    if actor.is_staff:
-        return TenantAccess(tenant=tenant, actor=actor, role="staff", can_manage=True)
-    if tenant.kind == Tenant.Kind.USER:
-        if tenant.user_id != actor.pk:
-            raise NotFound("No such tenant.")
-        return TenantAccess(tenant=tenant, actor=actor, role="self", can_manage=True)
-    membership = Membership.objects.filter(group_id=tenant.group_id, user=actor).first()
-    if membership is None:
-        raise NotFound("No such tenant.")
-    role = Role(membership.role)
-    return TenantAccess(
-        tenant=tenant, actor=actor, role=role.value, can_manage=ROLE_RANK[role] >= ROLE_RANK[Role.ADMIN]
-    )
-
-
-def tenant_access_for_row(*, actor: User, row: Model | None, not_found: str) -> TenantAccess:
-    """The actor's access to the tenant a row (a version, a run) belongs to. A row of a tenant the actor may
-    not see is reported like a missing one, with the same message, so an id reveals nothing."""
-    if row is None:
-        raise NotFound(not_found)
-    try:
-        return tenant_access(actor=actor, tenant_id=row.tenant_id)
-    except NotFound:
-        raise NotFound(not_found) from None
+# --- tenants ------------------------------------------------------------------------------------------------
 
 
 def tenants_for_user(*, user: User) -> list[Tenant]:
@@ -96,9 +43,9 @@ def adapter_versions(*, tenant: Tenant) -> QuerySet[AdapterVersion]:
     return AdapterVersion.objects.filter(tenant=tenant).select_related("parent").order_by("-version")
 
 
-def adapter_version_get(*, actor: User, version_id: int) -> tuple[AdapterVersion, TenantAccess]:
-    version = AdapterVersion.objects.filter(pk=version_id).select_related("parent").first()
-    return version, tenant_access_for_row(actor=actor, row=version, not_found="No such adapter version.")
+def adapter_version_get(*, version_id: int) -> AdapterVersion | None:
+    """A version by id for a view; the view checks access to its tenant (tenants.access)."""
+    return AdapterVersion.objects.filter(pk=version_id).select_related("parent").first()
 
 
 def adapter_version_by_id(*, version_id: int) -> AdapterVersion | None:

@@ -6,7 +6,6 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clawhub.adapters.selectors import tenant_access
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import (
     conversation_settings_for,
@@ -19,6 +18,7 @@ from clawhub.conversations.selectors import (
 )
 from clawhub.conversations.services import conversation_settings_update
 from clawhub.core.api import LIMIT_OFFSET_PARAMETERS, page_of
+from clawhub.tenants.access import TenantAccess, TenantApi
 
 
 class SessionOutputSerializer(serializers.Serializer):
@@ -126,7 +126,7 @@ class SessionDetailApi(APIView):
         return Response({**self.OutputSerializer(session).data, "turns": turns_data})
 
 
-class ConversationSettingsApi(APIView):
+class ConversationSettingsApi(TenantApi):
     """GET/PATCH /api/conversations/tenants/<tenant_id>/settings/ — which cut turns a tenant judges. Replies
     cut by a client disconnect or an upstream error are never judged; ``include_length_turns`` brings back
     the ones that stopped at max_tokens (off by default)."""
@@ -145,14 +145,12 @@ class ConversationSettingsApi(APIView):
             ref_name = "ConversationSettingsOutput"
 
     @extend_schema(operation_id="conversation_settings_get", responses={200: OutputSerializer})
-    def get(self, request, tenant_id: int):
-        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+    def get(self, request, access: TenantAccess):
         return Response(self.OutputSerializer(conversation_settings_for(tenant_id=access.tenant.pk)).data)
 
     @extend_schema(operation_id="conversation_settings_update", request=InputSerializer,
                    responses={200: OutputSerializer})
-    def patch(self, request, tenant_id: int):
-        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+    def patch(self, request, access: TenantAccess):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         row = conversation_settings_update(access=access, **data.validated_data)

@@ -62,7 +62,7 @@ def session_close_idle(*, idle_for: timedelta | None = None, batch_size: int = 5
 
 def conversation_settings_update(*, access, include_length_turns: bool) -> ConversationSettings:
     """Sets whether the tenant's replies cut at max_tokens are judged and trained on (owners, admins and
-    staff; ``access`` is adapters.selectors.tenant_access), with an audit row."""
+    staff; ``access`` is a clawhub.tenants.access.TenantAccess), with an audit row."""
     access.require_manage("change which cut turns are judged")
     tenant, actor = access.tenant, access.actor
     settings_row, _ = ConversationSettings.objects.get_or_create(tenant=tenant)

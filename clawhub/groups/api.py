@@ -1,7 +1,8 @@
 """REST API for groups, memberships and invitations. Thin: validate, resolve the group once, call a service.
 
-Every group-scoped view resolves (group, caller's role) through ``group_get_for_member``, so non-members get
-404 before anything else happens; the services check the role again for the operation itself.
+Every group-scoped view is a ``clawhub.tenants.access.GroupApi``: it resolves (the group's tenant, the
+caller's role) from the slug before the handler runs, so non-members get 404 before anything else happens; the
+services check the role again for the operation itself.
 """
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
@@ -16,6 +17,7 @@ from clawhub.groups import selectors, services
 from clawhub.groups.models import Group, Invitation, Role
 from clawhub.groups.rules import can_manage
 from clawhub.tenants import naming
+from clawhub.tenants.access import GroupApi, TenantAccess
 
 
 def one_url(*operations: type[APIView]) -> type[APIView]:
@@ -52,11 +54,6 @@ INVITEE_ERRORS = {
     409: openapi_error("The invitation is no longer open (invitation_used, _declined, _revoked, _expired), "
                        "or the caller is already a member (already_member)."),
 }
-
-
-class GroupScopedApi(APIView):
-    def resolve(self, request: Request, slug: str) -> tuple[Group, Role]:
-        return selectors.group_get_for_member(slug=slug, user=request.user)
 
 
 class GroupOutputSerializer(serializers.Serializer):
@@ -127,17 +124,17 @@ class GroupCreateApi(APIView):
         return _group_response(group, Role.OWNER, status.HTTP_201_CREATED)
 
 
-class GroupDetailApi(GroupScopedApi):
+class GroupDetailApi(GroupApi):
     """One group, with the caller's role."""
 
     @extend_schema(tags=TAGS, description=__doc__, operation_id="groups_retrieve",
                    responses={200: GroupDetailOutputSerializer, 401: NOT_SIGNED_IN, 404: NOT_A_MEMBER})
-    def get(self, request: Request, slug: str) -> Response:
-        group, role = self.resolve(request, slug)
+    def get(self, request: Request, access: TenantAccess) -> Response:
+        group, role = access.group, access.group_role
         return _group_response(group, role, serializer=GroupDetailOutputSerializer)
 
 
-class GroupUpdateApi(GroupScopedApi):
+class GroupUpdateApi(GroupApi):
     """Rename a group (admins and the owner). The slug never changes."""
 
     class InputSerializer(serializers.Serializer):
@@ -150,8 +147,8 @@ class GroupUpdateApi(GroupScopedApi):
     @extend_schema(tags=TAGS, description=f"{__doc__} `name` is required.", request=InputSerializer,
                    responses={200: GroupDetailOutputSerializer, 400: INVALID, 401: NOT_SIGNED_IN,
                               403: FORBIDDEN, 404: NOT_A_MEMBER})
-    def patch(self, request: Request, slug: str) -> Response:
-        group, role = self.resolve(request, slug)
+    def patch(self, request: Request, access: TenantAccess) -> Response:
+        group, role = access.group, access.group_role
         data = GroupUpdateApi.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         group = services.group_update(actor=request.user, group=group, ip=client_ip(request),
@@ -159,19 +156,19 @@ class GroupUpdateApi(GroupScopedApi):
         return _group_response(group, role, serializer=GroupDetailOutputSerializer)
 
 
-class GroupDeleteApi(GroupScopedApi):
+class GroupDeleteApi(GroupApi):
     """Delete a group (owner only); its keys are revoked."""
 
     @extend_schema(tags=TAGS, description=__doc__, responses={
         204: _empty("Deleted."), 401: NOT_SIGNED_IN, 403: FORBIDDEN, 404: NOT_A_MEMBER,
     })
-    def delete(self, request: Request, slug: str) -> Response:
-        group, _ = self.resolve(request, slug)
+    def delete(self, request: Request, access: TenantAccess) -> Response:
+        group = access.group
         services.group_delete(actor=request.user, group=group, ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class GroupLeaveApi(GroupScopedApi):
+class GroupLeaveApi(GroupApi):
     """Leave a group. The owner must transfer ownership first."""
 
     @extend_schema(tags=TAGS, request=None, responses={
@@ -180,13 +177,13 @@ class GroupLeaveApi(GroupScopedApi):
         404: NOT_A_MEMBER,
         409: openapi_error("The owner cannot leave; transfer ownership first."),
     })
-    def post(self, request: Request, slug: str) -> Response:
-        group, _ = self.resolve(request, slug)
+    def post(self, request: Request, access: TenantAccess) -> Response:
+        group = access.group
         services.membership_leave(actor=request.user, group=group, ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class GroupTransferApi(GroupScopedApi):
+class GroupTransferApi(GroupApi):
     """Transfer ownership to a member (owner only); the old owner becomes admin."""
 
     class InputSerializer(serializers.Serializer):
@@ -202,8 +199,8 @@ class GroupTransferApi(GroupScopedApi):
         403: FORBIDDEN,
         404: NO_SUCH_MEMBER,
     })
-    def post(self, request: Request, slug: str) -> Response:
-        group, _ = self.resolve(request, slug)
+    def post(self, request: Request, access: TenantAccess) -> Response:
+        group = access.group
         data = GroupTransferApi.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         target = selectors.group_member_get(group=group, user_id=data.validated_data["user_id"])
@@ -223,7 +220,7 @@ class MemberOutputSerializer(serializers.Serializer):
     joined_at = serializers.DateTimeField(source="created_at")
 
 
-class MemberListApi(GroupScopedApi):
+class MemberListApi(GroupApi):
     """The group's members (any member may see them)."""
 
     @extend_schema(tags=TAGS, responses={
@@ -234,8 +231,8 @@ class MemberListApi(GroupScopedApi):
         401: NOT_SIGNED_IN,
         404: NOT_A_MEMBER,
     })
-    def get(self, request: Request, slug: str) -> Response:
-        group, role = self.resolve(request, slug)
+    def get(self, request: Request, access: TenantAccess) -> Response:
+        group, role = access.group, access.group_role
         members = selectors.group_members(group=group)
         return Response({"role": role, "members": MemberOutputSerializer(members, many=True).data})
 
@@ -248,7 +245,7 @@ class _GrantableRoleField(serializers.ChoiceField):
         return Role.OWNER.value if data == Role.OWNER else super().to_internal_value(data)
 
 
-class MemberUpdateApi(GroupScopedApi):
+class MemberUpdateApi(GroupApi):
     """Change a member's role."""
 
     class InputSerializer(serializers.Serializer):
@@ -267,8 +264,8 @@ class MemberUpdateApi(GroupScopedApi):
                        403: FORBIDDEN,
                        404: NO_SUCH_MEMBER,
                    })
-    def patch(self, request: Request, slug: str, user_id: int) -> Response:
-        group, _ = self.resolve(request, slug)
+    def patch(self, request: Request, access: TenantAccess, user_id: int) -> Response:
+        group = access.group
         data = MemberUpdateApi.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         target = selectors.group_member_get(group=group, user_id=user_id)
@@ -277,7 +274,7 @@ class MemberUpdateApi(GroupScopedApi):
         return Response(MemberOutputSerializer(membership).data)
 
 
-class MemberRemoveApi(GroupScopedApi):
+class MemberRemoveApi(GroupApi):
     """Remove a member; their keys bound to the group are revoked. Removing yourself is leaving."""
 
     @extend_schema(tags=TAGS, description=__doc__, responses={
@@ -286,8 +283,8 @@ class MemberRemoveApi(GroupScopedApi):
         403: FORBIDDEN,
         404: NO_SUCH_MEMBER,
     })
-    def delete(self, request: Request, slug: str, user_id: int) -> Response:
-        group, _ = self.resolve(request, slug)
+    def delete(self, request: Request, access: TenantAccess, user_id: int) -> Response:
+        group = access.group
         target = selectors.group_member_get(group=group, user_id=user_id)
         services.membership_remove(actor=request.user, group=group, user=target.user, ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -312,14 +309,14 @@ class InvitationOutputSerializer(serializers.Serializer):
         return invitation.invited_by.email if invitation.invited_by_id else None
 
 
-class InvitationListApi(GroupScopedApi):
+class InvitationListApi(GroupApi):
     """Open invitations of the group (admins and the owner)."""
 
     @extend_schema(tags=TAGS, description=__doc__, responses={
         200: InvitationOutputSerializer(many=True), 401: NOT_SIGNED_IN, 403: FORBIDDEN, 404: NOT_A_MEMBER,
     })
-    def get(self, request: Request, slug: str) -> Response:
-        group, role = self.resolve(request, slug)
+    def get(self, request: Request, access: TenantAccess) -> Response:
+        group, role = access.group, access.group_role
         if not can_manage(role):
             # A read has no service to refuse it; this is the same rule invitation_create enforces.
             raise PermissionDenied("Only a group admin or the owner may see invitations.")
@@ -327,7 +324,7 @@ class InvitationListApi(GroupScopedApi):
         return Response(InvitationOutputSerializer(invitations, many=True).data)
 
 
-class InvitationCreateApi(GroupScopedApi):
+class InvitationCreateApi(GroupApi):
     """Invite by email (the link is mailed) or create a link-only invitation (the link is returned, once)."""
 
     class InputSerializer(serializers.Serializer):
@@ -355,8 +352,8 @@ class InvitationCreateApi(GroupScopedApi):
         404: NOT_A_MEMBER,
         409: openapi_error("Already a member (already_member), or the address has an open invitation."),
     })
-    def post(self, request: Request, slug: str) -> Response:
-        group, _ = self.resolve(request, slug)
+    def post(self, request: Request, access: TenantAccess) -> Response:
+        group = access.group
         data = InvitationCreateApi.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         invitation, link = services.invitation_create(actor=request.user, group=group, ip=client_ip(request),
@@ -365,7 +362,7 @@ class InvitationCreateApi(GroupScopedApi):
         return Response(output.data, status=status.HTTP_201_CREATED)
 
 
-class InvitationRevokeApi(GroupScopedApi):
+class InvitationRevokeApi(GroupApi):
     """Revoke an open invitation (admins and the owner)."""
 
     @extend_schema(tags=TAGS, responses={
@@ -375,8 +372,8 @@ class InvitationRevokeApi(GroupScopedApi):
         404: openapi_error("No such group or invitation, or the caller is not a member."),
         409: openapi_error("The invitation was already accepted, declined or revoked."),
     })
-    def delete(self, request: Request, slug: str, invitation_id: int) -> Response:
-        group, _ = self.resolve(request, slug)
+    def delete(self, request: Request, access: TenantAccess, invitation_id: int) -> Response:
+        group = access.group
         invitation = selectors.group_invitation_get(group=group, invitation_id=invitation_id)
         services.invitation_revoke(actor=request.user, invitation=invitation, ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -6,7 +6,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clawhub.core.api import client_ip, openapi_error
-from clawhub.groups.selectors import group_get_for_member
 from clawhub.keys.models import ApiKey
 from clawhub.keys.openclaw import openclaw_onboard_command, openclaw_provider_config
 from clawhub.keys.scopes import ALL_SCOPES, SCOPE_DESCRIPTIONS
@@ -18,6 +17,7 @@ from clawhub.keys.selectors import (
     keys_for_user,
 )
 from clawhub.keys.services import key_create, key_revoke, key_rotate, key_update
+from clawhub.tenants.access import GroupApi, TenantAccess
 
 # Responses that carry a secret must not be kept by any cache between the server and the client.
 NO_STORE = {"Cache-Control": "no-store"}
@@ -190,7 +190,7 @@ class KeyOpenClawApi(APIView):
         return Response(_openclaw(key, None))
 
 
-class GroupKeyListApi(APIView):
+class GroupKeyListApi(GroupApi):
     """Every key bound to a group, for its owners and admins."""
 
     class OutputSerializer(KeyOutputSerializer):
@@ -200,20 +200,18 @@ class GroupKeyListApi(APIView):
             ref_name = "GroupKeyOutput"
 
     @extend_schema(responses=OutputSerializer(many=True))
-    def get(self, request, slug: str):
-        group, _role = group_get_for_member(slug=slug, user=request.user)
-        keys = keys_for_group(group=group, actor=request.user)
+    def get(self, request, access: TenantAccess):
+        keys = keys_for_group(group=access.group, actor=request.user)
         return Response(self.OutputSerializer(keys, many=True).data)
 
 
-class GroupKeyRevokeApi(APIView):
+class GroupKeyRevokeApi(GroupApi):
     InputSerializer = KeyRevokeApi.InputSerializer
     OutputSerializer = GroupKeyListApi.OutputSerializer
 
     @extend_schema(request=InputSerializer, responses=OutputSerializer)
-    def post(self, request, slug: str, key_id: int):
-        group, _role = group_get_for_member(slug=slug, user=request.user)
-        key = key_get_in_group(group=group, key_id=key_id, actor=request.user)
+    def post(self, request, access: TenantAccess, key_id: int):
+        key = key_get_in_group(group=access.group, key_id=key_id, actor=request.user)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         key = key_revoke(key=key, actor=request.user, ip=client_ip(request), **serializer.validated_data)

@@ -1,6 +1,6 @@
 """REST API: a tenant's training runs and settings (/api/training/…).
 
-Who may do what is decided by ``clawhub.adapters.selectors.tenant_access``: members and viewers of a group
+Who may do what is decided by ``clawhub.tenants.access``: members and viewers of a group
 read its runs; its owner and admins (and site staff, and a user for their own personal tenant) start and
 cancel runs and change settings; the backend is chosen by site staff only.
 """
@@ -10,10 +10,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from clawhub.adapters.selectors import tenant_access
 from clawhub.core.api import PAGE_PARAMETERS, client_ip, page_of
+from clawhub.tenants.access import TenantAccess, TenantApi, TenantRowApi
 from clawhub.training import selectors, services
 from clawhub.training.models import Backend, Method
 from clawhub.training.schema import overrides_schema
@@ -75,13 +74,21 @@ class RunDetailOutputSerializer(RunOutputSerializer):
     task_id = serializers.CharField()
 
 
-class RunListApi(APIView):
+class RunRowApi(TenantRowApi):
+    """A view about one run: handlers take ``run`` and ``access`` (to its tenant)."""
+
+    row_kwarg, row_name, not_found = "run_id", "run", "No such training run."
+
+    def get_row(self, pk: int):
+        return selectors.run_get(run_id=pk)
+
+
+class RunListApi(TenantApi):
     @extend_schema(
         tags=TAGS, operation_id="training_runs_list", parameters=PAGE_PARAMETERS,
         responses={200: page_of("TrainingRunPage", RunOutputSerializer(many=True))}
     )
-    def get(self, request, tenant_id: int):
-        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+    def get(self, request, access: TenantAccess):
         paginator = RunPagination()
         page = paginator.paginate_queryset(
             selectors.runs_for_tenant(tenant=access.tenant), request, view=self
@@ -89,32 +96,29 @@ class RunListApi(APIView):
         return paginator.get_paginated_response(RunOutputSerializer(page, many=True).data)
 
 
-class RunStartApi(APIView):
+class RunStartApi(TenantApi):
     @extend_schema(
         tags=TAGS, operation_id="training_run_start", request=None, responses={201: RunDetailOutputSerializer}
     )
-    def post(self, request, tenant_id: int):
-        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+    def post(self, request, access: TenantAccess):
         run = services.run_start(tenant=access.tenant, access=access, ip=client_ip(request))
         return Response(RunDetailOutputSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
-class RunDetailApi(APIView):
+class RunDetailApi(RunRowApi):
     @extend_schema(tags=TAGS, operation_id="training_run_detail", responses={200: RunDetailOutputSerializer})
-    def get(self, request, run_id: int):
-        run, _ = selectors.run_get(actor=request.user, run_id=run_id)
+    def get(self, request, run, access: TenantAccess):
         return Response(RunDetailOutputSerializer(run).data)
 
 
-class RunCancelApi(APIView):
+class RunCancelApi(RunRowApi):
     @extend_schema(
         tags=TAGS,
         operation_id="training_run_cancel",
         request=None,
         responses={200: RunDetailOutputSerializer},
     )
-    def post(self, request, run_id: int):
-        run, access = selectors.run_get(actor=request.user, run_id=run_id)
+    def post(self, request, run, access: TenantAccess):
         run = services.run_cancel(access=access, run=run, ip=client_ip(request))
         return Response(RunDetailOutputSerializer(run).data)
 
@@ -144,7 +148,7 @@ class SettingsOutputSerializer(serializers.Serializer):
         return trainable_count(tenant=ts.tenant)
 
 
-class SettingsApi(APIView):
+class SettingsApi(TenantApi):
     class InputSerializer(serializers.Serializer):
         method = serializers.ChoiceField(choices=Method.choices, required=False)
         overrides = serializers.JSONField(required=False, style={"openapi": overrides_schema()})
@@ -164,8 +168,7 @@ class SettingsApi(APIView):
             ref_name = "TrainingSettingsInput"
 
     @extend_schema(tags=TAGS, operation_id="training_settings_get", responses={200: SettingsOutputSerializer})
-    def get(self, request, tenant_id: int):
-        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+    def get(self, request, access: TenantAccess):
         return Response(SettingsOutputSerializer(selectors.training_settings_for(tenant=access.tenant)).data)
 
     @extend_schema(
@@ -174,8 +177,7 @@ class SettingsApi(APIView):
         request=InputSerializer,
         responses={200: SettingsOutputSerializer},
     )
-    def patch(self, request, tenant_id: int):
-        access = tenant_access(actor=request.user, tenant_id=tenant_id)
+    def patch(self, request, access: TenantAccess):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         ts = services.training_settings_update(access=access, ip=client_ip(request), **data.validated_data)

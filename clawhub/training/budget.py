@@ -24,7 +24,7 @@ from clawhub.tenants.models import Tenant
 from clawhub.training.models import TrainingRun
 
 if TYPE_CHECKING:
-    from clawhub.adapters.selectors import TenantAccess
+    from clawhub.tenants.access import TenantAccess
 
 DAY, HOUR = timedelta(days=1), timedelta(hours=1)
 

@@ -6,8 +6,6 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 
-from clawhub.accounts.models import User
-from clawhub.adapters.selectors import TenantAccess, tenant_access_for_row
 from clawhub.review.models import Sample
 from clawhub.tenants.models import Tenant
 from clawhub.training.models import Method, TrainingRun, TrainingSettings
@@ -45,13 +43,13 @@ def open_run_for_tenant(*, tenant: Tenant) -> TrainingRun | None:
     return TrainingRun.objects.filter(tenant=tenant, state__in=TrainingRun.OPEN_STATES).first()
 
 
-def run_get(*, actor: User, run_id: int) -> tuple[TrainingRun, TenantAccess]:
-    run = (
+def run_get(*, run_id: int) -> TrainingRun | None:
+    """A run by id for a view; the view checks access to its tenant (tenants.access)."""
+    return (
         TrainingRun.objects.select_related("started_by", "adapter_version", "parent_version")
         .filter(pk=run_id)
         .first()
     )
-    return run, tenant_access_for_row(actor=actor, row=run, not_found="No such training run.")
 
 
 def run_for_task(*, run_id: int) -> TrainingRun | None:

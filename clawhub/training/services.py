@@ -20,11 +20,11 @@ from django.utils import timezone
 
 from clawhub.accounts.audit import audit_record_for_tenant as _audit
 from clawhub.adapters.models import AdapterVersion
-from clawhub.adapters.selectors import TenantAccess
 from clawhub.core import tasks
 from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
 from clawhub.review.models import Sample
 from clawhub.review.selectors import samples_for_training, trainable_count
+from clawhub.tenants.access import TenantAccess
 from clawhub.tenants.models import Tenant
 from clawhub.training import budget, influence
 from clawhub.training.models import Backend, Method, TrainingRun, TrainingSettings

@@ -1,7 +1,7 @@
 """Server-rendered pages: a tenant's training (/training/…) and adapter versions (/adapters/…).
 
-Every page resolves (tenant, actor, role) once with ``tenant_access``; forms post to small views that call
-the same services as the REST API and come back with a message.
+Every page resolves (tenant, actor, role) once, with the page decorators of ``clawhub.tenants.access``; forms
+post to small views that call the same services as the REST API and come back with a message.
 """
 
 import json
@@ -13,18 +13,24 @@ from django.views.decorators.http import require_GET, require_POST
 
 from clawhub.adapters import selectors as adapter_selectors
 from clawhub.adapters import services as adapter_services
-from clawhub.adapters.selectors import tenant_access, tenant_label, tenants_for_user
+from clawhub.adapters.selectors import tenant_label, tenants_for_user
 from clawhub.conversations.selectors import training_sources_for_tenant
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ValidationFailed
 from clawhub.core.views import page_errors, post_and_redirect
 from clawhub.review.selectors import trainable_count
+from clawhub.tenants.access import tenant_page, tenant_row_page
 from clawhub.training import selectors, services
 from clawhub.training.models import Backend, Method
 from clawhub.training.progress import run_progress
 
 # How often the run page asks for progress while something can still change.
 POLL_SECONDS = 2.0
+
+run_page = tenant_row_page(kwarg="run_id", name="run", get_row=lambda pk: selectors.run_get(run_id=pk),
+                           not_found="No such training run.")
+version_page = tenant_row_page(kwarg="version_id", name="version", not_found="No such adapter version.",
+                               get_row=lambda pk: adapter_selectors.adapter_version_get(version_id=pk))
 
 
 @login_required
@@ -51,8 +57,8 @@ def training_index(request):
 @login_required
 @require_GET
 @page_errors
-def training_tenant(request, tenant_id: int):
-    access = tenant_access(actor=request.user, tenant_id=tenant_id)
+@tenant_page
+def training_tenant(request, access):
     ts = selectors.training_settings_for(tenant=access.tenant)
     return render(
         request,
@@ -89,21 +95,21 @@ def _live(tenant):
 @login_required
 @require_POST
 @page_errors
-def training_start(request, tenant_id: int):
-    access = tenant_access(actor=request.user, tenant_id=tenant_id)
+@tenant_page
+def training_start(request, access):
     return post_and_redirect(
         request,
         lambda: services.run_start(tenant=access.tenant, access=access, ip=client_ip(request)),
         "Training run started.",
-        f"/training/{tenant_id}/",
+        f"/training/{access.tenant.pk}/",
     )
 
 
 @login_required
 @require_POST
 @page_errors
-def training_settings(request, tenant_id: int):
-    access = tenant_access(actor=request.user, tenant_id=tenant_id)
+@tenant_page
+def training_settings(request, access):
 
     def update():
         try:
@@ -121,14 +127,14 @@ def training_settings(request, tenant_id: int):
             changes["backend"] = request.POST["backend"]
         services.training_settings_update(access=access, ip=client_ip(request), **changes)
 
-    return post_and_redirect(request, update, "Training settings saved.", f"/training/{tenant_id}/")
+    return post_and_redirect(request, update, "Training settings saved.", f"/training/{access.tenant.pk}/")
 
 
 @login_required
 @require_GET
 @page_errors
-def run_detail(request, run_id: int):
-    run, access = selectors.run_get(actor=request.user, run_id=run_id)
+@run_page
+def run_detail(request, run, access):
     return render(
         request,
         "training/run.html",
@@ -147,30 +153,30 @@ def run_detail(request, run_id: int):
 @login_required
 @require_GET
 @page_errors
-def run_progress_json(request, run_id: int):
+@run_page
+def run_progress_json(request, run, access):
     """What the run page's poller reads: step, loss, samples, percent, and what happens next."""
-    run, _access = selectors.run_get(actor=request.user, run_id=run_id)
     return JsonResponse(run_progress(run=run))
 
 
 @login_required
 @require_POST
 @page_errors
-def run_cancel(request, run_id: int):
-    run, access = selectors.run_get(actor=request.user, run_id=run_id)
+@run_page
+def run_cancel(request, run, access):
     return post_and_redirect(
         request,
         lambda: services.run_cancel(access=access, run=run, ip=client_ip(request)),
         "Training run cancelled; its samples are back in the pool.",
-        f"/training/runs/{run_id}/",
+        f"/training/runs/{run.pk}/",
     )
 
 
 @login_required
 @require_GET
 @page_errors
-def adapter_versions(request, tenant_id: int):
-    access = tenant_access(actor=request.user, tenant_id=tenant_id)
+@tenant_page
+def adapter_versions(request, access):
     versions = list(adapter_selectors.adapter_versions(tenant=access.tenant))
     scored = [v for v in reversed(versions) if v.eval_score is not None]
     return render(
@@ -190,8 +196,8 @@ def adapter_versions(request, tenant_id: int):
 @login_required
 @require_POST
 @page_errors
-def adapter_rollback(request, version_id: int):
-    version, access = adapter_selectors.adapter_version_get(actor=request.user, version_id=version_id)
+@version_page
+def adapter_rollback(request, version, access):
     return post_and_redirect(
         request,
         lambda: adapter_services.adapter_rollback(access=access, version=version, ip=client_ip(request)),
@@ -203,14 +209,14 @@ def adapter_rollback(request, version_id: int):
 @login_required
 @require_POST
 @page_errors
-def adapter_pin(request, tenant_id: int):
-    access = tenant_access(actor=request.user, tenant_id=tenant_id)
+@tenant_page
+def adapter_pin(request, access):
     if request.POST.get("unpin"):
         return post_and_redirect(
             request,
             lambda: adapter_services.adapter_unpin(access=access, ip=client_ip(request)),
             "Unpinned: new versions are promoted when they pass the eval gate.",
-            f"/adapters/{tenant_id}/",
+            f"/adapters/{access.tenant.pk}/",
         )
     return post_and_redirect(
         request,
@@ -218,5 +224,5 @@ def adapter_pin(request, tenant_id: int):
             access=access, reason=request.POST.get("reason", ""), ip=client_ip(request)
         ),
         "Pinned to the active version.",
-        f"/adapters/{tenant_id}/",
+        f"/adapters/{access.tenant.pk}/",
     )

@@ -10,9 +10,9 @@ from datetime import UTC, date, datetime, timedelta
 from django.conf import settings
 from django.db.models import F, Q, QuerySet, Sum
 
-from clawhub.core.exceptions import NotFound, PermissionDenied
-from clawhub.groups.models import ROLE_RANK, Group, Role
-from clawhub.groups.selectors import role_of
+from clawhub.core.exceptions import PermissionDenied
+from clawhub.groups.models import Group
+from clawhub.tenants.access import group_access
 from clawhub.usage.models import SUMMED, UsageDaily
 
 BY = ("day", "model", "key", "user", "group")
@@ -65,11 +65,10 @@ def usage_scope_resolve(
     """Turns what a request asks to see into what it may see, or refuses."""
     others = user_id is not None and user_id != actor.pk
     if group_slug:
-        group = Group.objects.filter(slug=group_slug).first()
-        role = role_of(group=group, user=actor) if group is not None else None
-        if group is None or (role is None and not actor.is_staff):
-            raise NotFound("No such group.")  # non-members get 404 so that group names do not leak
-        if actor.is_staff or ROLE_RANK[role] >= ROLE_RANK[Role.ADMIN]:
+        # Non-members get 404 so that group names do not leak; staff see every group.
+        access = group_access(actor=actor, slug=group_slug, staff=True)
+        group = access.group
+        if access.can_manage:
             return UsageScope(group=group, user_id=user_id)
         if others:
             raise PermissionDenied("Only the group's owner and admins see other members' usage.")

@@ -11,9 +11,10 @@ from clawhub.accounts.models import AuditLog
 from clawhub.adapters import services
 from clawhub.adapters.evaluation import PROMOTE, REJECT, Decision
 from clawhub.adapters.models import AdapterPin, AdapterVersion
-from clawhub.adapters.selectors import active_adapter_for_tenant, tenant_access
+from clawhub.adapters.selectors import active_adapter_for_tenant
 from clawhub.core.exceptions import Conflict
 from clawhub.gateway.models import LoadedAdapter
+from clawhub.tenants.access import tenant_access
 from tests.adapters.conftest import make_version
 from tests.factories import make_user
 from tests.review.conftest import make_turn

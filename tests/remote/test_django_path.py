@@ -12,8 +12,8 @@ import pytest
 from django.db import connection
 
 from clawhub.adapters.models import AdapterVersion
-from clawhub.adapters.selectors import tenant_access
 from clawhub.review.models import Sample
+from clawhub.tenants.access import tenant_access
 from clawhub.training import services
 from clawhub.training.models import TrainingRun
 from tests.factories import make_user

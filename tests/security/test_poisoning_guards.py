@@ -9,11 +9,11 @@ import pytest
 
 from clawhub.accounts.models import AuditLog
 from clawhub.adapters.models import AdapterVersion
-from clawhub.adapters.selectors import tenant_access
 from clawhub.adapters.services import adapter_rollback
 from clawhub.core.exceptions import Conflict
 from clawhub.groups.models import Role
 from clawhub.review.models import Sample
+from clawhub.tenants.access import tenant_access
 from tests.factories import add_member, make_group, make_user
 from tests.review.conftest import ApiAs, make_sample, old_key
 

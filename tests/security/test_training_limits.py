@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from clawhub.adapters.selectors import tenant_access
 from clawhub.core.exceptions import RateLimited, ValidationFailed
+from clawhub.tenants.access import tenant_access
 from clawhub.training import services
 from clawhub.training.budget import gpu_seconds_used
 from clawhub.training.models import TrainingRun, TrainingSettings

@@ -153,7 +153,7 @@ def test_a_batch_that_keeps_timing_out_is_no_longer_claimed_and_says_why(db, sen
     assert not set(fresh.sample_ids + fresh.heldout_ids) & set(held)
     # A run started by hand takes them again (e.g. after the time limit was raised).
     services.run_fail(run_id=fresh.pk, error="x")
-    from clawhub.adapters.selectors import tenant_access
+    from clawhub.tenants.access import tenant_access
 
     access = tenant_access(actor=user, tenant_id=user.tenant.pk)
     manual = services.run_start(tenant=user.tenant, access=access)

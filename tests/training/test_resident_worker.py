@@ -5,8 +5,8 @@ queued runs together."""
 
 import pytest
 
-from clawhub.adapters.selectors import tenant_access
 from clawhub.review.models import Sample
+from clawhub.tenants.access import tenant_access
 from clawhub.training import services
 from clawhub.training.models import TrainingRun, TrainingSettings
 from tests.factories import make_user

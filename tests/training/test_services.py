@@ -7,9 +7,9 @@ import threading
 import pytest
 from django.db import connection
 
-from clawhub.adapters.selectors import tenant_access
 from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
 from clawhub.review.models import Sample
+from clawhub.tenants.access import tenant_access
 from clawhub.training import services
 from clawhub.training.models import TrainingRun, TrainingSettings
 from tests.factories import make_user

@@ -14,8 +14,8 @@ import pytest
 from django.conf import settings
 
 from clawhub.adapters.models import AdapterVersion
-from clawhub.adapters.selectors import tenant_access
 from clawhub.review.models import Sample
+from clawhub.tenants.access import tenant_access
 from clawhub.training import services
 from clawhub.training.models import TrainingRun, TrainingSettings
 from tests.factories import make_user
