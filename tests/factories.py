@@ -30,3 +30,11 @@ def add_member(group: Group, user: User | None = None, role: Role = Role.MEMBER)
 
 def make_key(owner: User | None = None, **fields) -> tuple[ApiKey, str]:
     return key_create(owner=owner or make_user(), name=fields.pop("name", "test key"), **fields)
+
+
+def make_run(tenant, **fields):
+    """A training run row of the tenant (no task behind it), for samples that must be claimed by a run."""
+    from clawhub.training.models import TrainingRun
+
+    defaults = {"backend": "local", "method": "combine", "base_model": "tiny"}
+    return TrainingRun.objects.create(tenant=tenant, **{**defaults, **fields})
