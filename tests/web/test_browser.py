@@ -1,10 +1,12 @@
-"""Drives the real web UI in Debian's headless Chromium: sign up, create a key, see the OpenClaw block,
-log out."""
+"""Drives the real web UI in Debian's headless Chromium: sign up, log in, create a key, see the OpenClaw
+block, log out."""
 
 import json
 import os
 
 import pytest
+
+from tests.web.signup import sign_up
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -28,12 +30,8 @@ def page(output_dir):
 @pytest.mark.django_db(transaction=True)
 def test_signup_create_key_see_openclaw_block_logout(live_server, page, output_dir, settings):
     settings.PUBLIC_BASE_URL = "https://hub.example.com"
-    page.goto(f"{live_server.url}/signup/")
-    page.fill("input[name=email]", "ada@example.com")
-    page.fill("input[name=new_password1]", "a-long-and-unusual-passphrase-7")
-    page.fill("input[name=new_password2]", "a-long-and-unusual-passphrase-7")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/onboarding/")
+    sign_up(page, live_server.url, "ada@example.com", "a-long-and-unusual-passphrase-7",
+            screenshot=output_dir / "signed-up.png")
 
     page.goto(f"{live_server.url}/keys/")
     page.fill("form.key-form input[name=name]", "laptop agent")

@@ -18,7 +18,7 @@ def sign_in(page, url: str, email: str) -> None:
     page.fill("input[name=email]", email)
     page.fill("input[name=password]", PASSWORD)
     page.click("main button[type=submit]")
-    page.wait_for_url(f"{url}/dashboard/")
+    page.wait_for_url(f"{url}/onboarding/")  # these accounts' first sign-in: "connect OpenClaw"
 
 
 @pytest.mark.browser

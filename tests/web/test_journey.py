@@ -1,7 +1,7 @@
-"""A new user's whole loop in Debian's Chromium, as they would click through it: sign up -> "connect OpenClaw"
--> test request -> chat through the openai SDK -> the conversation page shows the turn, its judgment and its
-next state -> thumbs down with a comment -> the review page shows it -> approve -> start a training run whose
-progress bar advances by itself -> the new version on the learning page.
+"""A new user's whole loop in Debian's Chromium, as they would click through it: sign up -> log in -> "connect
+OpenClaw" -> test request -> chat through the openai SDK -> the conversation page shows the turn, its judgment
+and its next state -> thumbs down with a comment -> the review page shows it -> approve -> start a training
+run whose progress bar advances by itself -> the new version on the learning page.
 
 The judge runs for real in this process (the Celery task, applied locally with the rule judge); the training
 run's progress is written through the services the train task calls (``run_mark_running``,
@@ -21,6 +21,7 @@ from clawhub.review.models import Sample
 from clawhub.training import services as training
 from clawhub.training.models import TrainingRun
 from tests.gateway.conftest import wait_until
+from tests.web.signup import sign_up
 
 PASSWORD = "a-long-and-unusual-passphrase-7"
 EMAIL = "lin@example.com"
@@ -45,13 +46,8 @@ def test_from_sign_up_to_a_better_model(site, laptop_page, output_dir, monkeypat
     settings.CLAWHUB_JUDGE = "rule"
     page = laptop_page
 
-    # Sign up -> onboarding -> a key -> the test request answered through the gateway.
-    page.goto(f"{site.url}/signup/")
-    page.fill("input[name=email]", EMAIL)
-    page.fill("input[name=new_password1]", PASSWORD)
-    page.fill("input[name=new_password2]", PASSWORD)
-    page.click("main button[type=submit]")
-    page.wait_for_url(f"{site.url}/onboarding/")
+    # Sign up -> log in -> onboarding -> a key -> the test request answered through the gateway.
+    sign_up(page, site.url, EMAIL, PASSWORD)
     page.click("#create-key")
     secret = page.inner_text("#key-secret").strip()
     page.click("#test-request")

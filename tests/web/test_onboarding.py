@@ -1,6 +1,7 @@
-"""A new user in Debian's Chromium: sign up -> the "connect OpenClaw" page -> create the key -> copy the
-config -> send a test request through the gateway (answered by the fake upstream) -> chat through the openai
-SDK -> the checklist ticks itself (polling) for the first turn, its judgment and the first training run."""
+"""A new user in Debian's Chromium: sign up -> log in -> the "connect OpenClaw" page -> create the key -> copy
+the config -> send a test request through the gateway (answered by the fake upstream) -> chat through the
+openai SDK -> the checklist ticks itself (polling) for the first turn, its judgment and the first training
+run."""
 
 import json
 
@@ -12,6 +13,7 @@ from clawhub.feedback.services import judgment_store
 from clawhub.training.models import Backend, Method, TrainingRun
 from clawhub.web import onboarding
 from tests.gateway.conftest import wait_until
+from tests.web.signup import sign_up
 
 PASSWORD = "a-long-and-unusual-passphrase-7"
 TICK_MS = 20_000  # capture and one poll; generous for a loaded 2-core machine, never part of what is measured
@@ -31,12 +33,7 @@ def test_signup_onboarding_test_request_and_a_checklist_that_ticks(site, chromiu
     page = context.new_page()
     from playwright.sync_api import expect
 
-    page.goto(f"{site.url}/signup/")
-    page.fill("input[name=email]", "grace@example.com")
-    page.fill("input[name=new_password1]", PASSWORD)
-    page.fill("input[name=new_password2]", PASSWORD)
-    page.click("main button[type=submit]")
-    page.wait_for_url(f"{site.url}/onboarding/")
+    sign_up(page, site.url, "grace@example.com", PASSWORD, screenshot=output_dir / "0-signed-up.png")
     expect(_done(page, "key")).to_have_attribute("data-done", "false")
     page.screenshot(path=str(output_dir / "1-onboarding.png"), full_page=True)
 

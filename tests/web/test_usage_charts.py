@@ -52,7 +52,7 @@ def test_usage_charts_draw_the_known_usage(live_server, laptop_page, usage_world
     page.fill("input[name=email]", "ada@example.com")
     page.fill("input[name=password]", PASSWORD)
     page.click("main button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/dashboard/")
+    page.wait_for_url(f"{live_server.url}/onboarding/")  # ada's first sign-in: "connect OpenClaw"
     page.goto(f"{live_server.url}/usage/")
 
     titles = page.eval_on_selector_all("svg.chart > title", "ts => ts.map(t => t.textContent)")
