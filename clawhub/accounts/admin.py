@@ -92,12 +92,12 @@ class UserAdmin(DjangoUserAdmin):
         return deleted, model_count, set(), protected
 
     def delete_model(self, request, obj):
-        from clawhub.review.services import user_delete
+        from clawhub.privacy.services import user_delete
 
         user_delete(user=obj, actor=request.user)
 
     def delete_queryset(self, request, queryset):
-        from clawhub.review.services import user_delete
+        from clawhub.privacy.services import user_delete
 
         kept = []
         for user in queryset:

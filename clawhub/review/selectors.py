@@ -1,10 +1,10 @@
-"""Reads for review: who may review what, the console's lists, users' own samples, and the training selector.
+"""Reads for review: who may review what, the console's lists, the training selector and members' influence.
 
-Review scope (resolved once per request by ``review_scope``):
-- site staff review every tenant;
-- group owners and admins review their group's samples;
-- every user reviews their own personal tenant's samples (it is their adapter; nobody else's is at stake).
-Members and viewers of a group see their own samples (``samples_for_user``), never the group's review queue.
+Who reviews a tenant's samples is ``clawhub.tenants.access.review_access``: site staff review every tenant,
+group owners and admins their group's samples, and every user their own personal tenant's (it is their
+adapter; nobody else's is at stake). Members and viewers of a group see their own samples
+(``clawhub.privacy.selectors.samples_for_user``), never the group's review queue. ``review_scope`` is the same
+rule for lists: the tenants an actor reviews.
 """
 
 from dataclasses import dataclass
@@ -16,14 +16,14 @@ from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from clawhub.accounts.models import AuditLog, User
+from clawhub.accounts.models import User
 from clawhub.adapters.selectors import tenant_label  # noqa: F401  (re-exported: labels as the adapter pages)
-from clawhub.core.exceptions import NotFound, PermissionDenied, ValidationFailed
-from clawhub.groups.models import ROLE_RANK, Group, Membership, Role
+from clawhub.core.exceptions import ValidationFailed
+from clawhub.groups.models import ROLE_RANK, Group, Role
 from clawhub.groups.selectors import group_members
-from clawhub.keys.selectors import keys_for_user
 from clawhub.review import flags
 from clawhub.review.models import ReviewPolicy, Sample
+from clawhub.tenants.access import review_access_by_id
 from clawhub.tenants.models import Tenant
 
 _REVIEWER_ROLES = [role.value for role, rank in ROLE_RANK.items() if rank >= ROLE_RANK[Role.ADMIN]]
@@ -79,17 +79,6 @@ def review_scope(*, actor: User) -> ReviewScope:
     return ReviewScope(actor=actor, all_tenants=False, tenant_ids=frozenset(ids))
 
 
-def require_review_access(*, scope: ReviewScope, tenant: Tenant) -> None:
-    """PermissionDenied for members and viewers of the tenant's group (they know it exists); NotFound for
-    anyone else outside the scope, so that group samples do not leak."""
-    if scope.covers(tenant.pk):
-        return
-    if tenant.kind == Tenant.Kind.GROUP and Membership.objects.filter(
-            group_id=tenant.group_id, user=scope.actor).exists():
-        raise PermissionDenied("Only the group's owner and admins, and site staff, review its samples.")
-    raise NotFound("No such sample.")
-
-
 # --- the review console -------------------------------------------------------------------------------------
 
 
@@ -111,11 +100,8 @@ def samples_for_review(
     refused the way opening one of its samples would be."""
     samples = scope.filter(_samples())
     if tenant_id not in (None, ""):
-        tenant = Tenant.objects.filter(pk=_int_or_invalid(tenant_id, "tenant")).first()
-        if tenant is None:
-            raise NotFound("No such tenant.")
-        require_review_access(scope=scope, tenant=tenant)
-        samples = samples.filter(tenant=tenant)
+        access = review_access_by_id(actor=scope.actor, tenant_id=_int_or_invalid(tenant_id, "tenant"))
+        samples = samples.filter(tenant=access.tenant)
     if flag:
         if flag == "any":
             samples = samples.exclude(flags=[])
@@ -137,12 +123,10 @@ def samples_for_review(
     return samples.order_by("-created_at", "-id")
 
 
-def sample_get_for_review(*, scope: ReviewScope, sample_id: int) -> Sample:
-    sample = _samples().select_related("turn", "judgment").filter(pk=sample_id).first()
-    if sample is None:
-        raise NotFound("No such sample.")
-    require_review_access(scope=scope, tenant=sample.tenant)
-    return sample
+def sample_for_review(*, sample_id: int) -> Sample | None:
+    """A sample by id for the console; the view checks that the actor reviews its tenant
+    (tenants.access.review_access_for_row)."""
+    return _samples().select_related("turn", "judgment").filter(pk=sample_id).first()
 
 
 def reviewable_tenants(*, scope: ReviewScope) -> QuerySet[Tenant]:
@@ -151,13 +135,6 @@ def reviewable_tenants(*, scope: ReviewScope) -> QuerySet[Tenant]:
     if not scope.all_tenants:
         tenants = tenants.filter(pk__in=scope.tenant_ids)
     return tenants.order_by("kind", "pk")
-
-
-# --- a user's own samples -----------------------------------------------------------------------------------
-
-
-def samples_for_user(*, user: User) -> QuerySet[Sample]:
-    return _samples().filter(user=user).order_by("-created_at", "-id")
 
 
 # --- the training selector ----------------------------------------------------------------------------------
@@ -202,109 +179,7 @@ def trainable_count(*, tenant: Tenant) -> int:
     return _trainable(tenant).count()
 
 
-def tenant_get_for_review(*, scope: ReviewScope, tenant_id: int) -> Tenant:
-    tenant = Tenant.objects.select_related("group", "user").filter(pk=tenant_id).first()
-    if tenant is None:
-        raise NotFound("No such tenant.")
-    require_review_access(scope=scope, tenant=tenant)
-    return tenant
-
-
-# --- privacy ------------------------------------------------------------------------------------------------
-
-
-def _audit_row_for_export(row: AuditLog, user: User) -> dict:
-    """An audit row about the user. Rows where the user acted on someone else keep only what the user did:
-    the other person's name and the row's details are theirs, not this user's."""
-    about_user = row.subject_user_id in (None, user.pk)
-    return {
-        "id": row.pk,
-        "created_at": row.created_at,
-        "action": row.action,
-        "by": "you" if row.actor_id == user.pk else ("someone else" if row.actor_id else "system"),
-        "target_type": row.target_type,
-        "target_id": row.target_id,
-        "target": row.target_repr if about_user else "",
-        "group": row.group.slug if row.group_id else None,
-        "ip": row.ip if row.actor_id == user.pk else None,
-        "data": row.data if about_user else {},
-    }
-
-
-def user_data_export(*, user: User) -> dict[str, Any]:
-    """Everything ClawHub holds about the user, as plain JSON-ready data, and nothing about anyone else:
-    their profile, keys (never secrets or digests), memberships, sessions, turns, judgments, samples, usage
-    and the audit rows that concern them."""
-    from clawhub.conversations.models import Session, Turn
-    from clawhub.feedback.models import Judgment
-    from clawhub.usage.models import UsageDaily
-
-    keys = [
-        {"id": k.pk, "name": k.name, "display": k.display, "group": k.group.slug if k.group_id else None,
-         "allowed_models": k.allowed_models, "rpm_limit": k.rpm_limit, "tpm_limit": k.tpm_limit,
-         "concurrency_limit": k.concurrency_limit, "expires_at": k.expires_at, "revoked_at": k.revoked_at,
-         "last_used_at": k.last_used_at, "created_at": k.created_at, "training_enabled": k.training_enabled}
-        for k in keys_for_user(user=user)
-    ]
-    memberships = [
-        {"group": {"id": m.group_id, "slug": m.group.slug, "name": m.group.name}, "role": m.role,
-         "joined_at": m.created_at}
-        for m in Membership.objects.filter(user=user).select_related("group").order_by("created_at", "pk")
-    ]
-    sessions = list(Session.objects.filter(user=user).order_by("started_at", "pk").values(
-        "id", "tenant_id", "key_id", "external_id", "inferred", "started_at", "last_activity_at", "closed_at",
-        "close_reason", "turn_count"))
-    turns = list(Turn.objects.filter(user=user).order_by("created_at", "pk").values(
-        "id", "session_id", "tenant_id", "key_id", "index", "turn_type", "request_id", "route", "model",
-        "request", "response", "token_ids", "logprobs", "prompt_tokens", "completion_tokens", "status",
-        "http_status", "latency_ms", "ttft_ms", "error", "created_at", "next_state", "next_state_at",
-        "closed_without_next", "ended", "link", "parent_id", "regenerate_of_id"))
-    # The messages are stored as what each turn added to its parent's: the export has every prompt whole.
-    from clawhub.conversations.selectors import stored_prompts
-
-    prompts = stored_prompts(session_ids={t["session_id"] for t in turns})
-    for t in turns:
-        messages = prompts.get(t["id"], (None,))[0]
-        if t["route"] == "chat" and messages is not None and "messages" not in (t["request"] or {}):
-            t["request"] = {**(t["request"] or {}), "messages": messages}
-    judgments = list(Judgment.objects.filter(turn__user=user).order_by("created_at", "pk").values(
-        "id", "turn_id", "reward", "votes", "hints", "judge", "prompt_version", "raw_outputs", "status",
-        "created_at"))
-    samples = list(Sample.objects.filter(user=user).order_by("created_at", "pk").values(
-        "id", "turn_id", "tenant_id", "key_id", "reward", "has_hint", "state", "flags", "decided_at",
-        "reason", "trained_at", "created_at"))
-    from clawhub.feedback.models import ExplicitFeedback
-
-    # Ratings the user gave (on their own turns, or as a reviewer on a group's) and ratings of their turns.
-    explicit = list(ExplicitFeedback.objects.filter(Q(rated_by=user) | Q(turn__user=user)).order_by(
-        "created_at", "pk").values("id", "turn_id", "tenant_id", "key_id", "source", "thumb", "score",
-                                   "comment", "demonstration", "created_at", "updated_at"))
-    usage = list(UsageDaily.objects.filter(user=user).order_by("day", "pk").values(
-        "day", "key_id", "tenant_id", "model", "requests", "errors", "prompt_tokens", "completion_tokens",
-        "latency_ms_sum", "streams"))
-    audit = [
-        _audit_row_for_export(row, user)
-        for row in AuditLog.objects.filter(Q(actor=user) | Q(subject_user=user)).select_related("group")
-        .order_by("created_at", "pk")
-    ]
-    return {
-        "format": "clawhub-export/1",
-        "profile": {
-            "id": user.pk, "email": user.email, "display_name": user.display_name,
-            "date_joined": user.date_joined, "last_login": user.last_login,
-            "email_verified_at": user.email_verified_at, "is_staff": user.is_staff,
-            "training_enabled": user.training_enabled, "store_turns": user.store_turns,
-        },
-        "keys": keys,
-        "memberships": memberships,
-        "sessions": sessions,
-        "turns": turns,
-        "judgments": judgments,
-        "samples": samples,
-        "explicit_feedback": explicit,
-        "usage": usage,
-        "audit": audit,
-    }
+# --- members' influence -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,23 @@
-"""Server-rendered pages: the review console (/review/) and the user's privacy page (/privacy/)."""
+"""Server-rendered pages: the review console (/review/). The privacy page is ``clawhub.privacy.views``."""
 
 import json
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.core.serializers.json import DjangoJSONEncoder
-from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
-from clawhub.accounts.services import user_logout
 from clawhub.conversations.selectors import turn_request
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound, PermissionDenied
 from clawhub.core.views import page_errors, post_and_redirect
 from clawhub.feedback.selectors import explicit_feedback_for_turn
-from clawhub.keys.selectors import keys_for_user
 from clawhub.review import flags, selectors, services
 from clawhub.review.models import ReviewPolicy, Sample
+from clawhub.tenants.access import review_access_by_id, review_access_for_row, tenant_page, tenant_row_page
 
 
 def _back(request, default: str) -> str:
@@ -82,9 +79,10 @@ def _with_feedback(samples: list[Sample]) -> None:
 @login_required
 @require_GET
 @page_errors
-def review_detail(request, sample_id: int):
-    sample = selectors.sample_get_for_review(scope=selectors.review_scope(actor=request.user),
-                                             sample_id=sample_id)
+@tenant_row_page(kwarg="sample_id", name="sample", not_found="No such sample.",
+                 get_row=lambda pk: selectors.sample_for_review(sample_id=pk),
+                 row_access=review_access_for_row)
+def review_detail(request, sample, access):
     turn, judgment = sample.turn, sample.judgment
     return render(request, "review/detail.html", {
         "sample": sample,
@@ -160,79 +158,13 @@ def review_bulk(request):
 @login_required
 @require_POST
 @page_errors
-def review_policy(request, tenant_id: int):
-    scope = selectors.review_scope(actor=request.user)
-    tenant = selectors.tenant_get_for_review(scope=scope, tenant_id=tenant_id)
+@tenant_page(access_by_id=review_access_by_id)
+def review_policy(request, access):
+    tenant = access.tenant
     try:
-        services.review_policy_set(actor=request.user, tenant=tenant, mode=request.POST.get("mode", ""),
-                                   ip=client_ip(request))
+        services.review_policy_set(access=access, mode=request.POST.get("mode", ""), ip=client_ip(request))
     except ClawHubError as exc:
         messages.error(request, exc.message)
     else:
         messages.success(request, f"Review mode of {selectors.tenant_label(tenant)} saved.")
     return redirect(_back(request, reverse("review")))
-
-
-# --- privacy ------------------------------------------------------------------------------------------------
-
-
-@login_required
-@require_GET
-def privacy(request):
-    samples = Paginator(selectors.samples_for_user(user=request.user), 50).get_page(request.GET.get("page"))
-    return render(request, "review/privacy.html", {
-        "keys": keys_for_user(user=request.user),
-        "samples": samples,
-    })
-
-
-@login_required
-@require_POST
-def privacy_switches(request):
-    services.privacy_update(actor=request.user, training_enabled=request.POST.get("training_enabled") == "on",
-                            store_turns=request.POST.get("store_turns") == "on", ip=client_ip(request))
-    messages.success(request, "Your privacy settings are saved.")
-    return redirect("privacy")
-
-
-@login_required
-@require_POST
-@page_errors
-def privacy_key(request, key_id: int):
-    key = services.key_training_set(actor=request.user, key_id=key_id,
-                                    training_enabled=request.POST.get("training_enabled") == "on",
-                                    ip=client_ip(request))
-    messages.success(request, f"Training {'on' if key.training_enabled else 'off'} for key {key.name}.")
-    return redirect("privacy")
-
-
-@login_required
-@require_POST
-@page_errors
-def privacy_sample_delete(request, sample_id: int):
-    services.sample_delete_own(actor=request.user, sample_id=sample_id, ip=client_ip(request))
-    messages.success(request, f"Sample {sample_id} deleted: it will never be used for training again.")
-    return redirect("privacy")
-
-
-@login_required
-@require_GET
-def privacy_export(request):
-    body = json.dumps(selectors.user_data_export(user=request.user), cls=DjangoJSONEncoder, indent=2)
-    response = HttpResponse(body, content_type="application/json")
-    response["Content-Disposition"] = 'attachment; filename="clawhub-export.json"'
-    return response
-
-
-@login_required
-@require_POST
-def privacy_delete_account(request):
-    try:
-        report = services.account_delete(actor=request.user, password=request.POST.get("password", ""),
-                                         ip=client_ip(request))
-    except ClawHubError as exc:
-        messages.error(request, exc.message)
-        return redirect("privacy")
-    user_logout(request=request)
-    messages.success(request, services.deletion_summary(report))
-    return redirect("login")

@@ -17,7 +17,7 @@ from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.services import artifact_dir
 from clawhub.groups.models import Group, Membership, Role
 from clawhub.keys.selectors import key_resolve
-from clawhub.review.services import user_delete
+from clawhub.privacy.services import user_delete
 from clawhub.training.models import TrainingRun
 from tests.factories import PASSWORD, add_member, make_group, make_key, make_user
 from tests.keys.conftest import login
