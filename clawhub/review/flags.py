@@ -49,6 +49,14 @@ class MemberStats:
         return self.negative / self.total if self.total else 0.0
 
 
+def rate_z(a: MemberStats, b: MemberStats) -> float:
+    """The two-proportion z statistic of two members' negative rates (pooled standard error): how many
+    standard errors apart the rates are. 0 when neither or both are all negative (no spread to judge by)."""
+    pooled = (a.negative + b.negative) / (a.total + b.total)
+    variance = pooled * (1 - pooled) * (1 / a.total + 1 / b.total)
+    return abs(a.rate - b.rate) / math.sqrt(variance) if variance > 0 else 0.0
+
+
 def member_outlier(
     member: MemberStats,
     others: Sequence[MemberStats],
@@ -56,21 +64,35 @@ def member_outlier(
     rate_diff: float = 0.4,
     min_samples: int = 5,
     volume_factor: float = 3.0,
+    z_min: float = 2.5,
 ) -> Flag | None:
     """A member whose negative-feedback rate, or whose volume, stands far from the rest of the group.
 
-    Compared with the *other* members (those with samples in the window), so a member who floods the group
-    cannot drag the group's figures towards their own. Below ``min_samples`` there is too little to judge.
+    Rate: the member's rate is more than ``rate_diff`` from *every* other member's who has ``min_samples``
+    samples, and at least ``z_min`` standard errors from each (``rate_z``). Against each member, not against
+    the others pooled: with one adversary among three, an honest member's "others" pooled are half honest and
+    half adversary, so the honest member would stand out from that mix; compared one by one, they sit next
+    to the other honest member. And the standard errors, because a handful of samples (a session is three
+    correlated turns) puts two honest members' rates 0.5 apart by luck: on the persona bench, honest members
+    of an all-honest group were flagged at "100 % against the group's 33 % over 5 samples", and rejecting
+    their samples starved the group's training. Simulated (3 members, sessions of 3 turns, 10 % noise,
+    compliance rising from 0.1 to 0.9 over 150 samples each, 300 runs): pooled without z, an honest member is
+    flagged in 34 runs of all-honest groups and 228 with one adversary; this rule, 1 and 4; the adversary is
+    still flagged in 274 (and the consensus guard looks at them on the same reply style).
+
+    Volume: more than ``volume_factor`` times the other members' median (those with samples in the window).
+    Compared with the *other* members, so a member who floods the group cannot drag the group's figures
+    towards their own. Below ``min_samples`` there is too little to judge.
     """
     others = [o for o in others if o.total > 0]
     if member.total < min_samples or not others:
         return None
-    others_total = sum(o.total for o in others)
-    if others_total >= min_samples:
-        others_rate = sum(o.negative for o in others) / others_total
-        if abs(member.rate - others_rate) > rate_diff:
-            return Flag(MEMBER_OUTLIER, f"negative rate {member.rate:.0%} against the group's "
-                                        f"{others_rate:.0%} over {member.total} samples")
+    judged = [o for o in others if o.total >= min_samples]
+    if judged and all(abs(member.rate - o.rate) > rate_diff and rate_z(member, o) >= z_min for o in judged):
+        rates = ", ".join(f"{o.rate:.0%}" for o in sorted(judged, key=lambda o: o.rate))
+        return Flag(MEMBER_OUTLIER, f"negative rate {member.rate:.0%} over {member.total} samples against "
+                                    f"every other member's ({rates}), each at least {z_min:g} standard "
+                                    f"errors away")
     median = statistics.median(o.total for o in others)
     if member.total > volume_factor * median:
         return Flag(MEMBER_OUTLIER, f"{member.total} samples against a group median of {median:g}")

@@ -41,9 +41,36 @@ class TestMemberOutlier:
         assert flags.member_outlier(MemberStats(50, 50), [MemberStats(0, 0)]) is None
 
     def test_thresholds_are_parameters(self):
-        member, others = MemberStats(6, 3), [MemberStats(10, 0)]
+        # 6 of 12 against 0 of 20: pooled rate 6/32, standard error sqrt(0.1523 (1/12 + 1/20)) = 0.1425,
+        # so the 0.5 difference is z = 3.508.
+        member, others = MemberStats(12, 6), [MemberStats(20, 0)]
+        assert flags.rate_z(member, others[0]) == pytest.approx(3.508, abs=1e-3)
         assert flags.member_outlier(member, others) is not None  # 50% vs 0%
         assert flags.member_outlier(member, others, rate_diff=0.6) is None
+        assert flags.member_outlier(member, others, z_min=4) is None
+
+    def test_a_few_samples_apart_by_luck_are_not_an_outlier(self):
+        # The all-honest group of the persona bench: 5 of 5 negative against 3 of 6 and 1 of 6. 0.5 and 0.83
+        # apart, but against 3 of 6 that is z = 0.5 / sqrt(8/11 * 3/11 * (1/5 + 1/6)) = 1.854: luck.
+        member, others = MemberStats(5, 5), [MemberStats(6, 3), MemberStats(6, 1)]
+        assert flags.rate_z(member, others[0]) == pytest.approx(1.854, abs=1e-3)
+        assert flags.member_outlier(member, others) is None
+
+    def test_an_honest_member_next_to_another_honest_one_is_not_flagged_by_the_adversary(self):
+        # One adversary among three: the honest member (9 of 10 negative) is 0.7 from the adversary (2 of 10)
+        # but 0.1 from the other honest member (8 of 10): not an outlier. Pooled, the others' 50 % would have
+        # flagged them. The adversary is far from both (z = 3.146 and 2.683).
+        honest, other_honest, adversary = MemberStats(10, 9), MemberStats(10, 8), MemberStats(10, 2)
+        assert flags.member_outlier(honest, [other_honest, adversary]) is None
+        assert flags.rate_z(adversary, honest) == pytest.approx(3.146, abs=1e-3)
+        assert flags.rate_z(adversary, other_honest) == pytest.approx(2.683, abs=1e-3)
+        flag = flags.member_outlier(adversary, [honest, other_honest])
+        assert flag is not None and "negative rate 20%" in flag.detail and "(80%, 90%)" in flag.detail
+
+    def test_others_with_too_few_samples_are_left_out_of_the_rate(self):
+        # One other member with 2 samples (too few for a rate), one far away with 10: compared with the latter
+        flag = flags.member_outlier(MemberStats(10, 10), [MemberStats(2, 2), MemberStats(10, 1)])
+        assert flag is not None and "(10%)" in flag.detail
 
 
 class TestNearDuplicate:

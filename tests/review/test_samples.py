@@ -138,7 +138,8 @@ class TestGuardsOnRealRows:
         angry = add_member(group)
         key = old_key(angry, group=group)
         results = [make_sample(angry, key=key, reward=-1) for _ in range(5)]
-        # Four samples are below the minimum; the fifth makes a 100% negative rate against the group's 17%.
+        # Four samples are below the minimum; the fifth makes a 100% negative rate against each calm member's
+        # 17% (z = 2.76 over 5 and 6 samples).
         assert [codes(s) for s in results[:4]] == [[]] * 4
         assert codes(results[4]) == [flags.MEMBER_OUTLIER]
         assert results[4].state == Sample.State.PENDING
