@@ -9,7 +9,8 @@ all processes at the same instant, and the design makes that harmless instead of
 
 1. Pre-load. The worker loads the new version under its own unique name (``t<tenant>-v<version>``) on every
    healthy upstream (the gateway may route a tenant to any of them), straight through vLLM's
-   ``/v1/load_lora_adapter``, and records the LoadedAdapter rows. A failed load aborts the promotion before
+   ``/v1/load_lora_adapter``, and records the LoadedAdapter rows (through ``clawhub.gateway.services``, the
+   registry's one writer). A failed load aborts the promotion before
    anything switched; the task retries.
 2. Switch. One transaction, the tenant row locked: the old active version becomes ``retired`` with
    ``drain_until = now + CLAWHUB_ADAPTER_DRAIN_SECONDS``, the new one ``active``. From here on, a gateway
@@ -41,9 +42,11 @@ from clawhub.accounts.audit import audit_record_for_tenant
 from clawhub.accounts.models import User
 from clawhub.adapters import evaluation, serving
 from clawhub.adapters.models import AdapterPin, AdapterVersion
-from clawhub.adapters.selectors import TenantAccess, adapters_to_unload
+from clawhub.adapters.selectors import adapters_to_unload
 from clawhub.core import tasks
 from clawhub.core.exceptions import Conflict, ValidationFailed
+from clawhub.gateway.services import loaded_adapter_record, loaded_adapters_forget
+from clawhub.tenants.access import TenantAccess
 from clawhub.tenants.models import Tenant
 
 logger = logging.getLogger("clawhub.adapters")
@@ -153,19 +156,6 @@ def adapter_hold(*, version: AdapterVersion) -> AdapterVersion:
 # --- activation (promotion and rollback) -------------------------------------------------------------------
 
 
-def _record_loaded(up: serving.UpstreamTarget, version: AdapterVersion) -> None:
-    # The gateway's registry (gateway.models) is normally written by the gateway's writer thread; the worker
-    # adds the rows of the loads it made itself, so that what holds what stays visible to operators.
-    from clawhub.gateway.models import LoadedAdapter, Upstream
-
-    upstream, _ = Upstream.objects.get_or_create(
-        url=up.url, defaults={"base_model": up.base_model, "healthy": True}
-    )
-    LoadedAdapter.objects.update_or_create(
-        upstream=upstream, adapter_name=version.upstream_name, defaults={"adapter_version": version}
-    )
-
-
 def adapter_activate(
     *,
     version: AdapterVersion,
@@ -184,7 +174,9 @@ def adapter_activate(
         logger.warning("activating %s with no healthy upstream", version.upstream_name)
     for up in targets:
         serving.load_adapter(up, name=version.upstream_name, path=version.artifact_path)
-        _record_loaded(up, version)
+        # The gateway's writer thread mirrors the registry too; the loads made here are recorded at once.
+        loaded_adapter_record(url=up.url, base_model=up.base_model, adapter_name=version.upstream_name,
+                              adapter_version_id=version.pk)
 
     grace = timedelta(seconds=settings.CLAWHUB_ADAPTER_DRAIN_SECONDS)
     with transaction.atomic():
@@ -228,7 +220,6 @@ def adapter_unload_drained(*, now=None, upstreams: list[serving.UpstreamTarget] 
     """Unloads every retired version whose drain period is over from every upstream. An upstream that is down
     is retried on the next sweep (a restarted vLLM has forgotten it anyway), and so is a version a gateway
     still has a request on (one that outlasted the drain period)."""
-    from clawhub.gateway.models import LoadedAdapter
     from clawhub.gateway.selectors import adapter_in_flight
 
     now = now or timezone.now()
@@ -245,7 +236,7 @@ def adapter_unload_drained(*, now=None, upstreams: list[serving.UpstreamTarget] 
                     pk=version.pk, state=AdapterVersion.State.RETIRED, unloaded_at__isnull=True
                 ).update(unloaded_at=now)
                 if marked:
-                    LoadedAdapter.objects.filter(adapter_name=name).delete()
+                    loaded_adapters_forget(adapter_name=name)
                     done.append(name)
             if not marked:
                 # Lost the race with a rollback: the version is active again and must be served.
@@ -351,11 +342,9 @@ def adapter_parent_is_current(*, version: AdapterVersion) -> bool:
 def _unload_everywhere(version: AdapterVersion) -> None:
     """Unloads a version that must not be served from every upstream that has (or may have) it: pre-loads of a
     promotion that did not complete. An upstream that is down forgets it on restart; the row goes anyway."""
-    from clawhub.gateway.models import LoadedAdapter
-
     for up in serving.configured_upstreams():
         serving.unload_adapter(up, name=version.upstream_name)
-    LoadedAdapter.objects.filter(adapter_name=version.upstream_name).delete()
+    loaded_adapters_forget(adapter_name=version.upstream_name)
 
 
 def adapter_reject_out_of_lineage(*, version: AdapterVersion, decision: str, reason: str) -> AdapterVersion:

@@ -1,9 +1,10 @@
 """Talking to the vLLM upstreams from a worker: health, load and unload of an adapter, one generation.
 
 The gateway keeps its own in-process view of what each upstream holds (clawhub.gateway.upstreams); these calls
-go straight to the upstreams so that promotion does not depend on any gateway process. vLLM answers 400
-"already been loaded" to a second load of the same name (another gateway or an earlier attempt did it): that
-counts as loaded, which makes every call here safe to repeat.
+go straight to the upstreams so that promotion does not depend on any gateway process. Loads, unloads and
+listings go through the one admin client (clawhub.adapters.vllm_admin), which the gateway uses too: a second
+load of the same name counts as loaded, an unload of a name the upstream does not hold as unloaded, so every
+call here is safe to repeat.
 """
 
 import logging
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import httpx
 from django.conf import settings
 
+from clawhub.adapters.vllm_admin import VllmAdmin, adapter_names
 from clawhub.core.exceptions import ClawHubError
 from workers.judge.judges import body_shape  # plain httpx: what an error body looked like, not its text
 
@@ -64,46 +66,37 @@ def healthy_upstreams(upstreams: list[UpstreamTarget] | None = None) -> list[Ups
     return found
 
 
+def _admin(up: UpstreamTarget) -> VllmAdmin:
+    return VllmAdmin(up.url, up.headers)
+
+
 def load_adapter(up: UpstreamTarget, *, name: str, path: str) -> None:
     try:
         with _client() as client:
-            response = client.post(
-                f"{up.url}/v1/load_lora_adapter",
-                headers=up.headers,
-                json={"lora_name": name, "lora_path": path},
-            )
+            answer = _admin(up).load(client, name=name, path=path)
     except httpx.HTTPError as exc:
         raise UpstreamUnavailable(f"Loading {name} on {up.url} failed: {exc}", upstream=up.url) from exc
-    if response.status_code == 200 or (response.status_code == 400 and "already" in response.text):
-        return
-    raise UpstreamUnavailable(
-        f"{up.url} refused to load {name}: {response.status_code} {body_shape(response)}", upstream=up.url
-    )
+    if not answer.done:
+        raise UpstreamUnavailable(f"{up.url} refused to load {name}: {answer.status} {answer.shape}",
+                                  upstream=up.url)
 
 
 def unload_adapter(up: UpstreamTarget, *, name: str) -> bool:
     """True when the upstream no longer holds the adapter (unloaded now, or it never had it)."""
     try:
         with _client() as client:
-            response = client.post(
-                f"{up.url}/v1/unload_lora_adapter", headers=up.headers, json={"lora_name": name}
-            )
+            answer = _admin(up).unload(client, name=name)
     except httpx.HTTPError as exc:
         logger.warning("unloading %s on %s failed: %s", name, up.url, exc)
         return False
-    if response.status_code in (200, 404):
-        return True
-    if response.status_code == 400 and ("not found" in response.text or "cannot be found" in response.text):
-        return True
-    logger.warning("unloading %s on %s: %s %s", name, up.url, response.status_code, body_shape(response))
-    return False
+    if not answer.done:
+        logger.warning("unloading %s on %s: %s %s", name, up.url, answer.status, answer.shape)
+    return answer.done
 
 
 def listed_adapters(up: UpstreamTarget) -> set[str]:
     with _client() as client:
-        response = client.get(f"{up.url}/v1/models", headers=up.headers, timeout=HEALTH_TIMEOUT)
-    response.raise_for_status()
-    return {m["id"] for m in response.json().get("data", []) if m.get("parent")}
+        return adapter_names(_admin(up).models(client, timeout=HEALTH_TIMEOUT))
 
 
 def generate(

@@ -1,6 +1,9 @@
-"""Writes the gateway makes from its writer thread: the upstream/adapter registry and keys' last use.
+"""Writes of the upstream/adapter registry (``Upstream``, ``LoadedAdapter``) and of keys' last use.
 
-These are system bookkeeping, not user actions, so they leave no audit rows.
+The only module that writes the registry: the gateway's writer thread mirrors what each upstream holds
+(``loaded_adapter_sync``), and the adapter worker records the loads it made itself and forgets the names it
+unloaded (``loaded_adapter_record``, ``loaded_adapters_forget``), so that what holds what stays visible to
+operators and promotion. These are system bookkeeping, not user actions, so they leave no audit rows.
 """
 
 from datetime import datetime
@@ -35,6 +38,23 @@ def loaded_adapter_sync(*, url: str, base_model: str, max_adapters: int, adapter
         elif name in last_used:
             LoadedAdapter.objects.filter(upstream=upstream, adapter_name=name).update(
                 last_used_at=last_used[name])
+
+
+def loaded_adapter_record(*, url: str, base_model: str, adapter_name: str,
+                          adapter_version_id: int | None) -> LoadedAdapter:
+    """One load the adapter worker made itself (promotion's pre-load): the upstream's row if it has none yet,
+    and the adapter's row pointing at its version."""
+    upstream, _ = Upstream.objects.get_or_create(url=url,
+                                                 defaults={"base_model": base_model, "healthy": True})
+    row, _ = LoadedAdapter.objects.update_or_create(
+        upstream=upstream, adapter_name=adapter_name, defaults={"adapter_version_id": adapter_version_id})
+    return row
+
+
+def loaded_adapters_forget(*, adapter_name: str) -> int:
+    """The adapter was unloaded from every upstream: its rows go, on all of them."""
+    deleted, _ = LoadedAdapter.objects.filter(adapter_name=adapter_name).delete()
+    return deleted
 
 
 def api_keys_mark_used(*, key_ids: list[int], at: datetime | None = None) -> int:

@@ -23,7 +23,7 @@ Routing: only upstreams of the tenants' base model (the first configured upstrea
 e.g. a judge's model, get no tenant traffic), healthy ones first; among them those that already serve the
 adapter, then the tenant's own upstream by rendezvous hashing (its prefix cache lives there), then the least
 loaded. The database registry (gateway.models) mirrors the local view through the writer thread so training
-can see which upstream holds which adapter version.
+can see which upstream holds which adapter version (clawhub.gateway.services writes it).
 """
 
 import asyncio
@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from clawhub.adapters.vllm_admin import VllmAdmin, adapter_names
 from clawhub.core.metrics import ADAPTER_LOAD_DURATION, ADAPTER_LOADS, REDIS_FAILURES
 from clawhub.gateway.errors import upstream_refused
 from clawhub.gateway.limits import max_model_len_of
-from workers.judge.judges import body_shape  # what an error body looked like, never its text
 
 logger = logging.getLogger("clawhub.gateway")
 
@@ -83,6 +83,7 @@ class Upstream:
         self.headers = {"content-type": "application/json"}
         if api_key:
             self.headers["authorization"] = f"Bearer {api_key}"
+        self.admin = VllmAdmin(self.url, self.headers)  # loads and lists its adapters
         self.healthy = True  # optimistic until the first check says otherwise
         self.misses = 0  # failed health checks in a row
         self.synced = False
@@ -230,15 +231,10 @@ class UpstreamPool:
 
     async def _sync(self, up: Upstream) -> bool:
         """Learns which adapters the upstream holds now (vLLM's /v1/models is the truth)."""
-        try:
-            response = await self._client.get(f"{up.url}/v1/models", headers=up.headers,
-                                              timeout=HEALTH_TIMEOUT)
-            models = response.json()["data"] if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            models = None
-        if not isinstance(models, list):
+        models = await up.admin.models_async(self._client, timeout=HEALTH_TIMEOUT)
+        if models is None:
             return False
-        names = {m["id"] for m in models if isinstance(m, dict) and m.get("parent") and m.get("id")}
+        names = adapter_names(models)
         up.max_model_len = max_model_len_of(models, up.base_model) or up.max_model_len
         for name, loaded in list(up.adapters.items()):
             if name not in names and name not in up.locks:
@@ -365,23 +361,20 @@ class UpstreamPool:
     async def _load(self, up: Upstream, adapter: ActiveAdapter) -> None:
         started = time.perf_counter()
         try:
-            response = await self._client.post(
-                f"{up.url}/v1/load_lora_adapter", headers=up.headers, timeout=LOAD_TIMEOUT,
-                json={"lora_name": adapter.name, "lora_path": adapter.path},
-            )
+            answer = await up.admin.load_async(self._client, name=adapter.name, path=adapter.path,
+                                               timeout=LOAD_TIMEOUT)
         except httpx.HTTPError:
             ADAPTER_LOADS.labels(outcome="error").inc()
             raise
         finally:
             ADAPTER_LOAD_DURATION.observe(time.perf_counter() - started)
-        # vLLM answers 400 to loading a name twice: another worker (or promotion) loaded it first.
-        already = response.status_code == 400 and "already" in response.text
-        if response.status_code != 200 and not already:
+        # A name loaded twice is loaded: another worker (or promotion) got there first.
+        if not answer.done:
             ADAPTER_LOADS.labels(outcome="error").inc()
-            logger.error("loading adapter %s on %s failed: %s %s", adapter.name, up.url,
-                         response.status_code, body_shape(response))
+            logger.error("loading adapter %s on %s failed: %s %s", adapter.name, up.url, answer.status,
+                         answer.shape)
             raise upstream_refused("The model server could not load this model's adapter.")
-        ADAPTER_LOADS.labels(outcome="ok" if not already else "already").inc()
+        ADAPTER_LOADS.labels(outcome="already" if answer.already else "ok").inc()
 
     def _write_registry(self, up: Upstream) -> None:
         if self._writer is None:
