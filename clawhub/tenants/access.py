@@ -120,6 +120,14 @@ def review_access_by_id(*, actor: User, tenant_id: int) -> TenantAccess:
     return review_access(actor=actor, tenant=tenant)
 
 
+def review_access_for_row(*, actor: User, row: Model | None, not_found: str) -> TenantAccess:
+    """Access to review the tenant of a row (a sample): a missing row is ``not_found``, like one of a tenant
+    the actor may not see; members and viewers of its group get 403."""
+    if row is None:
+        raise NotFound(not_found)
+    return review_access(actor=actor, tenant=row.tenant, not_found=not_found)
+
+
 def group_access(*, actor: User, slug: str, staff: bool = False) -> TenantAccess:
     """Access to a group's tenant by the group's slug. Non-members get 404 so that group names do not leak;
     with ``staff``, site staff reach every group (role ``staff``)."""
@@ -142,7 +150,10 @@ def group_access(*, actor: User, slug: str, staff: bool = False) -> TenantAccess
 
 class TenantApi(APIView):
     """An API view about one tenant, named in the URL by ``tenant_id``. Its handlers take ``access`` (a
-    ``TenantAccess``) in place of ``tenant_id``."""
+    ``TenantAccess``) in place of ``tenant_id``. ``access_by_id`` is the rule (review: review_access_by_id).
+    """
+
+    access_by_id = staticmethod(tenant_access)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authentication, key scopes and throttles come first
@@ -156,24 +167,26 @@ class TenantApi(APIView):
         self.kwargs.update(converted)
 
     def convert_args(self, request: Request, *, tenant_id: int, **kwargs: Any) -> dict[str, Any]:
-        return {**kwargs, "access": tenant_access(actor=request.user, tenant_id=tenant_id)}
+        return {**kwargs, "access": self.access_by_id(actor=request.user, tenant_id=tenant_id)}
 
 
 class TenantRowApi(TenantApi):
-    """An API view about one row of a tenant (a version, a run), named in the URL by ``row_kwarg``. Its
-    handlers take the row (as ``row_name``) and ``access`` to the row's tenant; a row of a tenant the caller
-    may not see answers 404 with ``not_found``, like a missing one."""
+    """An API view about one row of a tenant (a version, a run, a sample), named in the URL by ``row_kwarg``.
+    Its handlers take the row (as ``row_name``) and ``access`` to the row's tenant; a row of a tenant the
+    caller may not see answers 404 with ``not_found``, like a missing one. ``row_access`` is the rule (review
+    views: review_access_for_row)."""
 
     row_kwarg = ""
     row_name = ""
     not_found = "Not found."
+    row_access = staticmethod(tenant_access_for_row)
 
     def get_row(self, pk: int) -> Model | None:
         raise NotImplementedError
 
     def convert_args(self, request: Request, **kwargs: Any) -> dict[str, Any]:
         row = self.get_row(kwargs.pop(self.row_kwarg))
-        access = tenant_access_for_row(actor=request.user, row=row, not_found=self.not_found)
+        access = self.row_access(actor=request.user, row=row, not_found=self.not_found)
         return {**kwargs, self.row_name: row, "access": access}
 
 
@@ -189,19 +202,25 @@ class GroupApi(TenantApi):
 # --- pages --------------------------------------------------------------------------------------------------
 
 
-def tenant_page(view: Callable) -> Callable:
-    """A page about one tenant (``tenant_id`` in the URL) gets ``access`` in its place. Put it under
-    ``page_errors``, which renders the 404."""
+def tenant_page(view: Callable | None = None, *, access_by_id: Callable[..., TenantAccess] = tenant_access):
+    """A page about one tenant (``tenant_id`` in the URL) gets ``access`` in its place: ``@tenant_page``, or
+    ``@tenant_page(access_by_id=review_access_by_id)`` for another rule. Put it under ``page_errors``, which
+    renders the 404 and 403."""
 
-    @functools.wraps(view)
-    def page(request, tenant_id: int, **kwargs: Any):
-        return view(request, access=tenant_access(actor=request.user, tenant_id=tenant_id), **kwargs)
+    def decorate(view: Callable) -> Callable:
+        @functools.wraps(view)
+        def page(request, tenant_id: int, **kwargs: Any):
+            return view(request, access=access_by_id(actor=request.user, tenant_id=tenant_id), **kwargs)
 
-    return page
+        return page
+
+    return decorate(view) if view is not None else decorate
 
 
-def tenant_row_page(*, kwarg: str, name: str, get_row: Callable[[int], Model | None],
-                    not_found: str) -> Callable[[Callable], Callable]:
+def tenant_row_page(
+    *, kwarg: str, name: str, get_row: Callable[[int], Model | None], not_found: str,
+    row_access: Callable[..., TenantAccess] = tenant_access_for_row,
+) -> Callable[[Callable], Callable]:
     """A page about one row of a tenant (``kwarg`` in the URL) gets the row as ``name`` and ``access`` to its
     tenant; a row of a tenant the user may not see is a 404 like a missing one."""
 
@@ -209,7 +228,7 @@ def tenant_row_page(*, kwarg: str, name: str, get_row: Callable[[int], Model | N
         @functools.wraps(view)
         def page(request, **kwargs: Any):
             row = get_row(kwargs.pop(kwarg))
-            access = tenant_access_for_row(actor=request.user, row=row, not_found=not_found)
+            access = row_access(actor=request.user, row=row, not_found=not_found)
             return view(request, **{**kwargs, name: row, "access": access})
 
         return page
