@@ -71,8 +71,10 @@ class Sample(models.Model):
                                    related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)
-    # Set when a training run claims the sample: the claiming run's id.
-    training_run_id = models.BigIntegerField(null=True, blank=True)
+    # The claim: set when a training run claims the sample, cleared when the run gives it back (a failure, a
+    # rejected candidate, a sample the trainer dropped). Deleting a run deletes no sample, only its claim.
+    training_run = models.ForeignKey("training.TrainingRun", null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="samples")
     trained_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 

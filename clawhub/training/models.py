@@ -44,9 +44,10 @@ class TrainingSettings(models.Model):
 class TrainingRun(models.Model):
     """One LoRA update of a tenant's adapter from a claimed batch of approved samples.
 
-    The samples it claimed carry ``review.Sample.training_run_id`` = this id (a plain integer column that the
-    review app owns; it is not turned into a foreign key so that the two apps' migrations stay independent).
-    ``sample_ids`` keeps the claimed ids in training order, so a redelivered task trains the same batch.
+    The claim is ``review.Sample.training_run`` (``run.samples``): the samples this run holds now, held-out
+    ones included. ``sample_ids`` is the batch as the run took it, in training order: a redelivered task
+    trains the same batch, and a run that gave its samples back (failed, cancelled, rejected) still says
+    which samples it had. Readers of "what does this run hold" go through the foreign key.
     """
 
     class State(models.TextChoices):

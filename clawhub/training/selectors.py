@@ -92,7 +92,7 @@ def samples_of_run(*, run: TrainingRun) -> list[Sample]:
     must repeat). A sample its user deleted since is left out."""
     by_id = {
         s.pk: s
-        for s in Sample.objects.filter(pk__in=run.sample_ids, training_run_id=run.pk)
+        for s in run.samples.filter(pk__in=run.sample_ids)
         .exclude(state=Sample.State.DELETED)
         .select_related("turn", "judgment")
     }

@@ -312,7 +312,7 @@ def run_samples_requeue(*, run: TrainingRun, reason: str) -> int:
     """A run's version cannot join the lineage (its parent was retired while it trained, or its promotion
     never completed): the samples it trained go back to the pool, to train into the next version from
     whatever is active then. Held-out samples stay out (they were never trained on)."""
-    requeued = Sample.objects.filter(pk__in=run.sample_ids, training_run_id=run.pk).update(
+    requeued = run.samples.filter(pk__in=run.sample_ids).update(
         training_run_id=None, trained_at=None
     )
     _audit(

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from clawhub.accounts.models import AuditLog
 from clawhub.review.models import ReviewPolicy, Sample
+from tests.factories import make_run
 from tests.review.conftest import make_sample
 
 pytestmark = pytest.mark.django_db
@@ -128,7 +129,8 @@ def test_deleted_samples_cannot_be_revived(team, mixed, api_as):
 
 def test_trained_samples_cannot_be_rejected(team, mixed, api_as):
     sample = mixed["clean"]
-    Sample.objects.filter(pk=sample.pk).update(training_run_id=7, trained_at=timezone.now())
+    run = make_run(sample.tenant)
+    Sample.objects.filter(pk=sample.pk).update(training_run=run, trained_at=timezone.now())
     response = api_as(team["owner"]).post(f"/api/review/samples/{sample.pk}/reject/", {"reason": "late"})
     assert response.status_code == 409 and response.json()["error"]["code"] == "sample_trained"
 

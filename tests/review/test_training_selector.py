@@ -7,10 +7,10 @@ from django.utils import timezone
 
 from clawhub.accounts.models import User
 from clawhub.keys.models import ApiKey
+from clawhub.privacy.services import sample_delete_own
 from clawhub.review.models import Sample
 from clawhub.review.selectors import samples_for_training, trainable_count
-from clawhub.review.services import sample_delete_own
-from tests.factories import add_member, make_group, make_user
+from tests.factories import add_member, make_group, make_run, make_user
 from tests.review.conftest import approved_sample, old_key
 
 pytestmark = pytest.mark.django_db
@@ -38,7 +38,7 @@ def test_claimed_and_trained_samples_are_not_offered_again():
     user = make_user()
     key = old_key(user)
     a, b, c = (approved_sample(user, key=key, created_at=ago(10 - i)) for i in range(3))
-    Sample.objects.filter(pk=a.pk).update(training_run_id=3)
+    Sample.objects.filter(pk=a.pk).update(training_run=make_run(user.tenant))
     Sample.objects.filter(pk=b.pk).update(trained_at=timezone.now())
     assert [s.pk for s in samples_for_training(tenant=user.tenant)] == [c.pk]
 
@@ -101,6 +101,6 @@ def test_cap_after_earlier_batches_were_claimed():
     member = add_member(group)
     key = old_key(member, group=group)
     samples = [approved_sample(member, key=key, created_at=ago(100 - i)) for i in range(6)]
-    Sample.objects.filter(pk__in=[s.pk for s in samples[:2]]).update(training_run_id=1)
+    Sample.objects.filter(pk__in=[s.pk for s in samples[:2]]).update(training_run=make_run(group.tenant))
     # Claimed samples do not count against the member's share of the next batch.
     assert [s.pk for s in samples_for_training(tenant=group.tenant, limit=4)] == [s.pk for s in samples[2:4]]
