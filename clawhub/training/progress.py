@@ -5,11 +5,22 @@ old version draining. The run page polls it (``training.views.run_progress``).""
 from typing import Any
 
 from clawhub.adapters.models import AdapterVersion
-from clawhub.bench.progress import planned_steps
 from clawhub.training.models import TrainingRun
 
 # Phases in the order a run goes through them; the page draws them as a row of steps.
 PHASES = ("queued", "training", "evaluating", "promoting", "serving")
+
+
+def planned_steps(config: dict, samples: int) -> int | None:
+    """Optimizer steps a run will take, as the trainer plans them (TrainConfig: ``epochs`` passes of
+    ``mini_batches`` steps, or of one step per ``micro_batch_size * grad_accum`` samples); None when the
+    stored config is not a valid one."""
+    from workers.trainer.backend import TrainConfig  # plain dataclasses: no torch is imported
+
+    try:
+        return max(1, TrainConfig.from_dict(config).planned_steps(samples))
+    except (TypeError, ValueError):
+        return None
 
 
 def _phase(run: TrainingRun, version: AdapterVersion | None) -> tuple[str, str]:

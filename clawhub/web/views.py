@@ -3,6 +3,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
 from clawhub.core.views import page_errors
+from clawhub.tenants.access import tenant_page
 
 
 def home(request):
@@ -13,9 +14,9 @@ def home(request):
 
 @login_required
 def dashboard(request):
-    from clawhub.bench.progress import adapter_progress, bench_plot_data_uri
     from clawhub.groups.selectors import groups_for_user
     from clawhub.keys.selectors import keys_for_user
+    from clawhub.web.progress import adapter_progress, bench_plot_data_uri
 
     return render(request, "web/dashboard.html", {
         "keys": keys_for_user(user=request.user)[:10],
@@ -35,12 +36,12 @@ def learning_index(request):
 @login_required
 @require_GET
 @page_errors
-def learning(request, tenant_id: int):
+@tenant_page
+def learning(request, access):
     """"Is my model getting better?": the gate's metric per version, judged turns per day, the timeline."""
-    from clawhub.adapters.selectors import tenant_access, tenant_label, tenants_for_user
+    from clawhub.adapters.selectors import tenant_label, tenants_for_user
     from clawhub.web.learning import learning_for_tenant
 
-    access = tenant_access(actor=request.user, tenant_id=tenant_id)
     return render(request, "web/learning.html", {
         "access": access,
         "label": tenant_label(access.tenant),

@@ -26,8 +26,8 @@ from django.core.management.base import BaseCommand, CommandError
 from clawhub.bench import personas
 from clawhub.bench.driver import DEFAULT_OVERRIDES, METHODS, Bench, BenchConfig, BenchError
 from clawhub.bench.plots import band_chart_png
-from clawhub.bench.progress import bench_plot_path
 from clawhub.bench.summary import across_seeds, report_lines
+from clawhub.web.progress import bench_plot_path
 
 
 class Command(BaseCommand):

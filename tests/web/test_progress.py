@@ -9,8 +9,8 @@ from django.test import Client
 
 from clawhub.adapters.models import AdapterVersion
 from clawhub.bench.plots import line_chart_png
-from clawhub.bench.progress import planned_steps
 from clawhub.training.models import TrainingRun
+from clawhub.training.progress import planned_steps
 from tests.factories import add_member, make_group, make_user
 from tests.review.conftest import approved_sample
 

@@ -77,18 +77,6 @@ class TenantProgress:
         return next((r.version for r in self.versions if r.version.state == active), None)
 
 
-def planned_steps(config: dict, samples: int) -> int | None:
-    """Optimizer steps a run will take, as the trainer plans them (TrainConfig: ``epochs`` passes of
-    ``mini_batches`` steps, or of one step per ``micro_batch_size * grad_accum`` samples); None when the
-    stored config is not a valid one."""
-    from workers.trainer.backend import TrainConfig  # plain dataclasses: no torch is imported
-
-    try:
-        return max(1, TrainConfig.from_dict(config).planned_steps(samples))
-    except (TypeError, ValueError):
-        return None
-
-
 def _run_ids(versions: list[AdapterVersion]) -> dict[int, int]:
     """version id -> training run id."""
     found = {v.pk: int(v.metrics["training_run"]) for v in versions
@@ -132,6 +120,8 @@ def _open_run(tenant: Tenant) -> RunProgress | None:
     run = open_run_for_tenant(tenant=tenant)
     if run is None:
         return None
+    from clawhub.training.progress import planned_steps
+
     return RunProgress(run=run, samples=len(run.sample_ids or []),
                        planned_steps=planned_steps(run.config or {}, len(run.sample_ids or [])))
 
