@@ -225,13 +225,16 @@ class Consensus:
 
 
 def consensus_of(member_id: int, judged: Sequence[Judged], *, lean: float = 0.34,
-                 min_others: int = 1, max_pairs: int = 5) -> Consensus:
+                 min_others: int = 2, max_pairs: int = 5) -> Consensus:
     """How often ``member_id`` rewarded a style the opposite way from the other members' consensus.
 
     Each other member counts once per style (the mean of their rewards on it), so a member who floods the
     group cannot outvote the rest, and a style scored by fewer than ``min_others`` other members is not
     compared. With two of five members adversarial, an honest member's others are split 2-2 (consensus 0,
     not compared) while an adversary's others lean 3-1 against them: the honest majority is what counts.
+    At least two others (``min_others``): with one, a style only the adversary has scored yet would be "the
+    group's consensus" against an honest member (the persona bench flagged an honest owner so, 5 of 6
+    comparable replies each against a single other member); so a group of two is never compared.
     A style no other member scored is compared on its coarse form (``coarse_style``). ``pairs``: up to
     ``max_pairs`` disagreeing examples, each the member's sample and one of the others' samples of the same
     style with the opposite reward.

@@ -189,3 +189,21 @@ def test_the_guard_reads_each_members_newest_samples_only(trio, monkeypatch, dja
     # The module's bound is what the pipeline uses.
     monkeypatch.setattr(consensus, "PER_MEMBER", 2)
     assert len(consensus.judged_recent(tenant=group.tenant, author_id=h1.pk, since=since)) == 4
+
+
+def test_a_style_only_one_other_member_scored_is_not_a_consensus():
+    # As the persona bench found it: the honest owner (1) scores bold -1 and plain +1; only the adversary (3)
+    # has scored bold yet (+1), and only the honest member (2) plain, once with -1. Against single members
+    # the owner "disagrees" on every reply; with at least two others nothing is comparable.
+    data = (judged(1, BOLD, -1, -1, -1) + judged(1, PLAIN, +1, +1, +1) + judged(3, BOLD, +1, +1, +1)
+            + judged(2, PLAIN, -1))
+    assert consensus_of(1, data, min_others=1).disagreeing == 6
+    assert consensus_disagreement(consensus_of(1, data, min_others=1)) is not None
+    assert consensus_of(1, data).comparable == 0 and consensus_disagreement(consensus_of(1, data)) is None
+    # Once both others have scored both styles (member 2: bold -1, plain -1 +1 +1; the adversary plain -1),
+    # bold is a split, (-1 + 1) / 2 = 0, and plain (1/3 - 1) / 2 = -1/3 is under the 0.34 lean: no consensus.
+    data += judged(2, BOLD, -1) + judged(2, PLAIN, +1, +1) + judged(3, PLAIN, -1)
+    assert consensus_of(1, data).comparable == 0
+    # ... while the adversary, against the two honest members (bold -1 and -1; plain +1 and +1/3), is compared
+    # on everything and disagrees on everything.
+    assert consensus_of(3, data).comparable == 4 and consensus_of(3, data).disagreeing == 4
