@@ -21,9 +21,9 @@ from clawhub.feedback.selectors import (
     turn_for_rating,
 )
 from clawhub.feedback.services import COMMENT_MAX, DEMONSTRATION_MAX, feedback_submit, judge_rules_set
-from clawhub.groups.selectors import group_get_for_member
+from clawhub.tenants.access import group_access
 from clawhub.tenants.models import Tenant
-from clawhub.tenants.selectors import tenant_for_group, tenant_for_user
+from clawhub.tenants.selectors import tenant_for_user
 from workers.judge.judges import (
     DEFAULT_HINTS,
     DEFAULT_NEGATIVE,
@@ -66,8 +66,7 @@ class TenantJudgeRulesApi(APIView):
     def tenant(self, request: Request, slug: str | None) -> Tenant:
         if slug is None:
             return tenant_for_user(user=request.user)
-        group, _role = group_get_for_member(slug=slug, user=request.user)
-        return tenant_for_group(group=group)
+        return group_access(actor=request.user, slug=slug).tenant
 
     def respond(self, tenant: Tenant) -> Response:
         # A tenant that never set rules reads as the defaults, without a row being written for it.

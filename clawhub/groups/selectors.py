@@ -30,17 +30,6 @@ def has_role(*, group: Group, user, at_least: Role) -> bool:
     return role is not None and ROLE_RANK[role] >= ROLE_RANK[at_least]
 
 
-def group_get_for_member(*, slug: str, user) -> tuple[Group, Role]:
-    """The group and the user's role in it. Non-members get 404 so that group names do not leak."""
-    membership = (
-        Membership.objects.select_related("group").filter(group__slug=slug, user=user).first()
-        if user.is_authenticated else None
-    )
-    if membership is None:
-        raise NotFound("No such group.")
-    return membership.group, Role(membership.role)
-
-
 def groups_for_user(*, user, at_least: Role | None = None) -> QuerySet[Group]:
     """The user's groups (those where their role is ``at_least`` or stronger, if given), each annotated with
     ``my_role``, the user's role in it."""

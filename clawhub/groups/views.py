@@ -21,6 +21,7 @@ from clawhub.groups.forms import GroupCreateForm, GroupRenameForm, InvitationFor
 from clawhub.groups.models import Group, Role
 from clawhub.review import selectors as review_selectors
 from clawhub.tenants import naming
+from clawhub.tenants.access import group_access
 
 # A link-only invitation's link is shown once: on the page rendered right after its creation, then popped.
 _NEW_LINK_SESSION_KEY = "groups:new_invitation_link"
@@ -29,10 +30,12 @@ _FAILED = object()
 
 
 def _group_or_404(request: HttpRequest, slug: str) -> tuple[Group, Role]:
+    """The group and the user's role (tenants.access.group_access: non-members, staff included, get 404)."""
     try:
-        return selectors.group_get_for_member(slug=slug, user=request.user)
+        access = group_access(actor=request.user, slug=slug)
     except NotFound as exc:
         raise Http404(exc.message) from None
+    return access.group, access.group_role
 
 
 def _member_or_404(group: Group, user_id: int):
