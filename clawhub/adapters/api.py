@@ -72,7 +72,8 @@ def _pin_data(pin) -> dict:
 
 
 class VersionRowApi(TenantRowApi):
-    """A view about one version: handlers take ``version`` and ``access`` (to its tenant)."""
+    # A view about one version: handlers take ``version`` and ``access`` (to its tenant). No docstring: it
+    # would describe every operation of its subclasses in the OpenAPI schema.
 
     row_kwarg, row_name, not_found = "version_id", "version", "No such adapter version."
 

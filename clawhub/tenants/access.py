@@ -148,10 +148,13 @@ def group_access(*, actor: User, slug: str, staff: bool = False) -> TenantAccess
 # --- API views ----------------------------------------------------------------------------------------------
 
 
+# The base views carry comments, not docstrings: drf-spectacular describes an operation by the first docstring
+# in its view's classes, and these would stand in for every view that has none.
+
+
 class TenantApi(APIView):
-    """An API view about one tenant, named in the URL by ``tenant_id``. Its handlers take ``access`` (a
-    ``TenantAccess``) in place of ``tenant_id``. ``access_by_id`` is the rule (review: review_access_by_id).
-    """
+    # An API view about one tenant, named in the URL by ``tenant_id``. Its handlers take ``access`` (a
+    # ``TenantAccess``) in place of ``tenant_id``. ``access_by_id`` is the rule (review: review_access_by_id).
 
     access_by_id = staticmethod(tenant_access)
 
@@ -171,10 +174,10 @@ class TenantApi(APIView):
 
 
 class TenantRowApi(TenantApi):
-    """An API view about one row of a tenant (a version, a run, a sample), named in the URL by ``row_kwarg``.
-    Its handlers take the row (as ``row_name``) and ``access`` to the row's tenant; a row of a tenant the
-    caller may not see answers 404 with ``not_found``, like a missing one. ``row_access`` is the rule (review
-    views: review_access_for_row)."""
+    # An API view about one row of a tenant (a version, a run, a sample), named in the URL by ``row_kwarg``.
+    # Its handlers take the row (as ``row_name``) and ``access`` to the row's tenant; a row of a tenant the
+    # caller may not see answers 404 with ``not_found``, like a missing one. ``row_access`` is the rule
+    # (review views: review_access_for_row).
 
     row_kwarg = ""
     row_name = ""
@@ -191,9 +194,9 @@ class TenantRowApi(TenantApi):
 
 
 class GroupApi(TenantApi):
-    """An API view about one group, named in the URL by ``slug``: handlers take ``access`` (its tenant, the
-    caller's role) in place of the slug. Non-members, staff included, get 404 before anything else happens;
-    the services check the role again for the operation itself."""
+    # An API view about one group, named in the URL by ``slug``: handlers take ``access`` (its tenant, the
+    # caller's role) in place of the slug. Non-members, staff included, get 404 before anything else happens;
+    # the services check the role again for the operation itself.
 
     def convert_args(self, request: Request, *, slug: str, **kwargs: Any) -> dict[str, Any]:
         return {**kwargs, "access": group_access(actor=request.user, slug=slug)}

@@ -75,7 +75,8 @@ class RunDetailOutputSerializer(RunOutputSerializer):
 
 
 class RunRowApi(TenantRowApi):
-    """A view about one run: handlers take ``run`` and ``access`` (to its tenant)."""
+    # A view about one run: handlers take ``run`` and ``access`` (to its tenant). No docstring: it would
+    # describe every operation of its subclasses in the OpenAPI schema.
 
     row_kwarg, row_name, not_found = "run_id", "run", "No such training run."
 
