@@ -5,9 +5,6 @@ from django.db.models import Q, QuerySet
 
 from clawhub.accounts.models import User
 from clawhub.adapters.models import AdapterPin, AdapterVersion
-
-# Moved to clawhub.tenants.access; kept here until the last importers (adapters.services, web.views) move.
-from clawhub.tenants.access import TenantAccess, tenant_access, tenant_access_for_row  # noqa: F401
 from clawhub.tenants.models import Tenant
 
 
