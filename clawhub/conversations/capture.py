@@ -474,7 +474,6 @@ def _open_regenerate_targets(graph: _Graph, it: _Item) -> list[Turn]:
         for t in graph.by_prompt.get((*owner, h), ())
         if t.turn_type == MAIN
         and t.parent_id is None
-        and (h == it.prompt_hash or t.status == FAILED)
         and t.session_id not in graph.closed_sessions
     ]
     return sorted(found, key=order_key)
@@ -575,7 +574,7 @@ def _link_new_turn(it: _Item, graph: _Graph, by_continuation, new_in_session, re
             t
             for t in new_in_session.get(key, ())
             if t.parent_ref is None
-            and (t.prompt_hash == it.prompt_hash or (t.status == FAILED and t.prompt_hash in it.retry_hashes))
+            and (t.prompt_hash == it.prompt_hash or t.prompt_hash in it.retry_hashes)
         ]
         originals = [t for t in originals if _session_key(t) == key and order_key(t) < order_key(turn)]
         if originals:

@@ -5,7 +5,9 @@ turn whose prompt + reply its request extends (found by the continuation hash). 
 order their requests started (not the order writers committed them):
 
 - a child whose prompt repeats an earlier sibling's prompt is a *regenerate* of that sibling (so is a child
-  that repeats a failed sibling's prompt plus more user messages: OpenClaw's retry keeps the failed message);
+  that repeats a sibling's whole prompt plus more user messages, without its reply: a retry. OpenClaw's keeps
+  the message it retries, after a failed request and also after a served reply it could not use, such as a
+  malformed tool call, which it drops from its history and retries with an instruction to answer);
 - of the others, the first is the parent's *next* state, every later one a *fork* (the user went back and
   branched off);
 - the parent's next state is what its first child's request added after the reply, taken from the first of
@@ -31,8 +33,10 @@ def order_key(turn: Turn) -> tuple[datetime, str]:
 def _regenerates(child: Turn, earlier: Turn) -> bool:
     if child.prompt_hash and child.prompt_hash == earlier.prompt_hash:
         return True
+    # A sibling's whole prompt and more user messages: the client dropped that sibling's reply (a failed
+    # request, or a reply it could not use) and asks again. A branch would change a message, not keep it.
     retry = getattr(child, "retry_hashes", ())
-    return earlier.status == FAILED and bool(earlier.prompt_hash) and earlier.prompt_hash in retry
+    return bool(earlier.prompt_hash) and earlier.prompt_hash in retry
 
 
 def relink(parent: Turn, children: Iterable[Turn], *, now: datetime) -> tuple[list[Turn], bool]:

@@ -414,6 +414,43 @@ def test_only_internal_context_after_a_reply_is_no_next_state(key):
     assert turn(t1).next_state is None and turn(t1).closed_without_next
 
 
+RETRY_INSTRUCTION = ("The previous attempt did not produce a user-visible answer. Continue from the current "
+                     "state and produce the visible answer now. Do not restart from scratch.")
+
+
+@pytest.mark.parametrize("first_turn", [False, True])
+def test_openclaw_retries_a_served_reply_it_could_not_use(key, first_turn):
+    """The model's reply was served whole (200, complete) but was a malformed tool call: OpenClaw drops it
+    from its history and asks again with the same messages and an instruction to answer. That is a regenerate
+    of the dropped turn, not a branch (as a retry after a failed request is): the parent's next state is
+    still the user's message, and the turn after the retry continues the retry."""
+    sys = system("You are OpenClaw. " * 200)
+    internal = {"role": "user", "content": INTERNAL}
+    opening = user(f"[Tue 2026-12-01 08:27 UTC] say hi\n\n{RUNTIME}")
+    t1 = None if first_turn else make_record(key, [sys, opening, internal], reply="hi")
+    asked = user(f"[Tue 2026-12-01 08:28 UTC] one sentence about tea\n\n{RUNTIME}" if first_turn
+                 else "[Tue 2026-12-01 08:28 UTC] one sentence about tea")
+    history = [sys, asked] if first_turn else [sys, opening, assistant("hi"), asked]
+    dropped = make_record(key, [*history, internal], reply='<tool_call>\n{"name": "read", "arguments": {"pa')
+    retry = make_record(key, [*history, internal, user(RETRY_INSTRUCTION)], reply="Tea is a calm drink.")
+    # The retry's instruction stays in the history OpenClaw resends (as a retried message does after a
+    # failed request), its internal context does not.
+    after = make_record(key, [*history, user(RETRY_INSTRUCTION), assistant("Tea is a calm drink."),
+                              user("[Tue 2026-12-01 08:30 UTC] thanks"), internal])
+    capture_store([r for r in (t1, dropped) if r is not None])
+    capture_store([retry, after])
+    assert turn(dropped).status == Turn.Status.COMPLETE
+    assert links(dropped, retry, after) == {
+        dropped.request_id: ("", None) if first_turn else ("next", t1.request_id),
+        retry.request_id: ("regenerate", dropped.request_id),
+        after.request_id: ("next", retry.request_id),
+    }
+    assert turn(retry).next_state == [user("[Tue 2026-12-01 08:30 UTC] thanks")]
+    if t1 is not None:
+        assert turn(t1).next_state == [asked]
+    assert len({turn(r).session_id for r in (t1, dropped, retry, after) if r is not None}) == 1
+
+
 # --- cut turns --------------------------------------------------------------------------------------------
 
 
