@@ -11,6 +11,7 @@ import environ
 
 from clawhub.core.logging import build_logging
 from workers.judge.registry import JUDGES
+from workers.trainer.registry import backend_names
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
@@ -49,6 +50,7 @@ INSTALLED_APPS = [
     "clawhub.usage",
     "clawhub.training",
     "clawhub.web",
+    "clawhub.devtools",
 ]
 
 MIDDLEWARE = [
@@ -373,8 +375,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # load. The default is the tiny Qwen2 committed under models/ (tests, the embedded default).
 CLAWHUB_TRAIN_BASE_MODEL = env.str("CLAWHUB_TRAIN_BASE_MODEL",
                                    default=str(BASE_DIR / "models" / "tiny-qwen2"))
-# The site's backend ("local", "tinker", "fireworks"); staff may set another one per tenant.
+# The site's backend ("local", "tinker", "fireworks": the names in workers.trainer.registry); staff may set
+# another one per tenant.
 CLAWHUB_TRAIN_BACKEND = env.str("CLAWHUB_TRAIN_BACKEND", default="local")
+if CLAWHUB_TRAIN_BACKEND not in backend_names():
+    raise environ.ImproperlyConfigured(
+        f"CLAWHUB_TRAIN_BACKEND={CLAWHUB_TRAIN_BACKEND!r}: use one of {', '.join(backend_names())}")
 # Site defaults of workers.trainer.backend.TrainConfig (JSON object); a tenant's overrides go on top.
 CLAWHUB_TRAIN_DEFAULTS = env.json("CLAWHUB_TRAIN_DEFAULTS", default={})
 # What one tenant may ask of the shared training workers. Upper bounds of TrainConfig fields (JSON field ->
@@ -392,7 +398,7 @@ CLAWHUB_TINKER_BASE_URL = env.str("TINKER_BASE_URL", default="")
 CLAWHUB_FIREWORKS_API_KEY = env.str("FIREWORKS_API_KEY", default="")
 CLAWHUB_FIREWORKS_ACCOUNT_ID = env.str("FIREWORKS_ACCOUNT_ID", default="")
 CLAWHUB_FIREWORKS_BASE_URL = env.str("FIREWORKS_BASE_URL", default="")
-# --- Remote training backends (workers/trainer/remote; wired in workers/tasks/training.make_backend) --------
+# --- Remote training backends (workers/trainer/remote; each reads its own in from_config) -----------------
 # Each service's own name for CLAWHUB_TRAIN_BASE_MODEL (e.g. "Qwen/Qwen3-8B" on Tinker,
 # "accounts/fireworks/models/qwen3-8b" on Fireworks). Empty = CLAWHUB_TRAIN_BASE_MODEL as is. The tokenizer is
 # always loaded from the run's CLAWHUB_TRAIN_BASE_MODEL, so the tokens sent are the ones vLLM serves.

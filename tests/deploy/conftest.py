@@ -16,7 +16,7 @@ _OS_READ = re.compile(
     r"""\bos\.(?:environ\.get|environ\.setdefault|getenv)\(\s*["']([A-Z][A-Z0-9_]*)["']"""
     r"""|\bos\.environ\[\s*["']([A-Z][A-Z0-9_]*)["']\s*\](?!\s*=(?!=))"""
 )
-# The gateway's fake upstream (a test double shipped in the package) reads FAKE_* knobs: they are not
+# The fake upstream (clawhub/devtools, a test double shipped in the package) reads FAKE_* knobs: they are not
 # deployment settings.
 EXCLUDED_PREFIXES = ("FAKE_",)
 

@@ -62,7 +62,7 @@ def start_fake(**env) -> FakeUpstream:
     port = free_port()
     environment = {**os.environ, "FAKE_LOAD_DELAY": "0.2", "FAKE_SLEEP": "5", **env}
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "clawhub.gateway.fake_upstream:app", "--port", str(port),
+        [sys.executable, "-m", "uvicorn", "clawhub.devtools.fake_upstream:app", "--port", str(port),
          "--log-level", "warning", "--no-access-log"],
         env=environment,
     )

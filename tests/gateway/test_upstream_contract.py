@@ -1,6 +1,6 @@
 """Keeps the fake upstream honest: the same assertions run against it and against real vLLM.
 
-Every other gateway test trusts clawhub.gateway.fake_upstream to answer like vLLM; when vLLM changes (or the
+Every other gateway test trusts clawhub.devtools.fake_upstream to answer like vLLM; when vLLM changes (or the
 fake drifts), this file fails for the fake or for vLLM, and says which. Requests go straight to the upstream,
 not through the gateway: the shapes checked here are what the gateway has to cope with.
 """

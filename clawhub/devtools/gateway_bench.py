@@ -355,7 +355,7 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
     upstream = f"http://127.0.0.1:{fake_port}"
     processes = []
     try:
-        fake = spawn([sys.executable, "-m", "uvicorn", "clawhub.gateway.fake_upstream:app", "--port",
+        fake = spawn([sys.executable, "-m", "uvicorn", "clawhub.devtools.fake_upstream:app", "--port",
                       str(fake_port), "--no-access-log", "--log-level", "warning"], {"FAKE_LOAD_DELAY": "0"})
         processes.append(fake)
         wait_http(f"{upstream}/health")
@@ -363,7 +363,7 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
         serve = [sys.executable, "-m", "uvicorn", "clawhub.asgi:application", "--port", str(gw_port),
                  "--workers", str(workers), "--no-access-log", "--log-level", "warning"]
         if profile:
-            serve = [sys.executable, "-m", "clawhub.gateway.profiled", profile, *serve[3:]]
+            serve = [sys.executable, "-m", "clawhub.devtools.profiled", profile, *serve[3:]]
         gateway = spawn(serve, {"CLAWHUB_UPSTREAMS": json.dumps([{"url": upstream, "base_model": "tiny",
                                                                  "max_adapters": 8}])})
         processes.append(gateway)

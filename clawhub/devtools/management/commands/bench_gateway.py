@@ -1,4 +1,4 @@
-"""Benchmarks /v1: direct upstream vs ClawHub vs LiteLLM, one JSON line per mode (clawhub.gateway.bench)."""
+"""Benchmarks /v1: direct upstream vs ClawHub vs LiteLLM, one JSON line per mode (devtools.gateway_bench)."""
 
 import sys
 
@@ -25,7 +25,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, requests, concurrency, workers, max_tokens, no_litellm, body, mode, tenants,
                profile, **options):
-        from clawhub.gateway.bench import run
+        from clawhub.devtools.gateway_bench import run
 
         modes = {"both": (False, True), "plain": (False,), "stream": (True,)}[mode]
         run(requests=requests, concurrency=concurrency, workers=workers, max_tokens=max_tokens,

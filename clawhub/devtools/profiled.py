@@ -1,4 +1,4 @@
-"""``python -m clawhub.gateway.profiled OUT.pstats <uvicorn arguments>``: uvicorn (one worker) with its event
+"""``python -m clawhub.devtools.profiled OUT.pstats <uvicorn arguments>``: uvicorn (one worker) with its event
 loop under cProfile (CPU time of that thread), the stats written to OUT when it stops. For bench_gateway
 --profile; never in production (cProfile roughly doubles the cost of every Python call it sees)."""
 

@@ -1,4 +1,4 @@
-"""Serves the vLLM-shaped fake upstream (clawhub.gateway.fake_upstream) for tests, demos and benchmarks."""
+"""Serves the vLLM-shaped fake upstream (clawhub.devtools.fake_upstream) for tests, demos and benchmarks."""
 
 import os
 
@@ -24,5 +24,5 @@ class Command(BaseCommand):
         os.environ["FAKE_API_KEY"] = api_key
         os.environ["FAKE_LOAD_DELAY"] = str(load_delay)
         self.stdout.write(f"fake vLLM upstream ({base_model}) on http://{host}:{port}/")
-        uvicorn.run("clawhub.gateway.fake_upstream:app", host=host, port=port, log_level="warning",
+        uvicorn.run("clawhub.devtools.fake_upstream:app", host=host, port=port, log_level="warning",
                     access_log=False)
