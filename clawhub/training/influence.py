@@ -12,8 +12,14 @@ loss weight (``review.Sample.train_weight``, carried to the trainer as ``TrainSa
 
 Members under the cap keep weight 1: with honest members of similar volume nothing changes at all, and the
 update is the unweighted one. A weight only ever shrinks (never above 1), so the cap cannot be used to inflate
-anyone's pull. When a batch (or window) has fewer than 1 / cap members, the cap cannot hold for all of them;
-it is then equal shares (1 / members) instead.
+anyone's pull. When a batch has fewer than 1 / cap members, the cap cannot hold for all of them; it is then
+equal shares (1 / members of the batch) instead, per update and over the window alike (over the window at
+most 1 / 2 for a member alone in a batch while others are in the window, so a lone member cannot take over
+the window). The window too, because the members who bring nothing to this batch cannot be weighted: with
+cap 0.4, a group of three whose
+adversary's samples were all rejected would otherwise need each of the two honest members under 0.4 of a
+window where the adversary's old share only shrinks, and the fixed point is x = 0 (the persona bench's
+adversarial group trained a whole batch at weight 0 so).
 
 A sample's mass is its advantage mass as the loss weighs it: sum_t |A_t| over its response tokens, divided by
 its token count, because the loss takes the token mean per sample (workers.trainer.losses.aggregate). For
@@ -64,15 +70,17 @@ def member_weights(masses: Mapping[Hashable, float], *, cap: float,
 
     The largest admissible masses x_m = w_m M_m are the fixed point of
     x_m = min(M_m, c_u X, c_w (P + X) - P_m) with X = sum x_m (c_u, c_w: the cap, or 1 / members where fewer
-    members than 1 / cap take part, counting for c_u only members the window leaves room for); iterated from
-    x = M, X decreases towards the largest such point, where every member under the caps keeps all of their
-    mass.
+    members than 1 / cap are in this batch, c_w at most 1 / 2, counting for c_u only members the window
+    leaves room for); iterated from x = M, X decreases towards the largest such point, where every member
+    under the caps keeps all of their mass.
     """
     past = {m: p for m, p in (past or {}).items() if p > 0}
     active = {m: float(v) for m, v in masses.items() if v > 0}
     if not active:
         return {m: 1.0 for m in masses}
-    c_window = _effective(cap, len(set(active) | set(past)))
+    # Over the window, as many members as are in this batch (at least two where the window has others: a
+    # member alone in a batch may still carry at most half of the window); see the module's docstring.
+    c_window = _effective(cap, max(len(active), min(2, len(set(active) | set(past)))))
     past_total = sum(past.values())
     x = dict(active)
     total = sum(x.values())

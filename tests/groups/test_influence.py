@@ -274,3 +274,21 @@ def test_with_honest_members_the_robust_aggregation_changes_the_update_little():
     # much: the aggregation is not a no-op that the honest case would pass trivially.
     adversarial, _ = mean_change({"a": (8, 1), "h1": (3, -1), "h2": (3, -1)})
     assert adversarial > 0.4 and adversarial > 3 * relative
+
+
+def test_honest_members_keep_training_when_the_adversarys_samples_are_gone_from_the_batch():
+    # The persona bench's adversarial group: the window carried h1 5, h2 4 and the adversary 3 (P = 12); the
+    # adversary's new samples were rejected, so the batch is h1 7, h2 5. Two members in the batch: equal
+    # shares at most, per update and over the window (c = 1/2). x_h2 = 5, x_h1 = 0.5 X, so X = 10 and
+    # w_h1 = 5/7; over the window h1 carries (5 + 5) / 22 = 0.45 <= 0.5. With the window's cap at 0.4 (three
+    # members in the window), both honest members would need under 0.4 of a window where the adversary's 3
+    # only shrinks: the whole batch went to weight ~0 (h1 0, h2 0.07).
+    weights = member_weights({"h1": 7, "h2": 5}, cap=0.4, past={"h1": 5, "h2": 4, "a": 3})
+    assert weights == pytest.approx({"h1": 5 / 7, "h2": 1.0})
+
+
+def test_a_member_alone_in_a_batch_may_carry_at_most_half_of_the_window():
+    # Past: a 2, h1 4, h2 4 (P = 10); a alone with 10: (2 + x) / (10 + x) <= 1/2, so x = 6 and w_a = 0.6.
+    assert member_weights({"a": 10}, cap=0.4, past={"a": 2, "h1": 4, "h2": 4}) == pytest.approx({"a": 0.6})
+    # Already carrying 0.6 of the window: nothing more while alone.
+    assert member_weights({"a": 4}, cap=0.4, past={"a": 6, "h1": 2, "h2": 2}) == pytest.approx({"a": 0.0})
