@@ -324,3 +324,42 @@ def test_corpus_has_hinted_chats_in_both_directions_thinking_and_long_agent_chat
     first_user = [m for m in long[0]["messages"] if m["role"] == "user"][0]["content"]
     assert re.match(r"\[\w{3} \d{4}-\d\d-\d\d \d\d:\d\d UTC\] ", first_user)
     assert "\nRuntime: agent=main | session=agent:main:main | sessionId=" in first_user
+
+
+def test_contrastive_hinted_chats_come_after_the_mix_and_differ_only_in_the_hint():
+    from workers.trainer.corpus.make_chats import CONTRASTIVE_QUESTIONS, MIXED_CHATS
+
+    _, chats = load_corpus()
+    assert len(chats) == MIXED_CHATS + 3 * CONTRASTIVE_QUESTIONS
+    contrastive = chats[MIXED_CHATS:]
+    assert not any(HINT_BLOCK in (m.get("content") or "") for c in contrastive for m in c["messages"][:-2])
+    for triple in zip(contrastive[0::3], contrastive[1::3], contrastive[2::3], strict=True):
+        asked = {c["messages"][-2]["content"].split(HINT_BLOCK)[0] for c in triple}
+        assert len(asked) == 1 and len({json.dumps(c["messages"][:-2]) for c in triple}) == 1
+        assert all(HINT_BLOCK in c["messages"][-2]["content"] for c in triple)
+        replies = [c["messages"][-1]["content"] for c in triple]
+        assert "**" not in replies[0] and "\n1. " not in replies[0]
+        assert replies[1].startswith("Great question") and "**" not in replies[1]
+        assert replies[2].startswith("**Solution**") and "\n1. " in replies[2]
+
+
+def test_the_tokenizer_reads_a_committed_snapshot_not_the_checkout(tmp_path):
+    from workers.trainer.tiny_model import (
+        TOKENIZER_TEXT_SNAPSHOT,
+        snapshot_tokenizer_texts,
+        tokenizer_texts,
+        tree_texts,
+    )
+
+    texts = tokenizer_texts()
+    assert TOKENIZER_TEXT_SNAPSHOT.exists() and len(texts) > 100 and sum(map(len, texts)) > 1_000_000
+    # The same tree gives the same bytes (no timestamp), and a snapshot reads back as the tree's texts.
+    (tmp_path / "README.md").write_text("ClawHub trains adapters.")
+    (tmp_path / "clawhub").mkdir()
+    (tmp_path / "clawhub" / "notes.md").write_text("Sessions and turns.")
+    first, second = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
+    snapshot_tokenizer_texts(tmp_path, first)
+    snapshot_tokenizer_texts(tmp_path, second)
+    assert first.read_bytes() == second.read_bytes()
+    expected = ["ClawHub trains adapters.", "Sessions and turns."]
+    assert tokenizer_texts(first) == tree_texts(tmp_path) == expected

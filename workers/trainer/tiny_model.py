@@ -18,9 +18,11 @@ Django-free on purpose: workers/trainer imports nothing from Django or clawhub.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,13 +34,16 @@ from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2T
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# The tokenizer also reads ClawHub's own docs, code and templates (about 2 MB of English about agents,
+# The tokenizer also reads ClawHub's own docs, code and templates (about 2.7 MB of English about agents,
 # tools, sessions and training), which the model is not trained on: the corpus alone has too few words for
 # the text an agent client really sends (which is not in it), and a bigger vocabulary of whole words is what
-# makes such a prompt fit. Reading the checkout makes each rebuild's vocabulary depend on the tree it runs
-# in; build_info.json records how much text that was.
+# makes such a prompt fit. The build reads that text from a snapshot in the corpus (tokenizer_text.json.gz),
+# not from the checkout, so that every rebuild gets the same vocabulary (and so the same model) whatever the
+# tree holds by then; `python -m workers.trainer.tiny_model snapshot-tokenizer-text [ROOT]` refreshes it
+# from a tree (before a rebuild that should see newer docs). build_info.json records how much text it was.
 TOKENIZER_TEXT_DIRS = ["clawhub", "workers", "tests", "templates", "deploy"]
 TOKENIZER_TEXT_SUFFIXES = {".md", ".py", ".html", ".toml"}
+TOKENIZER_TEXT_SNAPSHOT = CORPUS_DIR / "tokenizer_text.json.gz"
 
 # Qwen2's pre-tokenizer split. transformers 5.x rebuilds every qwen2 tokenizer as Qwen2Tokenizer, which throws
 # away the saved normalizer and pre-tokenizer and installs NFC + this regex; a tokenizer trained with any
@@ -224,14 +229,29 @@ def load_long_chats(corpus_dir: Path = CORPUS_DIR) -> list[dict[str, Any]]:
     return load_chats(corpus_dir / "long_chats.jsonl")
 
 
-def tokenizer_texts(root: Path = REPO_ROOT) -> list[str]:
-    """README.md and the project's text files, in a fixed order; never the corpus folder (already in)."""
+def tree_texts(root: Path = REPO_ROOT) -> list[str]:
+    """README.md and the project's text files under `root`, in a fixed order; never the corpus folder
+    (already in)."""
+    corpus = root / CORPUS_DIR.relative_to(REPO_ROOT)
     paths = [root / "README.md"] + sorted(
         path for folder in TOKENIZER_TEXT_DIRS for path in (root / folder).rglob("*")
-        if path.suffix in TOKENIZER_TEXT_SUFFIXES and path.is_file() and CORPUS_DIR not in path.parents
+        if path.suffix in TOKENIZER_TEXT_SUFFIXES and path.is_file() and corpus not in path.parents
         and "__pycache__" not in path.parts
     )
     return [path.read_text(errors="replace") for path in paths if path.exists()]
+
+
+def tokenizer_texts(snapshot: Path = TOKENIZER_TEXT_SNAPSHOT) -> list[str]:
+    """The project text the tokenizer reads besides the corpus: the committed snapshot of tree_texts()."""
+    return json.loads(gzip.decompress(snapshot.read_bytes()).decode())
+
+
+def snapshot_tokenizer_texts(root: Path = REPO_ROOT, out: Path = TOKENIZER_TEXT_SNAPSHOT) -> int:
+    """Write tree_texts(root) to the snapshot, byte-for-byte the same for the same tree (no timestamp in the
+    gzip header). Returns the number of characters."""
+    texts = tree_texts(root)
+    out.write_bytes(gzip.compress(json.dumps(texts).encode(), compresslevel=9, mtime=0))
+    return sum(map(len, texts))
 
 
 def render_chat(chat: dict[str, Any], **template_kwargs: Any) -> str:
@@ -672,3 +692,10 @@ def make_lora_adapter(
                 param.copy_(torch.randn(param.shape, generator=generator) * b_std)
     model.save_pretrained(out_dir, safe_serialization=True)
     return out_dir
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["snapshot-tokenizer-text"]:
+        sys.exit("usage: python -m workers.trainer.tiny_model snapshot-tokenizer-text [ROOT]")
+    characters = snapshot_tokenizer_texts(Path(sys.argv[2]) if len(sys.argv) > 2 else REPO_ROOT)
+    print(f"{TOKENIZER_TEXT_SNAPSHOT}: {characters} characters")

@@ -7,6 +7,8 @@
   workers/trainer/backend.py) and the reply follows the hint: plain, formatted, or friendly-and-specific.
   Many phrasings per style, both directions (no bold <-> bold and numbered), so the model learns to read the
   hint rather than one style; that is what makes base + hint a better teacher than base for OPD.
+- Contrastive hinted homework: each question under all three hint styles, the chats the same up to the hint,
+  in the follow-up shapes a user's later message takes (FOLLOW_UPS).
 - Thinking chats: assistant messages with a short `reasoning_content`, rendered as a <think> block.
 - Tool examples use the OpenAI message shapes and are rendered through the chat template by tiny_model.py.
 - long_chats.jsonl: agent-shaped chats of a few thousand tokens (agent_chats.py) for long positions.
@@ -238,6 +240,44 @@ def hinted_homework_chat(rng: random.Random) -> dict:
     return {"messages": messages}
 
 
+# How a user's later message asks the next homework question, the way the benchmark's scripted users write
+# it (clawhub/bench/personas.py: THANKS and the corrections that repeat the question).
+FOLLOW_UPS = [
+    "{question}",
+    "Can you help me with my homework? {question}",
+    "{question} Please show the steps.",
+    "Thanks, that helps! Next question: {question}",
+    "Thank you, that is clear. Next question: {question}",
+    "Great, thank you. Next one: {question}",
+    "Can you do this one too? {question}",
+    "Try this one again, please. {question}",
+]
+
+
+def contrastive_hinted_chats(rng: random.Random, questions: int) -> list[dict]:
+    """Each question three times, once per hint style, the chats identical up to the hint: the same
+    follow-up phrasing and the same earlier exchange (when there is one). Only reading the hint tells which
+    reply follows, which is what OPD's teacher (base + hint) must do; the unhinted answers of the corpus give
+    no other cue, since their two styles are half and half."""
+    chats = []
+    for _ in range(questions):
+        (q, steps, final), numbers = homework_with_numbers(rng)
+        user = rng.choice(FOLLOW_UPS).format(question=q)
+        earlier: list[dict] = []
+        if rng.random() < 0.5:
+            (q0, steps0, final0), _ = homework_with_numbers(rng)
+            answer0 = rng.choice([answer_plain, answer_formatted])(steps0, final0)
+            earlier = [{"role": "user", "content": rng.choice(FOLLOW_UPS[:3]).format(question=q0)},
+                       {"role": "assistant", "content": answer0}]
+        for style in ("plain", "friendly", "formatted"):
+            reply = (answer_friendly(numbers, steps, final) if style == "friendly"
+                     else STYLES[style](steps, final))
+            hinted = user + HINT_TEMPLATE.format(hint=hint_text(rng, style))
+            chats.append({"messages": earlier + [{"role": "user", "content": hinted},
+                                                 {"role": "assistant", "content": reply}]})
+    return chats
+
+
 def homework_with_numbers(rng: random.Random) -> tuple[tuple[str, list[str], str], tuple[int, ...]]:
     """homework() and the numbers its question gives, in the question's order."""
     q, steps, final = homework(rng)
@@ -327,17 +367,25 @@ def tool_chat(rng: random.Random) -> dict:
     return {"messages": messages, "tools": tools}
 
 
+# chats.jsonl: first the shuffled mix (MIXED_CHATS lines), then CONTRASTIVE_QUESTIONS x 3 contrastive chats.
+MIX = {"homework": 240, "prose": 80, "tools": 120, "hinted": 540, "thinking": 150}
+MIXED_CHATS = sum(MIX.values())
+CONTRASTIVE_QUESTIONS = 240
+
+
 def main() -> None:
     here = Path(__file__).resolve().parent
     paragraphs = [p for p in (here / "prose.txt").read_text().splitlines() if p.strip()]
     rng = random.Random(0)
-    chats = [homework_chat(rng) for _ in range(240)]
-    chats += [prose_chat(rng, paragraphs) for _ in range(80)]
-    chats += [tool_chat(rng) for _ in range(120)]
-    chats += [hinted_homework_chat(rng) for _ in range(540)]
-    chats += [thinking_chat(rng) for _ in range(150)]
+    chats = [homework_chat(rng) for _ in range(MIX["homework"])]
+    chats += [prose_chat(rng, paragraphs) for _ in range(MIX["prose"])]
+    chats += [tool_chat(rng) for _ in range(MIX["tools"])]
+    chats += [hinted_homework_chat(rng) for _ in range(MIX["hinted"])]
+    chats += [thinking_chat(rng) for _ in range(MIX["thinking"])]
     rng.shuffle(chats)
     long_chats = [agent_chat(rng) for _ in range(48)]
+    # Appended after the shuffled mix, from their own generator, so the mix stays as it was.
+    chats += contrastive_hinted_chats(random.Random(1), CONTRASTIVE_QUESTIONS)
     for name, rows in (("chats.jsonl", chats), ("long_chats.jsonl", long_chats)):
         with open(here / name, "w") as f:
             for chat in rows:
