@@ -99,3 +99,65 @@ def test_too_little_held_out_data_says_so(tiny_model_dir, tmp_path, tenant):
 def test_repetition_share_counts_repeated_trigrams():
     assert repeated_ngram_share([1, 2, 3, 4, 5, 6]) == 0.0
     assert repeated_ngram_share([7] * 12) == pytest.approx(0.9)
+
+
+def test_a_versions_canaries_are_measured_once_and_the_numbers_stay_the_same(tiny_model_dir, tmp_path):
+    """Gate 1 scores v1 against the base, gate 2 v2 against v1: v1's canaries and perplexity come back from
+    its own gate instead of being sampled again, on the resident base, and every number the decision reads is
+    what scoring everything afresh on a private base gives."""
+    from workers.trainer import resident
+    from workers.trainer.gate import FIXED, FIXED_SCORES_FILE
+    from workers.trainer.gate_bench import heldout as judged_turns
+    from workers.trainer.tiny_model import make_lora_adapter
+
+    v1, v2 = (str(make_lora_adapter(tiny_model_dir, tmp_path / f"v{k}", seed=k, b_std=0.01)) for k in (1, 2))
+    heldout = judged_turns(8)  # half of them hinted: the KL and "away" numbers are compared too
+    resident.reset()
+    FIXED.memory.clear()
+
+    def gate_of(candidate, parent, **options):
+        timings = {}
+        scores = score_versions(base_model=str(tiny_model_dir), adapters={"candidate": candidate,
+                                                                          "parent": parent},
+                                samples=heldout, device="cpu", timings=timings, **options)
+        return {name: s.to_dict() for name, s in scores.items()}, timings
+
+    first, first_timings = gate_of(v1, None)
+    assert first_timings["resident_base"] and first_timings["reused"] == []
+    assert (tmp_path / "v1" / FIXED_SCORES_FILE).exists()
+    FIXED.memory.clear()  # a restarted worker: v1's numbers come from its directory
+    second, second_timings = gate_of(v2, v1)
+    assert second_timings["reused"] == ["parent"] and "parent.canaries" not in second_timings
+    assert second["parent"]["canaries"] == first["candidate"]["canaries"]
+    afresh, afresh_timings = gate_of(v2, v1, reuse=False)
+    assert not afresh_timings["resident_base"] and afresh_timings["reused"] == []
+    assert second == afresh
+    assert resident.stats()["loads"] == 1 and resident.stats()["previous_adapter_freed"]
+
+    # Numbers written for other weights (or tampered with) are not used; v2's own, from gate 2, are.
+    stored = tmp_path / "v1" / FIXED_SCORES_FILE
+    stored.write_text(stored.read_text().replace('"key": "', '"key": "x'))
+    FIXED.memory.clear()
+    again, timings = gate_of(v2, v1)
+    assert timings["reused"] == ["candidate"] and "parent.canaries" in timings
+    assert again == afresh
+    resident.reset()
+
+
+def test_the_gate_leaves_a_busy_or_other_resident_base_alone(tiny_model_dir):
+    import torch
+
+    from workers.trainer import resident
+    from workers.trainer.local import load_pretrained
+
+    resident.reset()
+    cpu = torch.device("cpu")
+    lease = resident.acquire(str(tiny_model_dir), torch.float32, cpu, load_pretrained)  # a run holds it
+    assert resident.acquire_if_idle(str(tiny_model_dir), torch.float32, cpu, load_pretrained) is None
+    resident.release(lease, None)
+    # Another dtype would evict the training copy: the gate loads its own instead.
+    assert resident.acquire_if_idle(str(tiny_model_dir), torch.float64, cpu, load_pretrained) is None
+    idle = resident.acquire_if_idle(str(tiny_model_dir), torch.float32, cpu, load_pretrained)
+    assert idle is lease and resident.stats()["loads"] == 1
+    resident.release(idle, None)
+    resident.reset()

@@ -14,12 +14,22 @@ Per model, on the same held-out samples:
   canaries      replies sampled (fixed seed) to a few fixed prompts: empty-output share and repeated-3-gram
                 share of the tokens
   perplexity    on held chats of the tiny model's own corpus (its assistant replies given their prompts)
+
+Canaries and perplexity depend on nothing but the model (no tenant data), so a version's are measured once:
+when it is scored as a candidate they are written beside its weights (gate_scores.json in its adapter
+directory, keyed by a digest of the weights and of everything else they depend on), and when it is the
+parent of a later candidate they are read back instead of sampled again; the base model's are kept in the
+process. The base model itself is the train worker's resident one (workers/trainer/resident.py) when it is
+idle and of the gate's dtype and device, instead of a fresh load per gate.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,11 +37,18 @@ from typing import Any
 import torch
 from peft import PeftModel
 
+from workers.trainer import resident as resident_models
 from workers.trainer.backend import TrainSample
 from workers.trainer.batching import collate, encode_batch, teacher_prompt_ids
+from workers.trainer.corpus.make_chats import MIXED_CHATS
 from workers.trainer.local import generate_samples, load_pretrained, resolve_device, response_logits
 
+log = logging.getLogger(__name__)
+
 CORPUS = Path(__file__).resolve().parent / "corpus" / "chats.jsonl"
+FIXED_SCORES_FILE = "gate_scores.json"  # in an adapter directory: its canary and perplexity numbers
+FIXED_FIELDS = ("canaries", "empty", "repetition", "perplexity")
+SCORE_DTYPE = torch.float32
 
 
 @dataclass
@@ -50,10 +67,11 @@ class ModelScores:
 
 def corpus_chats(path: Path = CORPUS, *, count: int = 16) -> tuple[list[list[dict]], list[TrainSample]]:
     """(canary prompts, perplexity samples) from the tiny model's corpus, always the same ones: the last
-    chats of the file (the opening user turn as a canary prompt, the whole chat's last reply for
-    perplexity)."""
+    chats of its shuffled mix (the opening user turn as a canary prompt, the whole chat's last reply for
+    perplexity). Not the contrastive chats the file ends with: they ask each question three times, so their
+    opening turns would be near-copies of one another."""
     lines = [json.loads(line)["messages"] for line in path.read_text().splitlines() if line.strip()]
-    chosen = lines[-count:]
+    chosen = lines[:MIXED_CHATS][-count:]
     canaries, texts = [], []
     for i, messages in enumerate(chosen):
         first_user = next(j for j, m in enumerate(messages) if m["role"] == "user")
@@ -103,22 +121,66 @@ def score_versions(
     max_new_tokens: int = 48,
     device: str = "auto",
     seed: int = 0,
+    timings: dict[str, Any] | None = None,
+    reuse: bool = True,
 ) -> dict[str, ModelScores]:
-    """Scores of each named adapter directory (None = the base model) on the same held-out samples."""
+    """Scores of each named adapter directory (None = the base model) on the same held-out samples.
+
+    `timings`, when given, is filled with the seconds each part took and which models' canary and perplexity
+    numbers were read back. `reuse=False` measures everything afresh on a private copy of the base (what the
+    gate did before; the benchmark compares the two)."""
+    timings = {} if timings is None else timings
+    clock = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        timings[name] = round(timings.get(name, 0.0) + now - clock, 3)
+        clock = now
+
     dev = resolve_device(device)
-    base, tokenizer = load_pretrained(base_model, torch.float32, dev)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    lease = resident_models.acquire_if_idle(base_model, SCORE_DTYPE, dev, load_pretrained) if reuse else None
+    if lease is not None:
+        base, tokenizer = lease.model, lease.tokenizer
+    else:
+        base, tokenizer = load_pretrained(base_model, SCORE_DTYPE, dev)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    timings["resident_base"] = lease is not None
+    was_training = base.training
     base.eval()
     model: Any = base
-    for name, path in adapters.items():
-        if path is None:
-            continue
-        if isinstance(model, PeftModel):
-            model.load_adapter(path, adapter_name=name)
-        else:
-            model = PeftModel.from_pretrained(base, path, adapter_name=name)
-    model.eval()
+    lap("load")
+    try:
+        for name, path in adapters.items():
+            if path is None:
+                continue
+            if isinstance(model, PeftModel):
+                model.load_adapter(path, adapter_name=name)
+            else:
+                model = PeftModel.from_pretrained(base, path, adapter_name=name)
+        model.eval()
+        lap("adapters")
+        scores = _score(model, tokenizer, dev, adapters=adapters, samples=samples, corpus=corpus,
+                        max_seq_len=max_seq_len, max_new_tokens=max_new_tokens, seed=seed,
+                        key=_fixed_key(base_model, dev, corpus, max_seq_len, max_new_tokens, seed) if reuse
+                        else None, lap=lap, timings=timings)
+        log.info("gate scoring took %.1f s (resident base: %s, canaries read back for: %s)",
+                 sum(v for v in timings.values() if isinstance(v, float)), timings["resident_base"],
+                 ", ".join(timings["reused"]) or "none")
+        return scores
+    finally:
+        if lease is not None:
+            # Detach every adapter put on the resident base (a half-attached one makes it evict the base).
+            base.train(was_training)
+            resident_models.release(lease, model if isinstance(model, PeftModel) else None)
+
+
+def _score(
+    model: Any, tokenizer: Any, dev: torch.device, *, adapters: dict[str, str | None],
+    samples: list[TrainSample], corpus: Path, max_seq_len: int, max_new_tokens: int, seed: int,
+    key: str | None, lap: Any, timings: dict[str, Any],
+) -> dict[str, ModelScores]:
     scorer = _Scorer(model, tokenizer, dev, max_seq_len)
     encoded, _ = encode_batch(tokenizer, samples, max_seq_len=max_seq_len)
     canary_prompts, corpus_samples = corpus_chats(corpus)
@@ -132,40 +194,138 @@ def score_versions(
             prompt, _ = teacher_prompt_ids(tokenizer, e, e.sample.hints[0], max_seq_len=max_seq_len)
             logp, mask, _ = scorer.logits([(prompt, e.response_ids)])
             teacher[str(e.sample.sample_id)] = logp[0, : int(mask[0].sum())]
+    lap("teacher")
 
     scores = {}
+    reused = timings.setdefault("reused", [])
     policies: dict[str, dict[str, torch.Tensor]] = {}
     for name, path in adapters.items():
         with _adapter(model, name if path is not None else None):
             result = ModelScores()
             result.logprob = {k: v for k, (v, _) in scorer.mean_logprobs(encoded).items()}
+            lap(f"{name}.logprob")
             for e in hinted:
-                key = str(e.sample.sample_id)
+                key_ = str(e.sample.sample_id)
                 logp, mask, _ = scorer.logits([(e.prompt_ids, e.response_ids)])
                 policy = logp[0, : int(mask[0].sum())]
-                kl = (policy.exp() * (policy - teacher[key])).sum(-1).mean()
-                result.kl[key] = float(kl)
-                policies.setdefault(name, {})[key] = policy
-            sampled = generate_samples(
-                model, tokenizer, canary_prompts, max_new_tokens=max_new_tokens, temperature=1.0, seed=seed
-            )
-            result.canaries = [s.text[:300] for s in sampled]
-            result.empty = sum(not s.text.strip() for s in sampled) / max(len(sampled), 1)
-            result.repetition = sum(repeated_ngram_share(s.token_ids) for s in sampled) / max(len(sampled), 1)
-            ppl = scorer.mean_logprobs(corpus_encoded)
-            tokens = sum(n for _, n in ppl.values())
-            if tokens:
-                result.perplexity = math.exp(-sum(v * n for v, n in ppl.values()) / tokens)
+                kl = (policy.exp() * (policy - teacher[key_])).sum(-1).mean()
+                result.kl[key_] = float(kl)
+                policies.setdefault(name, {})[key_] = policy
+            lap(f"{name}.kl")
+            model_key = _model_key(key, path) if key is not None else None
+            fixed = FIXED.get(model_key, path) if model_key is not None else None
+            if fixed is not None:
+                for field_name in FIXED_FIELDS:
+                    setattr(result, field_name, fixed[field_name])
+                reused.append(name)
+            else:
+                sampled = generate_samples(
+                    model, tokenizer, canary_prompts, max_new_tokens=max_new_tokens, temperature=1.0,
+                    seed=seed,
+                )
+                result.canaries = [s.text[:300] for s in sampled]
+                result.empty = sum(not s.text.strip() for s in sampled) / max(len(sampled), 1)
+                result.repetition = (sum(repeated_ngram_share(s.token_ids) for s in sampled)
+                                     / max(len(sampled), 1))
+                lap(f"{name}.canaries")
+                ppl = scorer.mean_logprobs(corpus_encoded)
+                tokens = sum(n for _, n in ppl.values())
+                if tokens:
+                    result.perplexity = math.exp(-sum(v * n for v, n in ppl.values()) / tokens)
+                if model_key is not None:
+                    FIXED.put(model_key, path, {f: getattr(result, f) for f in FIXED_FIELDS})
+            lap(f"{name}.perplexity")
             scores[name] = result
     parent = policies.get("parent", {})
     for name, by_key in policies.items():
         if name == "parent":
             continue
-        for key, policy in by_key.items():
-            if key in parent:
-                away = ((policy.exp() - parent[key].exp()) * (parent[key] - teacher[key])).sum(-1).mean()
-                scores[name].away[key] = float(away)
+        for key_, policy in by_key.items():
+            if key_ in parent:
+                away = ((policy.exp() - parent[key_].exp()) * (parent[key_] - teacher[key_])).sum(-1).mean()
+                scores[name].away[key_] = float(away)
+    lap("away")
     return scores
+
+
+# ---------------------------------------------------------------------------------- a version's fixed numbers
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()
+
+
+def _files_signature(folder: Path) -> bytes:
+    """Names, sizes and modification times of a model folder's files (cheap; a rebuilt model changes it)."""
+    if not folder.is_dir():
+        return str(folder).encode()
+    rows = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file()]
+    return json.dumps([str(folder.resolve()), rows]).encode()
+
+
+def _fixed_key(
+    base_model: str, dev: torch.device, corpus: Path, max_seq_len: int, max_new_tokens: int, seed: int
+) -> str:
+    """What a model's canaries and perplexity depend on besides its own weights."""
+    canaries, texts = corpus_chats(corpus)
+    setup = {"base": str(base_model), "device": dev.type, "dtype": str(SCORE_DTYPE),
+             "torch": torch.__version__, "max_seq_len": max_seq_len, "max_new_tokens": max_new_tokens,
+             "seed": seed}
+    return _digest(json.dumps(setup, sort_keys=True).encode(), _files_signature(Path(base_model)),
+                   json.dumps([canaries, [asdict(t) for t in texts]], sort_keys=True, default=str).encode())
+
+
+def _model_key(setup_key: str, adapter_dir: str | None) -> str | None:
+    """setup_key and the adapter's weights and config (None = the base model); None when they are not
+    readable."""
+    if adapter_dir is None:
+        return _digest(setup_key.encode(), b"base")
+    folder = Path(adapter_dir)
+    try:
+        return _digest(setup_key.encode(), (folder / "adapter_config.json").read_bytes(),
+                       (folder / "adapter_model.safetensors").read_bytes())
+    except OSError:
+        return None
+
+
+class _FixedScores:
+    """A model's canary and perplexity numbers by key: in this process, and for an adapter also in its
+    directory (so that they outlive the worker and go where the version's weights go)."""
+
+    def __init__(self) -> None:
+        self.memory: dict[str, dict[str, Any]] = {}
+
+    def get(self, key: str, adapter_dir: str | None) -> dict[str, Any] | None:
+        if key in self.memory:
+            return self.memory[key]
+        if adapter_dir is None:
+            return None
+        try:
+            stored = json.loads((Path(adapter_dir) / FIXED_SCORES_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        if stored.get("key") != key or not all(f in stored.get("scores", {}) for f in FIXED_FIELDS):
+            return None
+        self.memory[key] = stored["scores"]
+        return stored["scores"]
+
+    def put(self, key: str, adapter_dir: str | None, scores: dict[str, Any]) -> None:
+        self.memory[key] = scores
+        if adapter_dir is None:
+            return
+        target = Path(adapter_dir) / FIXED_SCORES_FILE
+        try:
+            partial = target.with_suffix(".json.partial")
+            partial.write_text(json.dumps({"key": key, "scores": scores}))
+            partial.replace(target)
+        except OSError as exc:  # a read-only adapter folder: the process still remembers them
+            log.warning("could not write %s: %s", target, exc)
+
+
+FIXED = _FixedScores()
 
 
 class _adapter:

@@ -58,28 +58,49 @@ def acquire(
 ) -> Resident:
     """The resident base for this (model, dtype, device), loaded now if it is not the current one; `runs`
     tenant updates will use it (a multi-tenant pass acquires once for all of them)."""
+    with _lock:
+        return _acquire_locked(base_model, dtype, device, loader, runs)
+
+
+def acquire_if_idle(
+    base_model: str, dtype: torch.dtype, device: torch.device, loader: Loader
+) -> Resident | None:
+    """acquire() for a short read-only use (the promotion gate), but only when that costs no other run
+    anything: nothing is attached now, and the resident base is this one or there is none yet (never evict
+    another base, e.g. a bf16 training copy, for it). None: the caller loads a private copy."""
+    with _lock:
+        current = _current
+        busy = current is not None and (
+            current.attached or current.key != _key(base_model, dtype, device, loader))
+        if busy:
+            return None
+        return _acquire_locked(base_model, dtype, device, loader, 0)
+
+
+def _acquire_locked(
+    base_model: str, dtype: torch.dtype, device: torch.device, loader: Loader, runs: int
+) -> Resident:
     global _current, _loads
     key = _key(base_model, dtype, device, loader)
-    with _lock:
-        if _current is not None and _current.key != key:
-            if _current.attached:
-                raise RuntimeError(
-                    f"the resident base {_current.key[0]!r} still has {_current.attached} adapter(s) attached"
-                )
-            evict(f"base model changed to {base_model!r}")
-        if _current is None:
-            started = time.monotonic()
-            model, tokenizer = loader(base_model, dtype, device)
-            if tokenizer.pad_token_id is None:
-                tokenizer.pad_token = tokenizer.eos_token
-            for p in model.parameters():
-                p.requires_grad_(False)
-            _loads += 1
-            _current = Resident(key, model, tokenizer, round(time.monotonic() - started, 3))
-            log.info("resident base %s loaded in %.1f s", base_model, _current.load_seconds)
-        _current.attached += 1
-        _current.runs += runs
-        return _current
+    if _current is not None and _current.key != key:
+        if _current.attached:
+            raise RuntimeError(
+                f"the resident base {_current.key[0]!r} still has {_current.attached} adapter(s) attached"
+            )
+        evict(f"base model changed to {base_model!r}")
+    if _current is None:
+        started = time.monotonic()
+        model, tokenizer = loader(base_model, dtype, device)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        for p in model.parameters():
+            p.requires_grad_(False)
+        _loads += 1
+        _current = Resident(key, model, tokenizer, round(time.monotonic() - started, 3))
+        log.info("resident base %s loaded in %.1f s", base_model, _current.load_seconds)
+    _current.attached += 1
+    _current.runs += runs
+    return _current
 
 
 def _adapter_layers(model: Any) -> list[Any]:
