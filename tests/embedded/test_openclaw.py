@@ -104,13 +104,32 @@ def _turns(http: httpx.Client) -> list[dict]:
 SETUPS = ("onboard", "json-block")
 
 
-def _standing(turns: list[dict]) -> list[dict]:
-    """The main turns that stand, in order. OpenClaw resubmits a request whose answer it could not use;
-    capture links the retry to the first attempt (regenerate_of), and the last attempt is the one that
-    stands."""
-    superseded = {t["regenerate_of_id"] for t in turns if t["regenerate_of_id"]}
-    return sorted((t for t in turns if t["turn_type"] == "main" and t["id"] not in superseded),
-                  key=lambda t: t["index"])
+def _said(turn: dict) -> list[str]:
+    """The user messages of the turn's request, without OpenClaw's internal context."""
+    return [_text(m.get("content")) for m in turn["request"]["messages"]
+            if m.get("role") == "user" and INTERNAL not in _text(m.get("content"))]
+
+
+def _answers(turn: dict) -> int | None:
+    """Which of MESSAGES the turn answers: the newest one its request carries (a retry's instruction to answer
+    and a tool result come after it)."""
+    said = "\n".join(_said(turn))
+    return max((i for i, message in enumerate(MESSAGES) if message in said), default=None)
+
+
+def _standing(turns: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The main turns that stand, in order: for each message, the last turn that answers it; and the earlier
+    ones that answer the same message but are neither regenerated nor continued by a later one. OpenClaw asks
+    again when it could not use an answer: after a failed request, and after a served reply it dropped (the
+    tiny model's malformed tool call), resending the message with an instruction to answer; capture must link
+    such an attempt as regenerated (regenerate_of), not leave it as a branch of the conversation. (A tool
+    call's round trip is a turn continued by the next one, which answers the same message.)"""
+    main = sorted((t for t in turns if t["turn_type"] == "main"), key=lambda t: t["index"])
+    last = {_answers(t): t for t in main}
+    regenerated = {t["regenerate_of_id"] for t in main if t["regenerate_of_id"]}
+    continued = {t["parent_id"] for t in main if t["link"] == "next"}
+    unlinked = [t for t in main if last.get(_answers(t)) is not t and t["id"] not in regenerated | continued]
+    return [last[i] for i in sorted(k for k in last if k is not None)], unlinked
 
 
 @dataclass
@@ -219,7 +238,7 @@ def test_real_openclaw_through_what_the_key_shows(shared_stack, driven, setup):
             assert refusal not in (run["stdout"] + run["stderr"]).lower(), (refusal, run["stderr"][-3000:])
 
     # ClawHub's side, as the user sees it through the API.
-    turns = wait_for(lambda: (found := _turns(http)) and len(_standing(found)) >= 3 and found, timeout=60,
+    turns = wait_for(lambda: (found := _turns(http)) and len(_standing(found)[0]) >= 3 and found, timeout=60,
                      what="the three main turns were not recorded")
     (output_dir / "requests.json").write_text(json.dumps(
         [{"turn": t["index"], "type": t["turn_type"], "status": t["http_status"],
@@ -233,13 +252,13 @@ def test_real_openclaw_through_what_the_key_shows(shared_stack, driven, setup):
     for turn in turns:  # every request OpenClaw made: served, and streamed
         assert (turn["http_status"], turn["status"]) == (200, "complete"), turn
         assert turn["request"].get("stream") is True and turn["ttft_ms"] is not None, turn["request"].keys()
-    main = _standing(turns)
-    assert len(main) == 3, [(t["turn_type"], t["index"], t["link"]) for t in turns]
+    assert all(_answers(t) is not None for t in turns if t["turn_type"] == "main"), [
+        (t["index"], t["turn_type"]) for t in turns]  # every main turn answers one of the user's messages
+    main, unlinked = _standing(turns)
+    assert [_answers(t) for t in main] == [0, 1, 2], [(t["turn_type"], t["index"], t["link"]) for t in turns]
+    assert not unlinked, [(t["index"], t["link"], t["regenerate_of_id"]) for t in turns]  # retries are linked
     [session] = {t["session"]["id"]: t["session"] for t in main}.values()  # one ClawHub session
     assert session["external_id"] == openclaw_session and not session["inferred"], session
-    for turn, message in zip(main, MESSAGES, strict=True):
-        users = [_text(m.get("content")) for m in turn["request"]["messages"] if m.get("role") == "user"]
-        assert message in [u for u in users if INTERNAL not in u][-1]  # the turn answers this message
     # A run OpenClaw failed on a malformed tool call is dropped from its history ("replayInvalid"): the next
     # request does not resend that reply, so that turn has no continuation to link to.
     pairs = enumerate(zip(main[:2], MESSAGES[1:], strict=True))
