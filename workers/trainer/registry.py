@@ -7,9 +7,9 @@ whenever choices change; names are at most 12 characters, the width of TrainingR
 Classes are imported on use: naming a backend imports no SDK and no torch (the web process reads the names).
 """
 
-import importlib
 from typing import Any
 
+from workers.registry import registered_class
 from workers.trainer.backend import TrainingBackend
 
 BACKENDS: dict[str, str] = {
@@ -25,14 +25,7 @@ def backend_names() -> list[str]:
 
 def backend_class(name: str) -> type[TrainingBackend]:
     """The class registered under ``name``; a clear error for a name that is not registered."""
-    try:
-        module, _, attr = BACKENDS[name].partition(":")
-    except KeyError:
-        raise ValueError(f"unknown training backend {name!r}; known: {', '.join(BACKENDS)}") from None
-    cls = getattr(importlib.import_module(module), attr)
-    if not (isinstance(cls, type) and issubclass(cls, TrainingBackend)) or cls.name != name:
-        raise TypeError(f"{BACKENDS[name]} is not the TrainingBackend named {name!r}")
-    return cls
+    return registered_class(BACKENDS, name, base=TrainingBackend, kind="training backend")
 
 
 def backend_for(name: str, **options: Any) -> TrainingBackend:
