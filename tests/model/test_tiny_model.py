@@ -363,3 +363,19 @@ def test_the_tokenizer_reads_a_committed_snapshot_not_the_checkout(tmp_path):
     assert first.read_bytes() == second.read_bytes()
     expected = ["ClawHub trains adapters.", "Sessions and turns."]
     assert tokenizer_texts(first) == tree_texts(tmp_path) == expected
+
+
+def test_the_committed_model_reads_the_corpus_hints(tiny_model_dir):
+    """OPD's teacher is the base model with the hint: on questions the corpus never asks, the hint must make
+    the compliant reply the likelier one for each style (plain, friendly-and-specific, formatted) with the
+    corpus's phrasings, which include the benchmark's judge-rule hints."""
+    from workers.trainer.tiny_model import hint_teacher_check
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    _, chats = load_corpus()
+    check = hint_teacher_check(model, tokenizer, "\n".join(render_chat(c) for c in chats))
+    for style in ("plain", "friendly", "formatted"):
+        figures = check[f"corpus/{style}"]
+        assert figures["preference_with_hint"] > 0.8, (style, figures)
+        assert figures["preference_with_hint"] > figures["preference_without_hint"] + 0.3, (style, figures)
