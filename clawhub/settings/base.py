@@ -303,6 +303,12 @@ CLAWHUB_REVIEW_MEMBER_CAP = env.float("CLAWHUB_REVIEW_MEMBER_CAP", default=0.5)
 # samples may carry, per update and over the last CLAWHUB_INFLUENCE_WINDOW trained runs.
 CLAWHUB_INFLUENCE_CAP = env.float("CLAWHUB_INFLUENCE_CAP", default=0.4)
 CLAWHUB_INFLUENCE_WINDOW = env.int("CLAWHUB_INFLUENCE_WINDOW", default=4)
+# Optional robust per-member aggregation on top of the cap: "none", or "median_clip" (a member's batch mass is
+# clipped to the median member's).
+CLAWHUB_INFLUENCE_AGGREGATION = env.str("CLAWHUB_INFLUENCE_AGGREGATION", default="none")
+if CLAWHUB_INFLUENCE_AGGREGATION not in ("none", "median_clip"):
+    raise environ.ImproperlyConfigured(
+        f"CLAWHUB_INFLUENCE_AGGREGATION={CLAWHUB_INFLUENCE_AGGREGATION!r}: use none or median_clip")
 
 # --- Judging (workers/judge, clawhub/feedback, workers/tasks/judging.py) ------------------------------------
 # Which judge scores main turns unless a tenant's JudgeRules says otherwise: "llm" (an OpenAI-compatible judge

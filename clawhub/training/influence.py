@@ -170,7 +170,7 @@ def batch_weights_set(*, tenant: Tenant, sample_ids: list[int], method: str,
     if tenant.kind == Tenant.Kind.GROUP:
         weights = robust_weights(per_member, cap=settings.CLAWHUB_INFLUENCE_CAP,
                                  past=window_masses(tenant=tenant, window=settings.CLAWHUB_INFLUENCE_WINDOW),
-                                 aggregation=getattr(settings, "CLAWHUB_INFLUENCE_AGGREGATION", "none"))
+                                 aggregation=settings.CLAWHUB_INFLUENCE_AGGREGATION)
     Sample.objects.bulk_update(
         [Sample(pk=c.sample_id, advantage_mass=mass[c.sample_id], train_weight=weights[c.member_id])
          for c in claimed],
