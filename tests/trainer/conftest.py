@@ -41,9 +41,12 @@ def tokenizer(tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def prompts() -> list[list[dict]]:
-    """The opening user turn (with its system message, if any) of every corpus chat."""
+    """The opening user turn (with its system message, if any) of every chat of the corpus's shuffled mix (not
+    the contrastive hinted chats after it, which ask each question three times)."""
+    from workers.trainer.corpus.make_chats import MIXED_CHATS
+
     out = []
-    for line in CHATS.read_text().splitlines():
+    for line in CHATS.read_text().splitlines()[:MIXED_CHATS]:
         messages = json.loads(line)["messages"]
         first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
         out.append(messages[: first_user + 1])
