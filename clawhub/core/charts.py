@@ -6,7 +6,8 @@ readable), and returns a ``Chart`` whose ``svg`` is the markup. Every piece of t
 markup is a ``str`` with ``__html__`` (what Django's and Jinja's escaping take as already safe), so a
 template prints it (``{{ chart.svg }}``) with autoescaping on and no ``mark_safe``. The SVG is accessible on
 its own: ``role="img"`` with a ``<title>`` and a ``<desc>`` that sums up each series, axis labels, a legend,
-and a tooltip per bar; the table under a chart stays the full data.
+and a tooltip per bar; the table under a chart stays the full data. ``svg_chart`` gives the positions of the
+dashboard's adapter-progress line chart, which its template draws.
 
 Plain Python, no Django: the web pages and the benchmarks can both draw with it.
 """
@@ -225,3 +226,52 @@ def _describe(cats: Sequence[str], names: Sequence[str], series: Mapping[str, Se
         parts.append(f"{name}: {short_number(sum(values))} in all, most at {cats[peak]} "
                      f"({short_number(values[peak])})")
     return f"{value_label}. " + "; ".join(parts) + "."
+
+
+# --- Line-chart geometry for the dashboard's adapter progress (the template draws it; autoescaping on) ----
+
+
+@dataclass(frozen=True)
+class ChartPoint:
+    x: float
+    y: float
+    label: str  # "v3"
+    value: float
+    title: str  # tooltip
+    kind: str = ""  # a CSS modifier, e.g. the version's state
+
+
+@dataclass(frozen=True)
+class SvgChart:
+    width: int
+    height: int
+    points: tuple[ChartPoint, ...]
+    polyline: str  # "x,y x,y ..."
+    gridlines: tuple[tuple[float, str], ...]  # (y, label)
+    left: int
+    right: int
+    bottom: int
+
+
+def svg_chart(values: Sequence[tuple[str, float, str, str]], *, y_min: float = -1.0, y_max: float = 1.0,
+              width: int = 560, height: int = 180) -> SvgChart | None:
+    """Positions for a line chart of (label, value, tooltip, kind) in order, evenly spaced; None without
+    values. Values outside [y_min, y_max] are drawn at the edge."""
+    if not values:
+        return None
+    left, right, top, bottom = 40, width - 12, 12, height - 26
+    span = (y_max - y_min) or 1.0
+    n = len(values)
+
+    def y_of(v: float) -> float:
+        return round(bottom - (bottom - top) * (max(y_min, min(y_max, v)) - y_min) / span, 1)
+
+    points = tuple(
+        ChartPoint(x=round(left + (right - left) * (i / (n - 1) if n > 1 else 0.5), 1), y=y_of(v),
+                   label=label, value=v, title=title, kind=kind)
+        for i, (label, v, title, kind) in enumerate(values)
+    )
+    grid = tuple((y_of(y_min + span * k / 4), f"{y_min + span * k / 4:g}") for k in range(5))
+    return SvgChart(width=width, height=height, points=points,
+                    polyline=" ".join(f"{p.x},{p.y}" for p in points), gridlines=grid, left=left, right=right,
+                    bottom=bottom)

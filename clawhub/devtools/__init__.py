@@ -4,6 +4,5 @@
 - ``gateway_bench``: ``manage.py bench_gateway``, the same load straight at a fake upstream, through ClawHub
   and through LiteLLM.
 - ``profiled``: uvicorn with its event loop under cProfile, for ``bench_gateway --profile``.
-
-The persona benchmark (``manage.py bench_personas``) is still in ``clawhub.bench``.
+- ``personas``: ``manage.py bench_personas``, the persona (learning) benchmark against a running ClawHub.
 """

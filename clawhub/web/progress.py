@@ -20,7 +20,7 @@ from django.db.models import Count, Q
 from clawhub.accounts.models import User
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.selectors import tenant_label, tenants_for_user
-from clawhub.bench.plots import SvgChart, svg_chart
+from clawhub.core.charts import SvgChart, svg_chart
 from clawhub.review.models import Sample
 from clawhub.tenants.models import Tenant
 

@@ -3,7 +3,7 @@ judge with the benchmark's rules (what the worker would build from the tenant's 
 
 import pytest
 
-from clawhub.bench import personas as P
+from clawhub.devtools.personas import personas as P
 from workers.judge.judges import JudgeInput, RuleJudge, RuleSet
 
 # The corpus's two answer styles, for "There are 4 boxes with 9 cookies in each box. ..."

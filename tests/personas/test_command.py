@@ -5,7 +5,7 @@ import json
 
 from django.core.management import call_command
 
-import clawhub.web.management.commands.bench_personas as command
+import clawhub.devtools.management.commands.bench_personas as command
 
 
 class FakeBench:

@@ -15,8 +15,8 @@ from django.db import close_old_connections
 
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.services import adapter_version_create
-from clawhub.bench import personas as P
-from clawhub.bench.driver import (
+from clawhub.devtools.personas import personas as P
+from clawhub.devtools.personas.driver import (
     Bench,
     BenchConfig,
     Track,
@@ -258,7 +258,7 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
 def test_feedback_stages_split_feedback_to_served_by_the_run_and_version_timestamps():
     from datetime import UTC, datetime
 
-    from clawhub.bench.driver import feedback_stages
+    from clawhub.devtools.personas.driver import feedback_stages
 
     def at(seconds: float) -> str:
         return datetime.fromtimestamp(1_800_000_000 + seconds, tz=UTC).isoformat().replace("+00:00", "Z")

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from clawhub.bench import personas as P
+from clawhub.devtools.personas import personas as P
 from clawhub.review.flags import normalise_text
 from tests.personas.conftest import BOXES, FORMATTED, NUMBERED_ONLY, PLAIN, TOO_SHORT, judge_next_state
 
@@ -192,7 +192,7 @@ def test_personas_and_plots_are_plain_python():
     import subprocess
     import sys
 
-    code = ("import sys, clawhub.bench.personas, clawhub.bench.plots; "
+    code = ("import sys, clawhub.devtools.personas.personas, clawhub.devtools.personas.plots; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'torch', 'httpx')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

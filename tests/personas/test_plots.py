@@ -6,7 +6,8 @@ import zlib
 
 import pytest
 
-from clawhub.bench.plots import PNG_SIGNATURE, Canvas, line_chart_png, png_bytes, svg_chart
+from clawhub.core.charts import svg_chart
+from clawhub.devtools.personas.plots import PNG_SIGNATURE, Canvas, line_chart_png, png_bytes
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:

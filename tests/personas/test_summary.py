@@ -3,8 +3,8 @@ the adversary's shift, and one band per method in the plot."""
 
 import pytest
 
-from clawhub.bench.plots import band_chart_png
-from clawhub.bench.summary import across_seeds, band, report_lines
+from clawhub.devtools.personas.plots import band_chart_png
+from clawhub.devtools.personas.summary import across_seeds, band, report_lines
 
 
 def result(method, seed, student, group, control, served=(12.0,), gate=("promote",)):

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from clawhub.adapters.models import AdapterVersion
-from clawhub.bench.plots import line_chart_png
+from clawhub.devtools.personas.plots import line_chart_png
 from clawhub.training.models import TrainingRun
 from clawhub.training.progress import planned_steps
 from tests.factories import add_member, make_group, make_user

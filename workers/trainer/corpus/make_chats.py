@@ -171,8 +171,8 @@ def answer_friendly(numbers: tuple[int, ...], steps: list[str], final: str) -> s
 STYLES = {"plain": answer_plain, "formatted": answer_formatted}
 
 # What a hint asks for, in many words. The first phrasings of "plain", "friendly" and "formatted" are those
-# the benchmark's judge rules write (clawhub/bench/personas.py, JUDGE_RULES); the rest are other ways to say
-# it.
+# the benchmark's judge rules write (clawhub/devtools/personas/personas.py, JUDGE_RULES); the rest are other
+# ways to say it.
 HINTS = {
     "plain": [
         "Write plain sentences without bold text.",
@@ -241,7 +241,7 @@ def hinted_homework_chat(rng: random.Random) -> dict:
 
 
 # How a user's later message asks the next homework question, the way the benchmark's scripted users write
-# it (clawhub/bench/personas.py: THANKS and the corrections that repeat the question).
+# it (clawhub/devtools/personas/personas.py: THANKS and the corrections that repeat the question).
 FOLLOW_UPS = [
     "{question}",
     "Can you help me with my homework? {question}",

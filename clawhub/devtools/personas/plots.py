@@ -1,4 +1,4 @@
-"""Plots without a plotting library: a PNG line chart for the benchmark, the SVG geometry for the dashboard.
+"""Plots without a plotting library: the benchmark's PNG line and band charts.
 
 matplotlib is not in the environment (and pyproject is not ours to grow), so ``Canvas`` draws lines, boxes and
 a 3x5 pixel font on an RGB raster and ``png_bytes`` encodes it (zlib + struct: signature, IHDR, one IDAT,
@@ -208,52 +208,3 @@ def band_chart_png(bands: Mapping[str, Mapping[str, Sequence[float | None]]], *,
     for n, (name, values) in enumerate(bands.items()):
         _series(f, n, name, values["mean"], swatch=_tint(PALETTE[n % len(PALETTE)]))
     return f.canvas.png()
-
-
-# --- SVG geometry for the dashboard (the template draws it; autoescaping stays on) ------------------------
-
-
-@dataclass(frozen=True)
-class ChartPoint:
-    x: float
-    y: float
-    label: str  # "v3"
-    value: float
-    title: str  # tooltip
-    kind: str = ""  # a CSS modifier, e.g. the version's state
-
-
-@dataclass(frozen=True)
-class SvgChart:
-    width: int
-    height: int
-    points: tuple[ChartPoint, ...]
-    polyline: str  # "x,y x,y ..."
-    gridlines: tuple[tuple[float, str], ...]  # (y, label)
-    left: int
-    right: int
-    bottom: int
-
-
-def svg_chart(values: Sequence[tuple[str, float, str, str]], *, y_min: float = -1.0, y_max: float = 1.0,
-              width: int = 560, height: int = 180) -> SvgChart | None:
-    """Positions for a line chart of (label, value, tooltip, kind) in order, evenly spaced; None without
-    values. Values outside [y_min, y_max] are drawn at the edge."""
-    if not values:
-        return None
-    left, right, top, bottom = 40, width - 12, 12, height - 26
-    span = (y_max - y_min) or 1.0
-    n = len(values)
-
-    def y_of(v: float) -> float:
-        return round(bottom - (bottom - top) * (max(y_min, min(y_max, v)) - y_min) / span, 1)
-
-    points = tuple(
-        ChartPoint(x=round(left + (right - left) * (i / (n - 1) if n > 1 else 0.5), 1), y=y_of(v),
-                   label=label, value=v, title=title, kind=kind)
-        for i, (label, v, title, kind) in enumerate(values)
-    )
-    grid = tuple((y_of(y_min + span * k / 4), f"{y_min + span * k / 4:g}") for k in range(5))
-    return SvgChart(width=width, height=height, points=points,
-                    polyline=" ".join(f"{p.x},{p.y}" for p in points), gridlines=grid, left=left, right=right,
-                    bottom=bottom)

@@ -1,4 +1,5 @@
-"""`python manage.py bench_personas`: the persona benchmark against a running ClawHub (clawhub.bench.driver).
+"""`python manage.py bench_personas`: the persona benchmark against a running ClawHub
+(clawhub.devtools.personas.driver).
 
     python manage.py serve &                                   # or any running stack
     python manage.py bench_personas --methods rl,opd,combine --seeds 0,1,2 --max-updates 16
@@ -7,8 +8,8 @@ Every method runs with the same seeds (same simulated users, same prompts, same 
 printed per (method, seed) as it finishes, then across seeds: held-out compliance per update as mean ± sd
 [min, max], updates to the target per seed, the worst feedback→served time, and the gate's decisions (each
 one is also printed with its reason as it happens). The held-out questions are of kinds no training session
-asks (clawhub.bench.personas.HELD_OUT_KINDS); --noise is the share of the users' reactions that are the
-opposite of what the reply deserved.
+asks (clawhub.devtools.personas.personas.HELD_OUT_KINDS); --noise is the share of the users' reactions
+that are the opposite of what the reply deserved.
 
 It talks to the stack over HTTP only; the one local write besides --out is a copy of the band plot into the
 data directory (CLAWHUB_DATA_DIR/bench/personas.png), where the dashboard picks it up, so run it with the
@@ -23,10 +24,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from clawhub.bench import personas
-from clawhub.bench.driver import DEFAULT_OVERRIDES, METHODS, Bench, BenchConfig, BenchError
-from clawhub.bench.plots import band_chart_png
-from clawhub.bench.summary import across_seeds, report_lines
+from clawhub.devtools.personas import personas
+from clawhub.devtools.personas.driver import DEFAULT_OVERRIDES, METHODS, Bench, BenchConfig, BenchError
+from clawhub.devtools.personas.plots import band_chart_png
+from clawhub.devtools.personas.summary import across_seeds, report_lines
 from clawhub.web.progress import bench_plot_path
 
 

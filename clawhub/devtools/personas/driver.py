@@ -49,10 +49,10 @@ from typing import Any
 
 import httpx
 
-from clawhub.bench import personas as P
-from clawhub.bench.plots import line_chart_png
+from clawhub.devtools.personas import personas as P
+from clawhub.devtools.personas.plots import line_chart_png
 
-logger = logging.getLogger("clawhub.bench")
+logger = logging.getLogger("clawhub.devtools.personas")
 
 METHODS = ("rl", "opd", "combine")
 # The tiny model needs a far larger step than a real one (the trainer's own tests use 2e-3; the default
