@@ -15,7 +15,7 @@ from django.conf import settings
 
 from clawhub.adapters.vllm_admin import VllmAdmin, adapter_names
 from clawhub.core.exceptions import ClawHubError
-from workers.judge.judges import body_shape  # plain httpx: what an error body looked like, not its text
+from workers.upstream_errors import body_shape  # what an error body looked like, never its text
 
 logger = logging.getLogger("clawhub.adapters")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from workers.judge.judges import body_shape  # what an error body looked like, never its text
+from workers.upstream_errors import body_shape  # what an error body looked like, never its text
 
 LOAD_PATH = "/v1/load_lora_adapter"
 UNLOAD_PATH = "/v1/unload_lora_adapter"

@@ -11,7 +11,7 @@ from clawhub.adapters.models import AdapterVersion
 from clawhub.groups.models import Role
 from tests.factories import add_member, make_group, make_user
 from tests.review.conftest import ApiAs
-from workers.judge.judges import body_shape
+from workers.upstream_errors import body_shape
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 PROMPT = "my diary: the thing I told nobody"

@@ -32,6 +32,7 @@ import re2
 from workers.judge import prompts
 from workers.judge.parsing import MIN_HINT_CHARS, boxed_score, extract_hint, majority_vote
 from workers.messages import content_text
+from workers.upstream_errors import body_shape
 
 logger = logging.getLogger("workers.judge")
 
@@ -288,27 +289,6 @@ class LLMJudge(Judge):
                 time.sleep(min(delay, 30.0))
         assert error is not None
         raise error
-
-
-def body_shape(response: httpx.Response) -> str:
-    """What an upstream's error body looked like, without what it said: OpenAI-compatible servers echo the
-    prompt (a user's conversation) in their messages, and these strings end up in logs and stored errors."""
-    kind = response.headers.get("content-type", "").split(";")[0] or "no content type"
-    shape = f"{kind}, {len(response.content)} bytes"
-    try:
-        data = response.json()
-    except ValueError:
-        return shape
-    if not isinstance(data, dict):
-        return shape
-    shape += f", keys {sorted(str(k) for k in data)[:8]}"
-    error = data.get("error")
-    if isinstance(error, dict):
-        # Short machine codes only (type, code): never the message.
-        codes = [f"{k}={error[k]}" for k in ("type", "code")
-                 if isinstance(error.get(k), (str, int)) and len(str(error[k])) <= 40]
-        shape += "".join(f", {c}" for c in codes)
-    return shape
 
 
 def _retry_after(response: httpx.Response) -> float:
