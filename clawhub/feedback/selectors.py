@@ -11,6 +11,7 @@ from clawhub.feedback.models import ExplicitFeedback, JudgeRules, Judgment
 from clawhub.groups.models import Role
 from clawhub.groups.selectors import has_role
 from clawhub.review.flags import Flag, explicit_overrides_judge
+from clawhub.tenants.access import managed_tenants
 from clawhub.tenants.models import Tenant
 
 
@@ -114,8 +115,6 @@ def turn_for_rating(*, actor: User, turn_id: int | None = None, request_id: str 
     """The turn ``actor`` may rate: their own, or one of a tenant they review (their personal tenant; a group
     they own or administer; every tenant for staff). Through a key on /v1 (``key_id``), only the turns that
     key served. Anything else is "no such turn", so other tenants' turns do not leak."""
-    from clawhub.review.selectors import review_scope
-
     turns = Turn.objects.select_related("tenant", "user", "key")
     turn = (turns.filter(pk=turn_id) if turn_id is not None else turns.filter(request_id=request_id)).first()
     if turn is None:
@@ -124,7 +123,7 @@ def turn_for_rating(*, actor: User, turn_id: int | None = None, request_id: str 
         if turn.key_id != key_id:
             raise NotFound("No such turn.")
         return turn
-    if turn.user_id != actor.pk and not review_scope(actor=actor).covers(turn.tenant_id):
+    if turn.user_id != actor.pk and not managed_tenants(actor=actor).filter(pk=turn.tenant_id).exists():
         raise NotFound("No such turn.")
     return turn
 

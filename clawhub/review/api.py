@@ -143,9 +143,8 @@ class SampleListApi(APIView):
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
-        samples = selectors.samples_for_review(scope=selectors.review_scope(actor=request.user),
-                                               tenant_id=f["tenant"], flag=f["flag"], reward=f["reward"],
-                                               state=f["state"])
+        samples = selectors.samples_for_review(actor=request.user, tenant_id=f["tenant"], flag=f["flag"],
+                                               reward=f["reward"], state=f["state"])
         paginator = SamplePagination()
         page = paginator.paginate_queryset(samples, request, view=self)
         return paginator.get_paginated_response(SampleOutputSerializer(page, many=True).data)

@@ -3,8 +3,8 @@
 Who reviews a tenant's samples is ``clawhub.tenants.access.review_access``: site staff review every tenant,
 group owners and admins their group's samples, and every user their own personal tenant's (it is their
 adapter; nobody else's is at stake). Members and viewers of a group see their own samples
-(``clawhub.privacy.selectors.samples_for_user``), never the group's review queue. ``review_scope`` is the same
-rule for lists: the tenants an actor reviews.
+(``clawhub.privacy.selectors.samples_for_user``), never the group's review queue. The same rule for lists is
+``clawhub.tenants.access.managed_tenants``: the tenants an actor reviews.
 """
 
 from dataclasses import dataclass
@@ -19,15 +19,12 @@ from django.utils import timezone
 from clawhub.accounts.models import User
 from clawhub.adapters.selectors import tenant_label  # noqa: F401  (re-exported: labels as the adapter pages)
 from clawhub.core.exceptions import ValidationFailed
-from clawhub.groups.models import ROLE_RANK, Group, Role
+from clawhub.groups.models import Group
 from clawhub.groups.selectors import group_members
 from clawhub.review import flags
 from clawhub.review.models import ReviewPolicy, Sample
-from clawhub.tenants.access import review_access_by_id
+from clawhub.tenants.access import managed_tenants, review_access_by_id
 from clawhub.tenants.models import Tenant
-
-_REVIEWER_ROLES = [role.value for role, rank in ROLE_RANK.items() if rank >= ROLE_RANK[Role.ADMIN]]
-
 
 # --- policy -------------------------------------------------------------------------------------------------
 
@@ -50,35 +47,6 @@ def review_policy_for(*, tenant: Tenant) -> ReviewPolicy:
     return policy
 
 
-# --- who may review -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReviewScope:
-    """The tenants an actor reviews: all of them (staff), or the listed ids."""
-
-    actor: User
-    all_tenants: bool
-    tenant_ids: frozenset[int]
-
-    def covers(self, tenant_id: int) -> bool:
-        return self.all_tenants or tenant_id in self.tenant_ids
-
-    def filter(self, samples: QuerySet[Sample]) -> QuerySet[Sample]:
-        return samples if self.all_tenants else samples.filter(tenant_id__in=self.tenant_ids)
-
-
-def review_scope(*, actor: User) -> ReviewScope:
-    if actor.is_staff:
-        return ReviewScope(actor=actor, all_tenants=True, tenant_ids=frozenset())
-    ids = set(Tenant.objects.filter(
-        Q(kind=Tenant.Kind.USER, user=actor)
-        | Q(kind=Tenant.Kind.GROUP, group__memberships__user=actor,
-            group__memberships__role__in=_REVIEWER_ROLES)
-    ).values_list("id", flat=True))
-    return ReviewScope(actor=actor, all_tenants=False, tenant_ids=frozenset(ids))
-
-
 # --- the review console -------------------------------------------------------------------------------------
 
 
@@ -94,13 +62,13 @@ def _int_or_invalid(value: Any, field: str) -> int:
 
 
 def samples_for_review(
-    *, scope: ReviewScope, tenant_id: Any = None, flag: str = "", reward: Any = None, state: str = "",
+    *, actor: User, tenant_id: Any = None, flag: str = "", reward: Any = None, state: str = "",
 ) -> QuerySet[Sample]:
-    """The samples an actor reviews, newest first, filtered. Filtering on a tenant outside the scope is
-    refused the way opening one of its samples would be."""
-    samples = scope.filter(_samples())
+    """The samples an actor reviews (tenants.access.managed_tenants), newest first, filtered. Filtering on a
+    tenant the actor does not review is refused the way opening one of its samples would be."""
+    samples = _samples().filter(tenant__in=managed_tenants(actor=actor))
     if tenant_id not in (None, ""):
-        access = review_access_by_id(actor=scope.actor, tenant_id=_int_or_invalid(tenant_id, "tenant"))
+        access = review_access_by_id(actor=actor, tenant_id=_int_or_invalid(tenant_id, "tenant"))
         samples = samples.filter(tenant=access.tenant)
     if flag:
         if flag == "any":
@@ -129,12 +97,10 @@ def sample_for_review(*, sample_id: int) -> Sample | None:
     return _samples().select_related("turn", "judgment").filter(pk=sample_id).first()
 
 
-def reviewable_tenants(*, scope: ReviewScope) -> QuerySet[Tenant]:
-    """Tenants for the console's filter: those in the scope that have samples."""
+def reviewable_tenants(*, actor: User) -> QuerySet[Tenant]:
+    """Tenants for the console's filter: those the actor reviews that have samples."""
     tenants = Tenant.objects.select_related("group", "user").filter(samples__isnull=False).distinct()
-    if not scope.all_tenants:
-        tenants = tenants.filter(pk__in=scope.tenant_ids)
-    return tenants.order_by("kind", "pk")
+    return tenants.filter(pk__in=managed_tenants(actor=actor).values("pk")).order_by("kind", "pk")
 
 
 # --- the training selector ----------------------------------------------------------------------------------

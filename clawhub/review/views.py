@@ -35,13 +35,13 @@ def _back(request, default: str) -> str:
 @require_GET
 @page_errors
 def review_list(request):
-    scope = selectors.review_scope(actor=request.user)
     filters = {name: request.GET.get(name, "") for name in ("tenant", "flag", "reward", "state")}
     if "state" not in request.GET:
         filters["state"] = Sample.State.PENDING  # the queue: what waits for a human
     try:
-        samples = selectors.samples_for_review(scope=scope, tenant_id=filters["tenant"], flag=filters["flag"],
-                                               reward=filters["reward"], state=filters["state"])
+        samples = selectors.samples_for_review(actor=request.user, tenant_id=filters["tenant"],
+                                               flag=filters["flag"], reward=filters["reward"],
+                                               state=filters["state"])
     except ClawHubError as exc:
         if isinstance(exc, NotFound | PermissionDenied):
             raise
@@ -49,7 +49,7 @@ def review_list(request):
         samples = Sample.objects.none()
     page = Paginator(samples.select_related("turn"), 50).get_page(request.GET.get("page"))
     _with_feedback(list(page.object_list))
-    tenants = list(selectors.reviewable_tenants(scope=scope))
+    tenants = list(selectors.reviewable_tenants(actor=request.user))
     # Kept on every link, the state too: "Any" (empty) must not fall back to the pending queue on page 2.
     query = urlencode({k: v for k, v in filters.items() if v or k == "state"})
     return render(request, "review/list.html", {

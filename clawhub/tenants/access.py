@@ -6,8 +6,10 @@
   change nothing (403); anyone else gets 404, so that group names and ids do not leak.
 
 Review is stricter (``review_access``): only those who manage a tenant review its samples; members and viewers
-of its group get 403, anyone else 404. The groups API answers 404 to every non-member, staff included
-(``group_access``); the usage API lets staff see any group (``group_access(staff=True)``).
+of its group get 403, anyone else 404. ``managed_tenants`` is the same rule for lists (the review queue, the
+turns one may rate): every tenant for staff, one's personal tenant, the groups one owns or administers. The
+groups API answers 404 to every non-member, staff included (``group_access``); the usage API lets staff see
+any group (``group_access(staff=True)``).
 
 API views about one tenant build on ``TenantApi`` (``TenantRowApi`` for a row of a tenant: a version, a run;
 ``GroupApi`` for a group by slug): the view resolves the access from the URL before the handler runs and calls
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Model
+from django.db.models import Model, Q, QuerySet
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -33,6 +35,7 @@ from clawhub.tenants.models import Tenant
 STAFF = "staff"
 SELF = "self"
 REVIEW_FORBIDDEN = "Only the group's owner and admins, and site staff, review its samples."
+_MANAGER_ROLES = [role.value for role, rank in ROLE_RANK.items() if rank >= ROLE_RANK[Role.ADMIN]]
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,20 @@ def review_access_for_row(*, actor: User, row: Model | None, not_found: str) -> 
     if row is None:
         raise NotFound(not_found)
     return review_access(actor=actor, tenant=row.tenant, not_found=not_found)
+
+
+def managed_tenants(*, actor: User) -> QuerySet[Tenant]:
+    """The tenants the actor manages, and so reviews (``TenantAccess.can_manage``, for lists): every tenant
+    for staff; otherwise their personal tenant and the groups they own or administer; none when signed out."""
+    if not actor.is_authenticated:
+        return Tenant.objects.none()
+    if actor.is_staff:
+        return Tenant.objects.all()
+    return Tenant.objects.filter(
+        Q(kind=Tenant.Kind.USER, user=actor)
+        | Q(kind=Tenant.Kind.GROUP, group__memberships__user=actor,
+            group__memberships__role__in=_MANAGER_ROLES)
+    )
 
 
 def group_access(*, actor: User, slug: str, staff: bool = False) -> TenantAccess:
