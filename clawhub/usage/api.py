@@ -9,8 +9,9 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from clawhub.core.api import openapi_error
+from clawhub.tenants.access import group_access
 from clawhub.usage.renderers import UsageCSVRenderer
-from clawhub.usage.selectors import BY, usage_default_range, usage_scope_resolve, usage_summary, usage_totals
+from clawhub.usage.selectors import BY, usage_default_range, usage_scope, usage_summary, usage_totals
 
 # A longer range is a different question (an export of everything); refuse it rather than scan for it.
 MAX_RANGE = timedelta(days=400)
@@ -82,8 +83,10 @@ class UsageApi(APIView):
         params = self.InputSerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
         p = params.validated_data
-        scope = usage_scope_resolve(actor=request.user, group_slug=p.get("group"), user_id=p.get("user"),
-                                    everything=p["all"])
+        # The group is a query parameter, so it is resolved here, once the parameters are valid (a bad one is
+        # 400 before any 404), by the same rule the other group APIs use, staff included.
+        access = group_access(actor=request.user, slug=p["group"], staff=True) if p.get("group") else None
+        scope = usage_scope(actor=request.user, access=access, user_id=p.get("user"), everything=p["all"])
         narrow = {"since": p["since"], "until": p["until"], "key_id": p.get("key"), "model": p.get("model")}
         results = usage_summary(scope=scope, by=p["by"], **narrow)
         body = {"by": p["by"], "since": p["since"], "until": p["until"], "results": results,

@@ -10,9 +10,10 @@ from datetime import UTC, date, datetime, timedelta
 from django.conf import settings
 from django.db.models import F, Q, QuerySet, Sum
 
+from clawhub.accounts.models import User
 from clawhub.core.exceptions import PermissionDenied
 from clawhub.groups.models import Group
-from clawhub.tenants.access import group_access
+from clawhub.tenants.access import TenantAccess
 from clawhub.usage.models import SUMMED, UsageDaily
 
 BY = ("day", "model", "key", "user", "group")
@@ -59,20 +60,19 @@ class UsageScope:
         return where
 
 
-def usage_scope_resolve(
-    *, actor, group_slug: str | None = None, user_id: int | None = None, everything: bool = False
+def usage_scope(
+    *, actor: User, access: TenantAccess | None = None, user_id: int | None = None, everything: bool = False
 ) -> UsageScope:
-    """Turns what a request asks to see into what it may see, or refuses."""
+    """Turns what a request asks to see into what it may see, or refuses. ``access`` is the caller's access to
+    the group asked for, which the view resolves (``tenants.access.group_access(staff=True)``: non-members get
+    404, staff see every group)."""
     others = user_id is not None and user_id != actor.pk
-    if group_slug:
-        # Non-members get 404 so that group names do not leak; staff see every group.
-        access = group_access(actor=actor, slug=group_slug, staff=True)
-        group = access.group
+    if access is not None:
         if access.can_manage:
-            return UsageScope(group=group, user_id=user_id)
+            return UsageScope(group=access.group, user_id=user_id)
         if others:
             raise PermissionDenied("Only the group's owner and admins see other members' usage.")
-        return UsageScope(group=group, user_id=actor.pk)
+        return UsageScope(group=access.group, user_id=actor.pk)
     if everything or others:
         if not actor.is_staff:
             raise PermissionDenied("Only staff see other users' usage.")

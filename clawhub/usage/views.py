@@ -10,8 +10,9 @@ from django.utils.http import urlencode
 
 from clawhub.groups.models import Role
 from clawhub.groups.selectors import groups_for_user
+from clawhub.tenants.access import group_access
 from clawhub.usage.charts import usage_charts
-from clawhub.usage.selectors import usage_default_range, usage_scope_resolve, usage_summary, usage_totals
+from clawhub.usage.selectors import usage_default_range, usage_scope, usage_summary, usage_totals
 
 
 class RangeForm(forms.Form):
@@ -44,12 +45,12 @@ def _summary(scope, dates: dict, *by: str) -> dict:
 @login_required
 def usage_page(request: HttpRequest) -> HttpResponse:
     form, dates = _range(request)
-    mine = _summary(usage_scope_resolve(actor=request.user), dates, "day", "model", "key")
-    groups = [
-        {"group": group, **_summary(usage_scope_resolve(actor=request.user, group_slug=group.slug), dates,
-                                    "user", "model")}
-        for group in groups_for_user(user=request.user, at_least=Role.ADMIN)
-    ]
+    mine = _summary(usage_scope(actor=request.user), dates, "day", "model", "key")
+    groups = []
+    for group in groups_for_user(user=request.user, at_least=Role.ADMIN):
+        access = group_access(actor=request.user, slug=group.slug, staff=True)  # as the usage API resolves it
+        groups.append({"group": group, **_summary(usage_scope(actor=request.user, access=access), dates,
+                                                  "user", "model")})
     query = {"since": dates["since"].isoformat(), "until": dates["until"].isoformat(), "format": "csv"}
     csv = {by: f"{reverse('api-usage')}?{urlencode({**query, 'by': by})}" for by in ("day", "model", "key")}
     return render(request, "usage/usage.html", {
