@@ -17,6 +17,7 @@ from clawhub.tenants.access import (
     TenantRowApi,
     review_access_by_id,
     review_access_for_row,
+    review_access_for_tenants,
 )
 
 # --- OpenAPI description ------------------------------------------------------------------------------------
@@ -163,7 +164,17 @@ class SampleDetailApi(TenantRowApi):
         return Response(SampleDetailOutputSerializer(sample).data)
 
 
-class SampleApproveApi(APIView):
+class SampleDecisionApi(TenantRowApi):
+    # A decision on one sample: the caller's review access to its tenant is resolved before the handler
+    # (members and viewers 403, anyone else 404, like a missing sample); the service takes it.
+    row_kwarg, row_name, not_found = "sample_id", "sample", "No such sample."
+    row_access = staticmethod(review_access_for_row)
+
+    def get_row(self, pk: int) -> Sample | None:
+        return selectors.sample_for_decision(sample_id=pk)
+
+
+class SampleApproveApi(SampleDecisionApi):
     class InputSerializer(serializers.Serializer):
         reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
@@ -172,15 +183,15 @@ class SampleApproveApi(APIView):
 
     @extend_schema(tags=REVIEW_TAGS, request=InputSerializer,
                    responses={200: SampleOutputSerializer, 409: CONFLICT, **REVIEW_ERRORS})
-    def post(self, request, sample_id: int):
+    def post(self, request, sample: Sample, access: TenantAccess):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        sample = services.sample_approve(actor=request.user, sample_id=sample_id, ip=client_ip(request),
+        sample = services.sample_approve(access=access, sample_id=sample.pk, ip=client_ip(request),
                                          **data.validated_data)
         return Response(SampleOutputSerializer(sample).data)
 
 
-class SampleRejectApi(APIView):
+class SampleRejectApi(SampleDecisionApi):
     class InputSerializer(serializers.Serializer):
         # The service says why a reason is needed too (bulk rejections and the web console go through it).
         reason = serializers.CharField(max_length=2000, help_text="Why the sample is rejected (required).")
@@ -190,10 +201,10 @@ class SampleRejectApi(APIView):
 
     @extend_schema(tags=REVIEW_TAGS, request=InputSerializer,
                    responses={200: SampleOutputSerializer, 409: CONFLICT, **REVIEW_ERRORS})
-    def post(self, request, sample_id: int):
+    def post(self, request, sample: Sample, access: TenantAccess):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        sample = services.sample_reject(actor=request.user, sample_id=sample_id, ip=client_ip(request),
+        sample = services.sample_reject(access=access, sample_id=sample.pk, ip=client_ip(request),
                                         **data.validated_data)
         return Response(SampleOutputSerializer(sample).data)
 
@@ -223,7 +234,9 @@ class SampleBulkApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        samples = services.samples_bulk_decide(actor=request.user, sample_ids=v["ids"], action=v["action"],
+        accesses = review_access_for_tenants(actor=request.user,
+                                             tenants=selectors.sample_tenants(sample_ids=v["ids"]))
+        samples = services.samples_bulk_decide(accesses=accesses, sample_ids=v["ids"], action=v["action"],
                                                reason=v["reason"], ip=client_ip(request))
         return Response({"count": len(samples), "results": SampleOutputSerializer(samples, many=True).data})
 

@@ -7,12 +7,13 @@ adapter; nobody else's is at stake). Members and viewers of a group see their ow
 ``clawhub.tenants.access.managed_tenants``: the tenants an actor reviews.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Q, QuerySet, Window
+from django.db.models import F, Min, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -95,6 +96,19 @@ def sample_for_review(*, sample_id: int) -> Sample | None:
     """A sample by id for the console; the view checks that the actor reviews its tenant
     (tenants.access.review_access_for_row)."""
     return _samples().select_related("turn", "judgment").filter(pk=sample_id).first()
+
+
+def sample_for_decision(*, sample_id: int) -> Sample | None:
+    """A sample by id with its tenant, for approving or rejecting it; the view checks that the actor reviews
+    its tenant (tenants.access.review_access_for_row) and the service locks it."""
+    return Sample.objects.select_related("tenant").filter(pk=sample_id).first()
+
+
+def sample_tenants(*, sample_ids: Iterable[int]) -> list[Tenant]:
+    """The tenants of the listed samples that exist, each once, in the order of its first sample id (the order
+    a bulk decision meets them in); the view resolves the caller's review access to each."""
+    return list(Tenant.objects.select_related("group", "user").filter(samples__pk__in=list(sample_ids))
+                .annotate(first_sample=Min("samples__pk")).order_by("first_sample"))
 
 
 def reviewable_tenants(*, actor: User) -> QuerySet[Tenant]:

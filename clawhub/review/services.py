@@ -8,7 +8,7 @@ recorded on the sample itself (state, flags) rather than in the audit log.
 
 import hashlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -24,7 +24,7 @@ from clawhub.review import flags as guards
 from clawhub.review.consensus import judged_recent
 from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.review.selectors import review_policy_for
-from clawhub.tenants.access import REVIEW_FORBIDDEN, TenantAccess, review_access
+from clawhub.tenants.access import REVIEW_FORBIDDEN, TenantAccess
 from clawhub.tenants.models import Tenant
 
 BULK_MAX = 500
@@ -188,8 +188,8 @@ def samples_hold_for_consensus(*, tenant: Tenant, user_id: int, flag: guards.Fla
 _ACTIONS = {"approve": Sample.State.APPROVED, "reject": Sample.State.REJECTED}
 
 
-def _decide(*, actor: User, sample_ids: Sequence[int], action: str, reason: str, ip: str | None,
-            bulk: bool) -> list[Sample]:
+def _decide(*, accesses: Mapping[int, TenantAccess], sample_ids: Sequence[int], action: str, reason: str,
+            ip: str | None, bulk: bool) -> list[Sample]:
     if action not in _ACTIONS:
         raise ValidationFailed(f"Unknown action {action!r}.", field="action", allowed=list(_ACTIONS))
     state = _ACTIONS[action]
@@ -205,18 +205,20 @@ def _decide(*, actor: User, sample_ids: Sequence[int], action: str, reason: str,
     missing = sorted(set(sample_ids) - {s.pk for s in samples})
     if missing:
         raise NotFound("No such sample." if len(missing) == 1 else "Some samples do not exist.", ids=missing)
-    reviewed: set[int] = set()  # tenants already checked: one membership read per tenant, not per sample
+    decided_by: dict[int, User] = {}
     for sample in samples:
-        if sample.tenant_id not in reviewed:
-            review_access(actor=actor, tenant=sample.tenant)
-            reviewed.add(sample.tenant_id)
-        if state == Sample.State.APPROVED and sample.user_id == actor.pk and sample.tenant.group_id:
+        access = accesses.get(sample.tenant_id)
+        if access is None:  # a tenant the view did not resolve: as if the sample did not exist
+            raise NotFound("No such sample.")
+        access.require_manage(message=REVIEW_FORBIDDEN)
+        if state == Sample.State.APPROVED and sample.user_id == access.actor.pk and sample.tenant.group_id:
             # A group admin's own feedback trains everyone's adapter: the poisoning guards flagged it, so
             # another admin (or site staff) decides. On a personal adapter there is nobody else to ask.
             raise PermissionDenied(
                 f"Sample {sample.pk} is your own: another admin of the group, or site staff, must approve "
                 "it.",
                 code="self_approval", id=sample.pk)
+        decided_by[sample.pk] = access.actor
     for sample in samples:
         if sample.state == Sample.State.DELETED:
             raise Conflict(f"Sample {sample.pk} was deleted by its user.", code="sample_deleted",
@@ -228,7 +230,7 @@ def _decide(*, actor: User, sample_ids: Sequence[int], action: str, reason: str,
     for sample in samples:
         if sample.state == state and sample.reason == reason:
             continue
-        previous = sample.state
+        previous, actor = sample.state, decided_by[sample.pk]
         sample.state, sample.reason, sample.decided_by, sample.decided_at = state, reason, actor, now
         sample.save(update_fields=["state", "reason", "decided_by", "decided_at"])
         audit_record(actor=actor, action=f"sample.{action}", target=sample, subject_user=sample.user,
@@ -239,26 +241,33 @@ def _decide(*, actor: User, sample_ids: Sequence[int], action: str, reason: str,
 
 
 @transaction.atomic
-def sample_approve(*, actor: User, sample_id: int, reason: str = "", ip: str | None = None) -> Sample:
-    return _decide(actor=actor, sample_ids=[sample_id], action="approve", reason=reason, ip=ip, bulk=False)[0]
+def sample_approve(*, access: TenantAccess, sample_id: int, reason: str = "",
+                   ip: str | None = None) -> Sample:
+    """Approves a sample of ``access.tenant`` (``access`` from review_access: the view resolves it). Nobody
+    approves their own sample of a group."""
+    return _decide(accesses={access.tenant.pk: access}, sample_ids=[sample_id], action="approve",
+                   reason=reason, ip=ip, bulk=False)[0]
 
 
 @transaction.atomic
-def sample_reject(*, actor: User, sample_id: int, reason: str, ip: str | None = None) -> Sample:
-    return _decide(actor=actor, sample_ids=[sample_id], action="reject", reason=reason, ip=ip, bulk=False)[0]
+def sample_reject(*, access: TenantAccess, sample_id: int, reason: str, ip: str | None = None) -> Sample:
+    """Rejects a sample of ``access.tenant`` (``access`` from review_access), saying why."""
+    return _decide(accesses={access.tenant.pk: access}, sample_ids=[sample_id], action="reject",
+                   reason=reason, ip=ip, bulk=False)[0]
 
 
 @transaction.atomic
-def samples_bulk_decide(*, actor: User, sample_ids: Iterable[int], action: str, reason: str = "",
-                        ip: str | None = None) -> list[Sample]:
+def samples_bulk_decide(*, accesses: Mapping[int, TenantAccess], sample_ids: Iterable[int], action: str,
+                        reason: str = "", ip: str | None = None) -> list[Sample]:
     """Approves or rejects every listed sample, or none of them: one sample the actor may not review, or
-    that cannot change, fails the whole request."""
+    that cannot change, fails the whole request. ``accesses`` is the actor's review access to the samples'
+    tenants, by tenant id (tenants.access.review_access_for_tenants, resolved by the view)."""
     ids = sorted({int(i) for i in sample_ids})
     if not ids:
         raise ValidationFailed("Choose at least one sample.", field="ids")
     if len(ids) > BULK_MAX:
         raise ValidationFailed(f"At most {BULK_MAX} samples at a time.", field="ids")
-    return _decide(actor=actor, sample_ids=ids, action=action, reason=reason, ip=ip, bulk=True)
+    return _decide(accesses=accesses, sample_ids=ids, action=action, reason=reason, ip=ip, bulk=True)
 
 
 @transaction.atomic

@@ -17,7 +17,13 @@ from clawhub.core.views import page_errors, post_and_redirect
 from clawhub.feedback.selectors import explicit_feedback_for_turn
 from clawhub.review import flags, selectors, services
 from clawhub.review.models import ReviewPolicy, Sample
-from clawhub.tenants.access import review_access_by_id, review_access_for_row, tenant_page, tenant_row_page
+from clawhub.tenants.access import (
+    review_access_by_id,
+    review_access_for_row,
+    review_access_for_tenants,
+    tenant_page,
+    tenant_row_page,
+)
 
 
 def _back(request, default: str) -> str:
@@ -129,14 +135,17 @@ def _pretty_messages(items) -> list[dict]:
 @login_required
 @require_POST
 @page_errors
-def review_decide(request, sample_id: int):
+@tenant_row_page(kwarg="sample_id", name="sample", not_found="No such sample.",
+                 get_row=lambda pk: selectors.sample_for_decision(sample_id=pk),
+                 row_access=review_access_for_row)
+def review_decide(request, sample, access):
     action, reason = request.POST.get("action", ""), request.POST.get("reason", "")
     decide = services.sample_reject if action == "reject" else services.sample_approve
     return post_and_redirect(
         request,
-        lambda: decide(actor=request.user, sample_id=sample_id, reason=reason, ip=client_ip(request)),
-        f"Sample {sample_id} {'rejected' if action == 'reject' else 'approved'}.",
-        _back(request, reverse("review_sample", args=[sample_id])),
+        lambda: decide(access=access, sample_id=sample.pk, reason=reason, ip=client_ip(request)),
+        f"Sample {sample.pk} {'rejected' if action == 'reject' else 'approved'}.",
+        _back(request, reverse("review_sample", args=[sample.pk])),
     )
 
 
@@ -146,9 +155,10 @@ def review_decide(request, sample_id: int):
 def review_bulk(request):
     ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
     action = request.POST.get("action", "")
+    accesses = review_access_for_tenants(actor=request.user, tenants=selectors.sample_tenants(sample_ids=ids))
     return post_and_redirect(
         request,
-        lambda: services.samples_bulk_decide(actor=request.user, sample_ids=ids, action=action,
+        lambda: services.samples_bulk_decide(accesses=accesses, sample_ids=ids, action=action,
                                              reason=request.POST.get("reason", ""), ip=client_ip(request)),
         lambda done: f"{len(done)} samples {'rejected' if action == 'reject' else 'approved'}.",
         _back(request, reverse("review")),

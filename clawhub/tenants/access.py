@@ -19,7 +19,7 @@ services take ``access.tenant`` (or the access itself where the actor's role mat
 """
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +129,12 @@ def review_access_for_row(*, actor: User, row: Model | None, not_found: str) -> 
     if row is None:
         raise NotFound(not_found)
     return review_access(actor=actor, tenant=row.tenant, not_found=not_found)
+
+
+def review_access_for_tenants(*, actor: User, tenants: Iterable[Tenant]) -> dict[int, TenantAccess]:
+    """Access to review each of several tenants (those of a bulk decision's samples), by tenant id, checked in
+    the given order: the first the actor may not review refuses them all, as ``review_access`` refuses it."""
+    return {tenant.pk: review_access(actor=actor, tenant=tenant) for tenant in tenants}
 
 
 def managed_tenants(*, actor: User) -> QuerySet[Tenant]:

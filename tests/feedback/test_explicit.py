@@ -10,6 +10,7 @@ from clawhub.feedback.models import ExplicitFeedback, Judgment
 from clawhub.feedback.services import judgment_store
 from clawhub.review.models import Sample
 from clawhub.review.services import sample_approve
+from clawhub.tenants.access import review_access
 from clawhub.training import services as training
 from clawhub.training.models import TrainingSettings
 from clawhub.training.selectors import samples_of_run
@@ -164,7 +165,7 @@ def test_a_key_needs_the_admin_scope_to_rate_on_the_rest_api(me, judged):
 def test_an_explicit_rating_changes_the_reward_in_the_next_training_batch(me, judged, api_as):
     TrainingSettings.objects.create(tenant=me.tenant, method="rl", batch_size=1)
     assert rate(api_as, me, judged.turn_id, thumb="down", comment="No.").status_code == 201
-    sample_approve(actor=me, sample_id=judged.pk)
+    sample_approve(access=review_access(actor=me, tenant=judged.tenant), sample_id=judged.pk)
     run = training.run_start(tenant=me.tenant)
     batch = [train_sample(s) for s in samples_of_run(run=run)]
     assert [(t.sample_id, t.reward, t.hints) for t in batch] == [(judged.pk, -1, ["No."])]

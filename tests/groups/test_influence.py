@@ -133,6 +133,7 @@ def test_the_group_page_shows_each_members_share_weight_flags_and_rejections(gro
 
     from clawhub.review.flags import CONSENSUS
     from clawhub.review.services import sample_reject
+    from clawhub.tenants.access import review_access
     from tests.adapters.conftest import make_version
 
     tenant, adversary, h1, h2 = group_of_three
@@ -148,7 +149,8 @@ def test_the_group_page_shows_each_members_share_weight_flags_and_rejections(gro
     Sample.objects.filter(pk=flagged.pk).update(
         state=Sample.State.PENDING,
         flags=[{"code": CONSENSUS, "detail": "rewarded 5 of 6 against the group"}])
-    sample_reject(actor=owner, sample_id=flagged.pk, reason="steers against the group")
+    sample_reject(access=review_access(actor=owner, tenant=tenant), sample_id=flagged.pk,
+                  reason="steers against the group")
 
     from clawhub.review.selectors import group_member_influence
 

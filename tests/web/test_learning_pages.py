@@ -9,6 +9,7 @@ from clawhub.adapters.evaluation import NOT_ENOUGH, PROMOTE, REJECT, Decision
 from clawhub.feedback.models import ExplicitFeedback
 from clawhub.review.models import Sample
 from clawhub.review.services import sample_approve
+from clawhub.tenants.access import review_access
 from clawhub.training import services as training
 from clawhub.training.models import TrainingSettings
 from tests.factories import make_user
@@ -54,7 +55,8 @@ def test_the_conversation_page_explains_each_turn_and_rates_it(me):
     assert (feedback.thumb, feedback.comment, feedback.source) == ("down", "Too chatty.", "web")
     good.refresh_from_db()
     assert good.state == Sample.State.PENDING and good.reward == -1
-    sample_approve(actor=me, sample_id=good.pk, reason="yes, too chatty")
+    sample_approve(access=review_access(actor=me, tenant=good.tenant), sample_id=good.pk,
+                   reason="yes, too chatty")
     TrainingSettings.objects.create(tenant=me.tenant, batch_size=1)
     run = training.run_start(tenant=me.tenant)
     page = client.get(f"/conversations/{good.turn.session_id}/").content.decode()
