@@ -2,10 +2,20 @@
 CLAWHUB_JUDGE's validation and the judge task's factory all read this table, so a new judge is a ``Judge``
 subclass with ``name`` and ``from_config`` plus one line here (and a choices-only migration of
 clawhub/feedback, which Django asks for whenever choices change; names are at most 8 characters, the width
-of JudgeRules.judge)."""
+of JudgeRules.judge).
 
-from workers.judge.judges import Judge
+Classes are imported on use: naming a judge imports no judge (Django's model choices and settings read the
+names in every process).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from workers.registry import registered_class
+
+if TYPE_CHECKING:
+    from workers.judge.judges import Judge
 
 JUDGES: dict[str, str] = {
     "rule": "workers.judge.judges:RuleJudge",
@@ -19,4 +29,6 @@ def judge_names() -> list[str]:
 
 def judge_class(name: str) -> type[Judge]:
     """The class registered under ``name``; a clear error for a name that is not registered."""
+    from workers.judge.judges import Judge
+
     return registered_class(JUDGES, name, base=Judge, kind="judge")

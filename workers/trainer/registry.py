@@ -7,10 +7,14 @@ whenever choices change; names are at most 12 characters, the width of TrainingR
 Classes are imported on use: naming a backend imports no SDK and no torch (the web process reads the names).
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from workers.registry import registered_class
-from workers.trainer.backend import TrainingBackend
+
+if TYPE_CHECKING:
+    from workers.trainer.backend import TrainingBackend
 
 BACKENDS: dict[str, str] = {
     "local": "workers.trainer.local:LocalBackend",
@@ -25,6 +29,8 @@ def backend_names() -> list[str]:
 
 def backend_class(name: str) -> type[TrainingBackend]:
     """The class registered under ``name``; a clear error for a name that is not registered."""
+    from workers.trainer.backend import TrainingBackend
+
     return registered_class(BACKENDS, name, base=TrainingBackend, kind="training backend")
 
 
