@@ -1,7 +1,7 @@
 """`python manage.py bench_personas`: the persona benchmark against a running ClawHub
 (clawhub.devtools.personas.driver).
 
-    python manage.py serve &                                   # or any running stack
+    CLAWHUB_TRAIN_BUDGET_RUNS_PER_HOUR=0 python manage.py serve &   # or any running stack
     python manage.py bench_personas --methods rl,opd,combine --seeds 0,1,2 --max-updates 16
 
 Every method runs with the same seeds (same simulated users, same prompts, same noise); the result is
@@ -10,6 +10,12 @@ printed per (method, seed) as it finishes, then across seeds: held-out complianc
 one is also printed with its reason as it happens). The held-out questions are of kinds no training session
 asks (clawhub.devtools.personas.personas.HELD_OUT_KINDS); --noise is the share of the users' reactions
 that are the opposite of what the reply deserved.
+
+Every tenant trains up to twice --max-updates runs within minutes, so the stack's per-tenant budget of runs
+per hour (CLAWHUB_TRAIN_BUDGET_RUNS_PER_HOUR, 6 by default) must be lifted (0 = no limit), or the tracks stop
+at their seventh run with the budget's 429. The embedded stack's one worker runs judging, training and the
+gate one task at a time; with several benchmarks at once, start a second worker for the judge and
+housekeeping queues (as a deployment has), or judged feedback may wait longer than --judge-wait.
 
 It talks to the stack over HTTP only; the one local write besides --out is a copy of the band plot into the
 data directory (CLAWHUB_DATA_DIR/bench/personas.png), where the dashboard picks it up, so run it with the
@@ -57,6 +63,8 @@ class Command(BaseCommand):
         parser.add_argument("--target", type=float, default=0.8)
         parser.add_argument("--stop-at-target", action="store_true")
         parser.add_argument("--update-timeout", type=float, default=1800.0)
+        parser.add_argument("--judge-wait", type=float, default=180.0,
+                            help="seconds to wait for sent feedback to be judged before a track stops")
 
     def handle(self, *args, **options):
         try:
@@ -72,7 +80,7 @@ class Command(BaseCommand):
                     batch_size=options["batch_size"], turns_per_session=options["turns_per_session"],
                     overrides=json.loads(options["overrides"]), eval_temperature=options["eval_temperature"],
                     target=options["target"], stop_at_target=options["stop_at_target"],
-                    update_timeout=options["update_timeout"],
+                    update_timeout=options["update_timeout"], judge_wait=options["judge_wait"],
                 )
                 for seed in seeds
             ]
