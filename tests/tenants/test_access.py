@@ -7,24 +7,15 @@ from rest_framework.test import APIClient
 from clawhub.core.exceptions import NotFound, PermissionDenied
 from clawhub.groups.models import Role
 from clawhub.tenants.access import group_access, review_access, tenant_access, tenant_access_for_row
-from tests.factories import add_member, make_group, make_run, make_user
+from tests.factories import make_run, make_user
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def team():
-    owner = make_user()
-    group = make_group(owner)
-    return {
-        "group": group,
-        "owner": owner,
-        "admin": add_member(group, role=Role.ADMIN),
-        "member": add_member(group, role=Role.MEMBER),
-        "viewer": add_member(group, role=Role.VIEWER),
-        "other": make_user(),
-        "staff": make_user(is_staff=True),
-    }
+def team(every_role):
+    """The group with one user of each role (tests/conftest.py)."""
+    return every_role
 
 
 def test_roles_and_who_manages_a_group_tenant(team):

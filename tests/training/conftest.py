@@ -4,9 +4,7 @@ enqueued."""
 
 import pytest
 
-from clawhub.groups.models import Role
 from clawhub.review.models import Sample
-from tests.factories import add_member, make_group, make_user
 from tests.review.conftest import ApiAs, BrowserAs, approved_sample
 
 __all__ = ["ApiAs", "BrowserAs", "approved_samples"]
@@ -43,16 +41,6 @@ def sent(monkeypatch):
 
 
 @pytest.fixture
-def team(db):
-    owner = make_user()
-    group = make_group(owner)
-    return {
-        "group": group,
-        "tenant": group.tenant,
-        "owner": owner,
-        "admin": add_member(group, role=Role.ADMIN),
-        "member": add_member(group, role=Role.MEMBER),
-        "viewer": add_member(group, role=Role.VIEWER),
-        "other": make_user(),
-        "staff": make_user(is_staff=True),
-    }
+def team(every_role):
+    """The group with one user of each role (tests/conftest.py)."""
+    return every_role
