@@ -122,7 +122,8 @@ class Command(BaseCommand):
             for name, track in entry.items()
             if isinstance(track, dict) and "compliance" in track
         }
-        seeds = sorted({r["seed"] for r in results})
+        # "0, 1, 2", not a list: the plot's font has no brackets.
+        seeds = ", ".join(str(s) for s in sorted({r["seed"] for r in results}))
         png = out / "compliance-bands.png"
         png.write_bytes(band_chart_png(bands, title=f"held-out compliance, seeds {seeds}", target=target))
         plot = bench_plot_path()
