@@ -15,7 +15,7 @@ from clawhub.keys.models import ApiKey
 from clawhub.review.models import Sample
 from clawhub.review.services import sample_create_for_judgment
 from clawhub.tenants.models import Tenant
-from tests.factories import add_member, make_group, make_key, make_user
+from tests.factories import add_member, make_key
 
 _seq = itertools.count(1)
 
@@ -80,23 +80,12 @@ def approved_sample(user, *, key: ApiKey | None = None, tenant: Tenant | None = 
 
 
 @pytest.fixture
-def team(db):
-    """A group with one user of each role, an outsider, a site staff member, and a second member ("author")
-    whose group turn becomes a pending sample."""
-    owner = make_user()
-    group = make_group(owner)
-    people = {
-        "group": group,
-        "tenant": group.tenant,
-        "owner": owner,
-        "admin": add_member(group, role=Role.ADMIN),
-        "member": add_member(group, role=Role.MEMBER),
-        "viewer": add_member(group, role=Role.VIEWER),
-        "author": add_member(group, role=Role.MEMBER),
-        "other": make_user(),
-        "staff": make_user(is_staff=True),
-    }
-    people["author_key"] = old_key(people["author"], group=group)
+def team(every_role):
+    """``every_role`` (a group with one user of each role, an outsider, a site staff member) and a second
+    member ("author") whose group turn becomes a pending sample."""
+    people = dict(every_role)
+    people["author"] = add_member(people["group"], role=Role.MEMBER)
+    people["author_key"] = old_key(people["author"], group=people["group"])
     return people
 
 
