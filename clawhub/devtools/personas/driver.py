@@ -144,8 +144,8 @@ class Api:
         return self.post("/api/auth/login/", {"email": email, "password": password}).json()["user"]
 
     def tenant_ids(self) -> dict[str, int]:
-        """label -> tenant id, read from the training page. No JSON endpoint says which tenant a user or group
-        is (see the report: /api/me/ and /api/groups/<slug>/ could carry ``tenant_id``)."""
+        """label -> tenant id, read from the training page, which also shows that the tenant is listed there
+        (/api/me/ and /api/groups/<slug>/ carry the same ``tenant_id``)."""
         return tenant_ids_from_html(self.request("GET", "/training/").text)
 
 
