@@ -207,14 +207,12 @@ class Judged:
 
 
 @dataclass(frozen=True)
-class Consensus:
-    """A member's agreement with the rest of the group.
+class Agreement:
+    """A member's agreement with one other member: comparable counts the member's replies whose style the
+    other has scored with a clear lean (their mean reward on it at least ``lean`` from 0, over at least
+    ``min_scored`` of their samples); disagreeing, those the member scored with the opposite sign."""
 
-    comparable: the member's samples whose style the other members have scored with a clear lean (their
-    consensus, the mean over members of each member's mean reward on that style, is at least ``lean`` away
-    from 0); disagreeing: those the member scored with the opposite sign; rate = disagreeing / comparable.
-    """
-
+    other_id: int
     comparable: int
     disagreeing: int
     pairs: tuple[dict[str, Any], ...]
@@ -224,69 +222,105 @@ class Consensus:
         return self.disagreeing / self.comparable if self.comparable else 0.0
 
 
-def consensus_of(member_id: int, judged: Sequence[Judged], *, lean: float = 0.34,
-                 min_others: int = 2, max_pairs: int = 5) -> Consensus:
-    """How often ``member_id`` rewarded a style the opposite way from the other members' consensus.
+@dataclass(frozen=True)
+class Consensus:
+    """A member's agreement with each of the other members who scored their kinds of reply (``against``,
+    one ``Agreement`` per other member, those with nothing comparable left out)."""
 
-    Each other member counts once per style (the mean of their rewards on it), so a member who floods the
-    group cannot outvote the rest, and a style scored by fewer than ``min_others`` other members is not
-    compared. With two of five members adversarial, an honest member's others are split 2-2 (consensus 0,
-    not compared) while an adversary's others lean 3-1 against them: the honest majority is what counts.
-    At least two others (``min_others``): with one, a style only the adversary has scored yet would be "the
-    group's consensus" against an honest member (the persona bench flagged an honest owner so, 5 of 6
-    comparable replies each against a single other member); so a group of two is never compared.
-    A style no other member scored is compared on its coarse form (``coarse_style``). ``pairs``: up to
-    ``max_pairs`` disagreeing examples, each the member's sample and one of the others' samples of the same
-    style with the opposite reward.
+    member_id: int
+    against: tuple[Agreement, ...]
+
+    def judged(self, min_pairs: int) -> list[Agreement]:
+        """The other members compared over at least ``min_pairs`` replies: the ones whose verdict counts."""
+        return [a for a in self.against if a.comparable >= min_pairs]
+
+    @property
+    def comparable(self) -> int:
+        return sum(a.comparable for a in self.against)
+
+    @property
+    def disagreeing(self) -> int:
+        return sum(a.disagreeing for a in self.against)
+
+
+def consensus_of(member_id: int, judged: Sequence[Judged], *, lean: float = 0.34, min_scored: int = 2,
+                 max_pairs: int = 3) -> Consensus:
+    """How often ``member_id`` rewarded a reply the opposite way from each other member on the same style.
+
+    Member against member, not against the others pooled: with one adversary among three, an honest
+    member's pooled "others" are one honest member and the adversary, so a pooled consensus is either split
+    (nothing to compare) or, while one side has scored a style and the other has not, the adversary alone;
+    the persona bench flagged an honest owner so (their "group consensus" on a style was the adversary's
+    -1 over three samples and the other honest member's -1 over two noisy ones). Compared one by one, an
+    honest member agrees with the other honest members and disagrees with the adversary, and the verdict
+    (``consensus_disagreement``) asks whether they disagree with most of the others. Each other member
+    counts once, whatever their volume, so a member who floods the group cannot outvote the rest.
+
+    The other member's lean on a style is their mean reward over at least ``min_scored`` of their samples of
+    it (one noisy reaction is not a lean), on the exact signature where they have that many, else on its
+    coarse form (``coarse_style``). ``pairs``: up to ``max_pairs`` disagreeing examples per other member,
+    each the member's sample and one of the other's samples of that style with the opposite reward.
     """
-    by_style: dict[str, dict[int, list[int]]] = {}
-    example: dict[tuple[str, int], int | None] = {}  # (style, sign) -> an other member's sample with it
+    scored: dict[int, dict[str, list[int]]] = {}  # other member -> style (exact and coarse) -> rewards
+    examples: dict[tuple[int, str, int], int | None] = {}  # (other, style, sign) -> one of their samples
     for j in judged:
         if j.reward == 0 or j.member_id == member_id:
             continue
         for style in {j.style, coarse_style(j.style)}:
-            by_style.setdefault(style, {}).setdefault(j.member_id, []).append(j.reward)
-            example.setdefault((style, 1 if j.reward > 0 else -1), j.sample_id)
-    comparable = disagreeing = 0
-    pairs: list[dict[str, Any]] = []
-    for j in judged:
-        if j.member_id != member_id or j.reward == 0:
-            continue
-        style = j.style
-        if len(by_style.get(style, {})) < min_others:
-            style = coarse_style(style)  # nobody else scored this exact style: compare on markup or not
-        others = by_style.get(style, {})
-        if len(others) < min_others:
-            continue
-        consensus = sum(sum(r) / len(r) for r in others.values()) / len(others)
-        if abs(consensus) < lean:
-            continue
-        comparable += 1
-        if (j.reward > 0) != (consensus > 0):
-            disagreeing += 1
-            if len(pairs) < max_pairs:
-                pairs.append({"sample": j.sample_id, "reward": j.reward, "style": style,
-                              "other_sample": example.get((style, 1 if consensus > 0 else -1)),
-                              "group_consensus": round(consensus, 2), "other_members": len(others)})
-    return Consensus(comparable=comparable, disagreeing=disagreeing, pairs=tuple(pairs))
+            scored.setdefault(j.member_id, {}).setdefault(style, []).append(j.reward)
+            examples.setdefault((j.member_id, style, 1 if j.reward > 0 else -1), j.sample_id)
+    mine = [j for j in judged if j.member_id == member_id and j.reward != 0]
+    against = []
+    for other, styles in sorted(scored.items()):
+        comparable = disagreeing = 0
+        pairs: list[dict[str, Any]] = []
+        for j in mine:
+            style = j.style if len(styles.get(j.style, ())) >= min_scored else coarse_style(j.style)
+            rewards = styles.get(style, ())
+            if len(rewards) < min_scored or abs(mean := sum(rewards) / len(rewards)) < lean:
+                continue
+            comparable += 1
+            if (j.reward > 0) != (mean > 0):
+                disagreeing += 1
+                if len(pairs) < max_pairs:
+                    pairs.append({"sample": j.sample_id, "reward": j.reward, "style": style,
+                                  "other_member": other, "other_mean": round(mean, 2),
+                                  "other_sample": examples.get((other, style, 1 if mean > 0 else -1))})
+        if comparable:
+            against.append(Agreement(other, comparable, disagreeing, tuple(pairs)))
+    return Consensus(member_id=member_id, against=tuple(against))
 
 
-def consensus_disagreement(consensus: Consensus, *, threshold: float = 0.6,
-                           min_pairs: int = 6) -> Flag | None:
-    """The member rewarded at least ``threshold`` of their comparable replies against the group's consensus,
-    over at least ``min_pairs`` of them.
+def consensus_assessed(consensus: Consensus, *, min_pairs: int = 6, min_others: int = 2) -> bool:
+    """Whether the guard can judge the member yet: compared with at least ``min_others`` other members over
+    at least ``min_pairs`` replies each. A group of two is never judged: with one other member there is no
+    telling which of the two is the odd one out."""
+    return len(consensus.judged(min_pairs)) >= min_others
 
-    An honest member disagrees only by noise: with a 10 % chance that a member's reaction is the opposite of
-    what they meant, on both sides, about 18 % of comparable replies disagree; a member rewarding the
-    opposite of the group disagrees on about 80 % or more. 0.6 sits well between; below ``min_pairs`` a
-    streak of noise (three of four) is too likely to call.
+
+def consensus_disagreement(consensus: Consensus, *, threshold: float = 0.6, min_pairs: int = 6,
+                           min_others: int = 2) -> Flag | None:
+    """The member rewarded at least ``threshold`` of their comparable replies against the other member's lean,
+    for more than half of the other members they can be judged against (``consensus_assessed``).
+
+    The majority is what keeps honest members safe: with one adversary among three, an honest member
+    disagrees with one of two others (not more than half); with two adversaries among five, with two of four;
+    an adversary disagrees with every honest member, a majority in both. The threshold: with a 10 % chance
+    that a member's reaction is the opposite of what they meant, on both sides, about 18 % of two honest
+    members' comparable replies disagree; a member rewarding the opposite of the group disagrees on about
+    80 %. 0.6 sits well between; below ``min_pairs`` replies a streak of noise (three of four) is too likely.
     """
-    if consensus.comparable < min_pairs or consensus.rate < threshold:
+    judged = consensus.judged(min_pairs)
+    if len(judged) < min_others:
         return None
-    return Flag(CONSENSUS, f"rewarded {consensus.disagreeing} of {consensus.comparable} comparable replies "
-                           f"({consensus.rate:.0%}) against the other members' consensus on the same style "
-                           f"(threshold {threshold:.0%} over at least {min_pairs})",
-                evidence=consensus.pairs)
+    against = [a for a in judged if a.rate >= threshold]
+    if 2 * len(against) <= len(judged):
+        return None
+    rates = ", ".join(f"{a.disagreeing} of {a.comparable} ({a.rate:.0%})" for a in against)
+    return Flag(CONSENSUS, f"rewarded replies against the lean of {len(against)} of the {len(judged)} other "
+                           f"members they can be compared with, on the same reply style: {rates} "
+                           f"(threshold {threshold:.0%} over at least {min_pairs} each)",
+                evidence=tuple(p for a in against for p in a.pairs))
 
 
 def member_cap(limit: int, share: float) -> int:

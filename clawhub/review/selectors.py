@@ -23,6 +23,7 @@ from clawhub.core.exceptions import ValidationFailed
 from clawhub.groups.models import Group
 from clawhub.groups.selectors import group_members
 from clawhub.review import flags
+from clawhub.review.consensus import DISAGREES, PROBATION, member_standings
 from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.tenants.access import managed_tenants, review_access_by_id
 from clawhub.tenants.models import Tenant
@@ -121,13 +122,37 @@ def reviewable_tenants(*, actor: User) -> QuerySet[Tenant]:
 
 
 def _trainable(tenant: Tenant) -> QuerySet[Sample]:
-    return (
+    samples = (
         Sample.objects.filter(tenant=tenant, state=Sample.State.APPROVED, trained_at__isnull=True,
                               training_run_id__isnull=True,
                               user__is_active=True, user__training_enabled=True)
         # A sample made through a key that was deleted since keeps key NULL: the user's own switch decides.
         .filter(Q(key__isnull=True) | Q(key__training_enabled=True))
     )
+    if tenant.kind == Tenant.Kind.GROUP:
+        waiting = consensus_waiting(tenant=tenant)
+        if waiting is not None:
+            samples = samples.exclude(waiting)
+    return samples
+
+
+def consensus_waiting(*, tenant: Tenant) -> Q | None:
+    """What of a group's approved samples the consensus guard keeps from training now
+    (review.consensus.member_standings): every sample of a member on probation, and those of a member it
+    finds disagreeing that no reviewer approved with the flag in view (the next run's claim holds them for
+    review: review.services.consensus_holds_refresh). None when nothing waits."""
+    standings = member_standings(tenant=tenant, policy=review_policy_for(tenant=tenant))
+    probation = [m for m, s in standings.items() if s.state == PROBATION]
+    disagreeing = [m for m, s in standings.items() if s.state == DISAGREES]
+    unreviewed = []
+    if disagreeing:
+        approved = Sample.objects.filter(tenant=tenant, user_id__in=disagreeing, state=Sample.State.APPROVED,
+                                         training_run_id__isnull=True, trained_at__isnull=True)
+        unreviewed = [pk for pk, found in approved.values_list("pk", "flags")
+                      if flags.CONSENSUS not in {f.get("code") for f in found or []}]
+    if not probation and not unreviewed:
+        return None
+    return Q(user_id__in=probation) | Q(pk__in=unreviewed)
 
 
 def samples_for_training(
@@ -135,7 +160,8 @@ def samples_for_training(
 ) -> list[Sample]:
     """The next training batch of a tenant: approved, unclaimed, not deleted samples, oldest first, from users
     and keys that allow training. In a group no member fills more than ceil(member_cap × limit) of the batch,
-    so the batch can come out smaller than ``limit`` while one member dominates the queue.
+    so the batch can come out smaller than ``limit`` while one member dominates the queue, and the samples of
+    members the consensus guard holds back wait (``consensus_waiting``).
 
     A read only: the training run claims what it takes (setting ``training_run_id``) in its own transaction,
     with ``select_for_update(skip_locked=True)`` on these ids.

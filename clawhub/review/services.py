@@ -21,7 +21,7 @@ from clawhub.conversations.identity import content_text
 from clawhub.conversations.models import Turn
 from clawhub.core.exceptions import Conflict, NotFound, PermissionDenied, ValidationFailed
 from clawhub.review import flags as guards
-from clawhub.review.consensus import judged_recent
+from clawhub.review.consensus import judged_recent, member_standings
 from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.review.selectors import review_policy_for
 from clawhub.tenants.access import REVIEW_FORBIDDEN, TenantAccess
@@ -162,24 +162,37 @@ def sample_create_for_judgment(*, judgment_id: int) -> Sample | None:
 
 
 def samples_hold_for_consensus(*, tenant: Tenant, user_id: int, flag: guards.Flag) -> int:
-    """A member the consensus guard flagged: their samples that the policy approved on its own (no human
-    decided) and that no run has claimed go back to pending with the flag, so none of them trains before a
-    reviewer has looked. Returns how many were held."""
+    """A member the consensus guard flagged: their approved samples that no run has claimed go back to pending
+    with the flag, so none of them trains before a reviewer has looked at it in that light. Those approved
+    already carrying the flag stay approved: a reviewer saw it and decided. Those a reviewer approved for
+    another reason (a new key's) are held too, and their earlier decision is cleared (the audit log keeps
+    it). Returns how many were held."""
     held = 0
     with transaction.atomic():
         waiting = Sample.objects.select_for_update(skip_locked=True).filter(
-            tenant=tenant, user_id=user_id, state=Sample.State.APPROVED, decided_by__isnull=True,
-            training_run_id__isnull=True, trained_at__isnull=True)
+            tenant=tenant, user_id=user_id, state=Sample.State.APPROVED, training_run_id__isnull=True,
+            trained_at__isnull=True)
         for sample in waiting:
-            if guards.CONSENSUS not in sample.flag_codes:
-                sample.flags = [*(sample.flags or []), flag.as_json()]
-            sample.state = Sample.State.PENDING
-            sample.save(update_fields=["flags", "state"])
+            if guards.CONSENSUS in sample.flag_codes:
+                continue
+            sample.flags = [*(sample.flags or []), flag.as_json()]
+            sample.state, sample.reason = Sample.State.PENDING, ""
+            sample.decided_by, sample.decided_at = None, None
+            sample.save(update_fields=["flags", "state", "decided_by", "decided_at", "reason"])
             held += 1
     if held:
         logger.info("consensus guard: %d approved samples of user %s in tenant %s back to review",
                     held, user_id, tenant.pk)
     return held
+
+
+def consensus_holds_refresh(*, tenant: Tenant) -> int:
+    """Called before a group's batch is claimed: the guard runs again for every member (the others' samples
+    since a member's last one can tip their verdict), and each member it now finds disagreeing has their
+    approved samples held as at creation (``samples_hold_for_consensus``). Returns how many were held."""
+    standings = member_standings(tenant=tenant, policy=review_policy_for(tenant=tenant))
+    return sum(samples_hold_for_consensus(tenant=tenant, user_id=user_id, flag=standing.flag)
+               for user_id, standing in standings.items() if standing.flag is not None)
 
 
 # --- reviewers' decisions -----------------------------------------------------------------------------------

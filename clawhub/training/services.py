@@ -24,6 +24,7 @@ from clawhub.core import tasks
 from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
 from clawhub.review.models import Sample
 from clawhub.review.selectors import samples_for_training, trainable_count
+from clawhub.review.services import consensus_holds_refresh
 from clawhub.tenants.access import TenantAccess
 from clawhub.tenants.models import Tenant
 from clawhub.training import budget, influence
@@ -149,6 +150,8 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
             # Samples whose runs keep timing out wait (with their reason) instead of failing batch after
             # batch.
             skip = set(samples_held_back(tenant=tenant)) if actor is None else set()
+            if tenant.kind == Tenant.Kind.GROUP:
+                consensus_holds_refresh(tenant=tenant)  # a member found disagreeing now waits for review
             offered = samples_for_training(tenant=tenant, limit=batch_size + len(skip))
             wanted = [s.pk for s in offered if s.pk not in skip][:batch_size]
             claimed = list(

@@ -3,7 +3,7 @@
 import pytest
 
 from clawhub.review import flags
-from clawhub.review.flags import Judged, consensus_disagreement, consensus_of, reply_style
+from clawhub.review.flags import Judged, consensus_assessed, consensus_disagreement, consensus_of, reply_style
 from clawhub.review.models import Sample
 from tests.factories import add_member, make_group, make_user
 from tests.review.conftest import make_sample, old_key
@@ -23,67 +23,96 @@ def test_reply_style_is_markup_and_how_developed_the_reply_is():
     assert reply_style("- a\n- b\n" + "More. " * 8) == "bullets|long"
 
 
+def rates(consensus) -> dict[int, tuple[int, int]]:
+    return {a.other_id: (a.comparable, a.disagreeing) for a in consensus.against}
+
+
 def test_one_adversary_among_three():
-    # Honest members 1 and 2 score bold replies -1 and plain ones +1 (member 1 with one noisy +1 on bold);
-    # the adversary (3) scores bold +1 three times and -1 once, plain -1 twice.
-    data = (judged(1, BOLD, -1, -1, +1) + judged(1, PLAIN, +1, +1) + judged(2, BOLD, -1, -1)
-            + judged(2, PLAIN, +1, +1) + judged(3, BOLD, +1, +1, +1, -1) + judged(3, PLAIN, -1, -1))
+    # Honest 1: bold -1 -1 -1 and one noisy +1 (lean -0.5), plain +1 x3. Honest 2: bold -1 x3, plain +1 +1 +1
+    # and one noisy -1 (lean +0.5). The adversary (3): bold +1 +1 +1 -1 (lean +0.5), plain -1 x3.
+    data = (judged(1, BOLD, -1, -1, -1, +1) + judged(1, PLAIN, +1, +1, +1) + judged(2, BOLD, -1, -1, -1)
+            + judged(2, PLAIN, +1, +1, +1, -1) + judged(3, BOLD, +1, +1, +1, -1)
+            + judged(3, PLAIN, -1, -1, -1))
     adversary = consensus_of(3, data)
-    # Bold: the others' consensus is the mean of member means, (-1/3 + -1) / 2 = -2/3; plain: (+1 + +1) / 2.
-    # All 6 of the adversary's samples are comparable; 5 disagree (the bold -1 agrees): rate 5/6.
-    assert (adversary.comparable, adversary.disagreeing) == (6, 5)
-    assert adversary.rate == pytest.approx(5 / 6)
+    # Against each honest member all 7 of the adversary's replies are comparable; the three bold +1 and the
+    # three plain -1 disagree, the bold -1 agrees: 6 of 7 against both.
+    assert rates(adversary) == {1: (7, 6), 2: (7, 6)}
     flag = consensus_disagreement(adversary, threshold=0.6, min_pairs=6)
     assert flag is not None and flag.code == flags.CONSENSUS
-    assert "5 of 6" in flag.detail and "83%" in flag.detail
+    assert "2 of the 2 other members" in flag.detail and "6 of 7 (86%)" in flag.detail
     pair = flag.evidence[0]
     assert pair["sample"] == 300 and pair["reward"] == 1 and pair["style"] == BOLD
-    assert pair["group_consensus"] == pytest.approx(-0.67) and pair["other_members"] == 2
-    assert pair["other_sample"] in (100, 101, 200, 201)  # an other member's -1 on a bold reply
-    # An honest member's others are split one against one on each style (consensus 0): nothing to compare,
-    # so one adversary cannot get an honest member flagged.
+    assert pair["other_member"] == 1 and pair["other_mean"] == pytest.approx(-0.5)
+    assert pair["other_sample"] in (100, 101, 102)  # one of member 1's -1 on a bold reply
+    assert len(flag.evidence) == 6  # up to 3 pairs against each of the two
+    # An honest member agrees with the other honest member (1 of 7: member 1's noisy bold +1) and disagrees
+    # with the adversary (6 of 7): one of two others, not a majority.
     honest = consensus_of(1, data)
-    assert honest.comparable == 0 and consensus_disagreement(honest) is None
+    assert rates(honest) == {2: (7, 1), 3: (7, 6)}
+    assert consensus_assessed(honest) and consensus_disagreement(honest) is None
+    assert rates(consensus_of(2, data)) == {1: (7, 1), 3: (7, 6)}
+    assert consensus_disagreement(consensus_of(2, data)) is None
 
 
 def test_two_adversaries_among_five():
-    honest = [m for h in (1, 2, 3) for m in judged(h, BOLD, -1, -1) + judged(h, PLAIN, +1, +1)]
+    honest = [m for h in (1, 2, 3) for m in judged(h, BOLD, -1, -1, -1) + judged(h, PLAIN, +1, +1, +1)]
     adversaries = [m for a in (4, 5) for m in judged(a, BOLD, +1, +1, +1) + judged(a, PLAIN, -1, -1, -1)]
     data = honest + adversaries
-    # For adversary 4 the others are 3 honest and 1 adversary: bold (-1 -1 -1 +1) / 4 = -0.5, plain +0.5.
+    # Adversary 4 disagrees with each honest member on all 6 replies and agrees with the other adversary:
+    # 3 of 4 others, a majority.
     four = consensus_of(4, data)
-    assert (four.comparable, four.disagreeing) == (6, 6) and four.rate == 1.0
-    assert four.pairs[0]["group_consensus"] == pytest.approx(-0.5)
-    assert consensus_disagreement(four) is not None and consensus_disagreement(consensus_of(5, data))
-    # For an honest member the others are 2 honest and 2 adversaries: consensus 0 on both styles.
+    assert rates(four) == {1: (6, 6), 2: (6, 6), 3: (6, 6), 5: (6, 0)}
+    assert "3 of the 4 other members" in consensus_disagreement(four).detail
+    assert consensus_disagreement(consensus_of(5, data)) is not None
+    # An honest member disagrees with the two adversaries only: 2 of 4 is not more than half.
     for member in (1, 2, 3):
-        assert consensus_of(member, data).comparable == 0
+        against = {o for o, (_, d) in rates(consensus_of(member, data)).items() if d}
+        assert against == {4, 5}
         assert consensus_disagreement(consensus_of(member, data)) is None
 
 
 def test_no_adversary_noise_is_not_flagged():
-    # Member 1 has one noisy +1 on bold, member 3 one noisy -1 on plain.
-    data = (judged(1, BOLD, -1, -1, +1) + judged(1, PLAIN, +1, +1, +1) + judged(2, BOLD, -1, -1)
-            + judged(2, PLAIN, +1, +1) + judged(3, BOLD, -1, -1) + judged(3, PLAIN, +1, -1))
-    one = consensus_of(1, data)
-    # Bold: others -1 and -1; plain: others +1 and (+1 - 1) / 2 = 0, mean 0.5 >= 0.34: comparable.
-    assert (one.comparable, one.disagreeing) == (6, 1)
-    assert consensus_disagreement(one) is None  # 1/6 = 17 %, under 60 %
-    three = consensus_of(3, data)
-    # Bold: (-1/3 + -1) / 2; plain: (+1 + +1) / 2; 4 comparable, 1 disagreeing, under min_pairs.
-    assert (three.comparable, three.disagreeing) == (4, 1)
-    assert consensus_disagreement(three) is None
+    # Each honest member has one noisy reaction: 1 a bold +1, 2 a plain -1, 3 a bold +1.
+    data = (judged(1, BOLD, -1, -1, -1, +1) + judged(1, PLAIN, +1, +1, +1)
+            + judged(2, BOLD, -1, -1, -1) + judged(2, PLAIN, +1, +1, +1, -1)
+            + judged(3, BOLD, -1, -1, +1, -1) + judged(3, PLAIN, +1, +1, +1))
+    # Member 1 against 2 (bold -1, plain +0.5) and against 3 (bold -0.5, plain +1): only its noisy +1
+    # disagrees, 1 of 7 (14 %) each; the same for the others.
+    assert rates(consensus_of(1, data)) == {2: (7, 1), 3: (7, 1)}
+    assert rates(consensus_of(2, data)) == {1: (7, 1), 3: (7, 1)}
+    assert rates(consensus_of(3, data)) == {1: (7, 1), 2: (7, 1)}
     for member in (1, 2, 3):
+        assert consensus_assessed(consensus_of(member, data))
         assert consensus_disagreement(consensus_of(member, data)) is None
 
 
+def test_a_lean_needs_two_samples_and_a_clear_mean():
+    # Member 2 scored bold once (-1): one reaction is not a lean. Member 3 scored bold -1 -1 +1: a mean of
+    # -1/3 is under the 0.34 lean. Member 4 bold -1 -1: a lean.
+    data = (judged(1, BOLD, +1, +1) + judged(2, BOLD, -1) + judged(3, BOLD, -1, -1, +1)
+            + judged(4, BOLD, -1, -1))
+    assert rates(consensus_of(1, data)) == {4: (2, 2)}
+
+
 def test_a_member_flooding_a_style_still_counts_once():
-    # Two honest members score bold -1 once each; a third member floods bold with 10 times +1. For a fourth
-    # member who scores bold -1, the consensus is the mean of member means, (-1 - 1 + 1) / 3 = -1/3: not a
-    # clear lean, so the flooder cannot make the fourth member look like the one who disagrees.
-    data = judged(1, BOLD, -1) + judged(2, BOLD, -1) + judged(3, BOLD, *[+1] * 10) + judged(4, BOLD, -1)
-    assert consensus_of(4, data).comparable == 0
-    assert consensus_of(3, data).disagreeing == 10  # and the flooder stays compared against both others
+    # Two honest members score bold -1 twice each; a third member floods bold with 10 times +1. A fourth
+    # member who scores bold -1 six times disagrees with the flooder only: one of three others, not flagged,
+    # while the flooder disagrees with all three.
+    data = (judged(1, BOLD, -1, -1) + judged(2, BOLD, -1, -1) + judged(3, BOLD, *[+1] * 10)
+            + judged(4, BOLD, *[-1] * 6))
+    four = consensus_of(4, data)
+    assert rates(four) == {1: (6, 0), 2: (6, 0), 3: (6, 6)}
+    assert consensus_disagreement(four) is None
+    assert rates(consensus_of(3, data)) == {1: (10, 10), 2: (10, 10), 4: (10, 10)}
+    assert consensus_disagreement(consensus_of(3, data)) is not None
+
+
+def test_a_group_of_two_is_never_judged():
+    data = judged(1, BOLD, *[-1] * 8) + judged(2, BOLD, *[+1] * 8)
+    for member in (1, 2):
+        assert rates(consensus_of(member, data)) == {3 - member: (8, 8)}
+        assert not consensus_assessed(consensus_of(member, data))
+        assert consensus_disagreement(consensus_of(member, data)) is None
 
 
 @pytest.fixture
@@ -133,29 +162,32 @@ def test_the_review_console_shows_the_reason_and_the_disagreeing_pairs(trio):
 
     group, (h1, h2, adversary), (k1, k2, ka) = trio
     for user, key in ((h1, k1), (h2, k2)):
-        make_sample(user, key=key, reward=-1, reply=BOLD_REPLY)
-        make_sample(user, key=key, reward=+1, reply=PLAIN_REPLY)
+        for _ in range(2):
+            make_sample(user, key=key, reward=-1, reply=BOLD_REPLY)
+            make_sample(user, key=key, reward=+1, reply=PLAIN_REPLY)
     made = [make_sample(adversary, key=ka, reward=+1 if i % 2 == 0 else -1,
                         reply=BOLD_REPLY if i % 2 == 0 else PLAIN_REPLY) for i in range(6)]
     client = Client()
     client.force_login(h1)  # the group's owner reviews
     html = client.get(f"/review/{made[-1].pk}/").content.decode()
-    assert "consensus_disagreement" in html and "rewarded 6 of 6 comparable replies" in html
+    assert "consensus_disagreement" in html and "against the lean of 2 of the 2 other members" in html
     assert 'class="flag-evidence"' in html
-    # The first disagreeing pair is the adversary's first sample, with an honest member's opposite score.
-    assert f'href="/review/{made[0].pk}/"' in html
+    # The pairs are the newest first: the adversary's previous sample, with an honest member's opposite score.
+    assert f'href="/review/{made[-2].pk}/"' in html
     assert "+1 on a <code>bold+numbered|worked</code> reply" in html
-    assert "where the 2 other members score that style -1.00 on average" in html
+    assert "where another member scores that style -1.00 on average" in html
 
 
 def test_a_style_nobody_else_scored_is_compared_on_markup_or_not():
-    # Others scored "bold+numbered|worked" and "bold|worked" -1; member 3's "numbered|worked" +1 has no exact
-    # match, so it is compared on "marked|worked": member 1 mean -1, member 2 mean -1 -> consensus -1.
-    data = (judged(1, "bold+numbered|worked", -1) + judged(2, "bold|worked", -1, -1)
+    # Member 1 scored "bold+numbered|worked" -1 twice, member 2 "bold|worked" -1 twice; member 3's
+    # "numbered|worked" +1 has no exact match with either, so it is compared on "marked|worked" (each
+    # other's lean -1 there). Its "plain|terse" +1: nobody else scored it at all.
+    data = (judged(1, "bold+numbered|worked", -1, -1) + judged(2, "bold|worked", -1, -1)
             + judged(3, "numbered|worked", +1) + judged(3, "plain|terse", +1))
     three = consensus_of(3, data)
-    assert (three.comparable, three.disagreeing) == (1, 1)  # plain|terse: nobody else scored it at all
-    assert three.pairs[0]["style"] == "marked|worked" and three.pairs[0]["group_consensus"] == -1.0
+    assert rates(three) == {1: (1, 1), 2: (1, 1)}
+    pair = three.against[0].pairs[0]
+    assert pair["style"] == "marked|worked" and pair["other_mean"] == -1.0 and pair["other_sample"] == 100
     assert flags.coarse_style("plain|terse") == "plain|terse"
 
 
@@ -191,19 +223,22 @@ def test_the_guard_reads_each_members_newest_samples_only(trio, monkeypatch, dja
     assert len(consensus.judged_recent(tenant=group.tenant, author_id=h1.pk, since=since)) == 4
 
 
-def test_a_style_only_one_other_member_scored_is_not_a_consensus():
-    # As the persona bench found it: the honest owner (1) scores bold -1 and plain +1; only the adversary (3)
-    # has scored bold yet (+1), and only the honest member (2) plain, once with -1. Against single members
-    # the owner "disagrees" on every reply; with at least two others nothing is comparable.
+def test_the_bench_case_an_honest_owner_is_not_flagged_for_disagreeing_with_the_adversary():
+    # As the persona bench found it with the pooled consensus: the honest owner (1) scores bold -1 and plain
+    # +1; only the adversary (3) has scored bold yet (+1 x3), and the honest admin (2) plain twice with -1
+    # (noise, or a plain reply that skipped steps). Pooled over "the others", the owner disagreed with the
+    # group on every reply. Member by member: 3 of 3 against the adversary, 3 of 3 against the admin on
+    # plain, but neither over 6 replies: nothing is judged yet.
     data = (judged(1, BOLD, -1, -1, -1) + judged(1, PLAIN, +1, +1, +1) + judged(3, BOLD, +1, +1, +1)
-            + judged(2, PLAIN, -1))
-    assert consensus_of(1, data, min_others=1).disagreeing == 6
-    assert consensus_disagreement(consensus_of(1, data, min_others=1)) is not None
-    assert consensus_of(1, data).comparable == 0 and consensus_disagreement(consensus_of(1, data)) is None
-    # Once both others have scored both styles (member 2: bold -1, plain -1 +1 +1; the adversary plain -1),
-    # bold is a split, (-1 + 1) / 2 = 0, and plain (1/3 - 1) / 2 = -1/3 is under the 0.34 lean: no consensus.
-    data += judged(2, BOLD, -1) + judged(2, PLAIN, +1, +1) + judged(3, PLAIN, -1)
-    assert consensus_of(1, data).comparable == 0
-    # ... while the adversary, against the two honest members (bold -1 and -1; plain +1 and +1/3), is compared
-    # on everything and disagrees on everything.
-    assert consensus_of(3, data).comparable == 4 and consensus_of(3, data).disagreeing == 4
+            + judged(2, PLAIN, -1, -1))
+    owner = consensus_of(1, data)
+    assert rates(owner) == {2: (3, 3), 3: (3, 3)}
+    assert not consensus_assessed(owner) and consensus_disagreement(owner) is None
+    # Later the admin scores bold -1 -1 and plain +1 x4 (plain now +1/3: not a lean), the adversary plain
+    # -1 -1: the owner agrees with the admin on bold (3 of 3 comparable) and disagrees with the adversary on
+    # everything (6 of 6); with the admin under min_pairs, still one judged other: not assessed.
+    data += judged(2, BOLD, -1, -1) + judged(2, PLAIN, +1, +1, +1, +1) + judged(3, PLAIN, -1, -1)
+    assert rates(consensus_of(1, data)) == {2: (3, 0), 3: (6, 6)}
+    assert consensus_disagreement(consensus_of(1, data)) is None
+    # ... while the adversary disagrees with both on every reply it can be compared on (5 and 3 so far).
+    assert rates(consensus_of(3, data)) == {1: (5, 5), 2: (3, 3)}

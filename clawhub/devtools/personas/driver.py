@@ -15,9 +15,10 @@ Per method (rl, opd, combine), on the same seed, with fresh users so that no two
      (and ``split_votes``, which only the LLM judge produces);
    - in the group, the bench acts as the owner: samples flagged ``member_outlier`` or
      ``consensus_disagreement`` are rejected (the adversary's, once its negative rate or its disagreement
-     with the other members on the same reply style stands out; its first samples are not flagged yet and go
-     through, as they would with a human who trusts the guard); anything else flagged (near duplicates,
-     revoked keys) stays pending, as it would for a careful admin.
+     with the other members on the same reply style stands out; its first samples are approved as anyone's,
+     wait on the guard's probation until it has compared the adversary with the others, and come back to
+     review flagged when it does); anything else flagged (near duplicates, revoked keys) stays pending, as
+     it would for a careful admin.
 4. With a full batch approved, it starts the run (POST .../runs/start/; the periodic kick may win the race,
    which is the same run), waits for it, for the eval gate and the promotion, then measures compliance on the
    fixed held-out prompts through /v1 (greedy by default, side turns so they are never trained on), scored

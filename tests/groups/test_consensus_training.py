@@ -1,0 +1,123 @@
+"""The consensus guard before training: members on probation wait, and a run's claim holds a member the guard
+now finds disagreeing."""
+
+import pytest
+
+from clawhub.review import consensus, flags
+from clawhub.review.models import Sample
+from clawhub.review.selectors import review_policy_for, samples_for_training, trainable_count
+from clawhub.review.services import sample_approve
+from clawhub.tenants.access import review_access
+from clawhub.training import services
+from tests.factories import add_member, make_group, make_user
+from tests.review.conftest import make_sample, old_key
+
+BOLD_REPLY = "**Step 1**: add them.\n1. Add 3 and 4.\n2. That makes 7."  # bold+numbered|worked
+PLAIN_REPLY = "First you add 3 and 4, and then you get 7 in all."  # plain|terse
+HEADING_REPLY = "## Sum\nSeven"  # heading|terse: a style nobody else's replies have
+
+
+@pytest.fixture
+def trio(db, settings):
+    settings.CLAWHUB_TRAINING_BATCH_SIZE = 8
+    settings.CLAWHUB_GATE_HOLDOUT_EVERY = 0
+    owner = make_user()
+    group = make_group(owner)
+    members = [owner, add_member(group), add_member(group)]
+    keys = {m.pk: old_key(m, group=group) for m in members}
+    return group, members, keys
+
+
+def post(user, keys, *pairs: tuple[str, int], times: int = 1) -> list[Sample]:
+    return [make_sample(user, key=keys[user.pk], reward=reward, reply=reply)
+            for _ in range(times) for reply, reward in pairs]
+
+
+def standings(group) -> dict[int, str]:
+    policy = review_policy_for(tenant=group.tenant)
+    return {m: s.state for m, s in consensus.member_standings(tenant=group.tenant, policy=policy).items()}
+
+
+def test_members_wait_on_probation_until_the_guard_has_compared_them(trio):
+    group, (h1, h2, adversary), keys = trio
+    for honest in (h1, h2):
+        post(honest, keys, (BOLD_REPLY, -1), (PLAIN_REPLY, +1), times=3)
+    # Two members only: nobody can be judged, both train as before.
+    assert standings(group) == {h1.pk: "not_compared", h2.pk: "not_compared"}
+    assert trainable_count(tenant=group.tenant) == 12
+    # A third member's first two samples: both others have a lean on their styles, but they are compared
+    # over 2 replies only: they wait. (They have no lean yet, one sample of each style: the honest members
+    # can still be compared with each other only, and train.)
+    post(adversary, keys, (BOLD_REPLY, +1), (PLAIN_REPLY, -1))
+    assert standings(group) == {h1.pk: "not_compared", h2.pk: "not_compared", adversary.pk: "probation"}
+    assert trainable_count(tenant=group.tenant) == 12
+    assert adversary.pk not in {s.user_id for s in samples_for_training(tenant=group.tenant, limit=50)}
+    # Two more: the honest members are compared with both others over 6 replies (0 of 6 against each other,
+    # 6 of 6 against the adversary: one of two, not a majority) and train; the adversary, compared over 4
+    # replies with each, still waits.
+    post(adversary, keys, (BOLD_REPLY, +1), (PLAIN_REPLY, -1))
+    assert standings(group) == {h1.pk: "agrees", h2.pk: "agrees", adversary.pk: "probation"}
+    assert trainable_count(tenant=group.tenant) == 12
+    assert {s.user_id for s in samples_for_training(tenant=group.tenant, limit=50)} == {h1.pk, h2.pk}
+    # Its sixth sample is flagged as it is made: none of its samples was ever offered for training.
+    post(adversary, keys, (BOLD_REPLY, +1), (PLAIN_REPLY, -1))
+    assert standings(group)[adversary.pk] == "disagrees"
+    assert set(Sample.objects.filter(user=adversary).values_list("state", flat=True)) == {"pending"}
+    assert trainable_count(tenant=group.tenant) == 12
+
+
+def test_a_member_no_two_others_can_be_compared_with_is_not_held_back(trio):
+    group, (h1, h2, third), keys = trio
+    for honest in (h1, h2):
+        post(honest, keys, (BOLD_REPLY, -1), (PLAIN_REPLY, +1), times=3)
+    # The third member's replies all have a style neither other member's have: never comparable, so not on
+    # probation (and the honest members, whom only each other can be compared with, are not either).
+    post(third, keys, (HEADING_REPLY, +1), (HEADING_REPLY, -1), times=3)
+    assert standings(group) == {h1.pk: "not_compared", h2.pk: "not_compared", third.pk: "not_compared"}
+    assert trainable_count(tenant=group.tenant) == 18
+
+
+def test_probation_ends_after_a_bounded_number_of_samples(trio, monkeypatch):
+    group, (h1, h2, third), keys = trio
+    monkeypatch.setattr(consensus, "PROBATION_FACTOR", 2)  # 2 x min_pairs (6) = 12 samples
+    for honest in (h1, h2):
+        post(honest, keys, (BOLD_REPLY, -1), (BOLD_REPLY, -1), times=3)
+    # The third member's bold replies meet both others' lean, but each of its 11 samples with one heading
+    # reply: comparable with both others over 1 reply only, so it stays on probation until 12 samples.
+    post(third, keys, (BOLD_REPLY, +1))
+    post(third, keys, (HEADING_REPLY, +1), (HEADING_REPLY, -1), times=5)
+    assert standings(group)[third.pk] == "probation"
+    post(third, keys, (HEADING_REPLY, -1))
+    assert standings(group)[third.pk] == "not_compared"
+    assert trainable_count(tenant=group.tenant) == 24
+
+
+def test_the_claim_holds_a_member_the_others_samples_outvoted_since(trio):
+    group, (h1, h2, adversary), keys = trio
+    # The adversary's samples come while the others have one sample of each style (no lean yet): none is
+    # flagged as it is made.
+    for honest in (h1, h2):
+        post(honest, keys, (BOLD_REPLY, -1), (PLAIN_REPLY, +1))
+    made = post(adversary, keys, (BOLD_REPLY, +1), (PLAIN_REPLY, -1), times=3)
+    assert all(s.state == "approved" and flags.CONSENSUS not in s.flag_codes for s in made)
+    # A reviewer had approved one for another reason (say, a new key's flag).
+    Sample.objects.filter(pk=made[0].pk).update(decided_by=h1, reason="new key, fine")
+    # The honest members' later samples give them leans the adversary's 6 samples go against.
+    for honest in (h1, h2):
+        post(honest, keys, (BOLD_REPLY, -1), (PLAIN_REPLY, +1), times=2)
+    assert standings(group)[adversary.pk] == "disagrees"
+    assert set(Sample.objects.filter(user=adversary).values_list("state", flat=True)) == {"approved"}
+    # Still approved, but not offered: the trainable count is the honest members' 12.
+    assert trainable_count(tenant=group.tenant) == 12
+    run = services.run_start(tenant=group.tenant)
+    assert {s.user_id for s in Sample.objects.filter(pk__in=run.sample_ids)} == {h1.pk, h2.pk}
+    held = Sample.objects.filter(user=adversary)
+    assert set(held.values_list("state", flat=True)) == {"pending"}
+    assert all(flags.CONSENSUS in s.flag_codes for s in held)
+    first = held.get(pk=made[0].pk)
+    assert first.decided_by is None and first.reason == ""  # the earlier decision no longer stands
+    # A reviewer who approves one with the flag in view decides: it trains, and no later claim holds it.
+    approved = sample_approve(access=review_access(actor=h1, tenant=group.tenant), sample_id=made[1].pk)
+    assert approved.state == "approved"
+    assert trainable_count(tenant=group.tenant) == 4 + 1  # the honest members' last 4, and this one
+    assert made[1].pk in {s.pk for s in samples_for_training(tenant=group.tenant)}
