@@ -192,7 +192,8 @@ def trainable_count(*, tenant: Tenant) -> int:
 class MemberInfluence:
     """One member's weight in the group adapter: their share of the advantage mass of each of the last
     versions (oldest first; None where they had no sample in it), the smallest loss weight the influence cap
-    gave their samples, and, over the review guards' window, their flagged and rejected samples."""
+    gave their samples, and, over the review guards' window, their flagged and rejected samples and where the
+    consensus guard stands with them now (review.consensus.member_standings; "" with no styled sample)."""
 
     user: Any
     shares: list[float | None]
@@ -200,6 +201,7 @@ class MemberInfluence:
     flagged: int
     consensus: str  # the latest consensus guard's reason for this member, or ""
     rejected: int
+    standing: str = ""
 
 
 def group_member_influence(*, group: Group, versions: int = 5) -> tuple[list[int], list[MemberInfluence]]:
@@ -220,7 +222,9 @@ def group_member_influence(*, group: Group, versions: int = 5) -> tuple[list[int
         mass[run_id, user_id] = mass.get((run_id, user_id), 0.0) + w * m
         weight[user_id] = min(weight.get(user_id, 1.0), w)
     totals = {r.pk: sum(v for (run, _), v in mass.items() if run == r.pk) for r in runs}
-    since = timezone.now() - review_policy_for(tenant=tenant).outlier_window
+    policy = review_policy_for(tenant=tenant)
+    since = timezone.now() - policy.outlier_window
+    standings = member_standings(tenant=tenant, policy=policy)
     recent = (Sample.objects.filter(tenant=tenant, created_at__gte=since)
               .values_list("user_id", "state", "flags"))
     flagged: dict[int, int] = {}
@@ -243,6 +247,7 @@ def group_member_influence(*, group: Group, versions: int = 5) -> tuple[list[int
             flagged=flagged.get(m.user_id, 0),
             consensus=consensus.get(m.user_id, ""),
             rejected=rejected.get(m.user_id, 0),
+            standing=standings[m.user_id].state if m.user_id in standings else "",
         )
         for m in group_members(group=group)
     ]

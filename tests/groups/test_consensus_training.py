@@ -2,6 +2,7 @@
 now finds disagreeing."""
 
 import pytest
+from django.test import Client
 
 from clawhub.review import consensus, flags
 from clawhub.review.models import Sample
@@ -9,6 +10,8 @@ from clawhub.review.selectors import review_policy_for, samples_for_training, tr
 from clawhub.review.services import sample_approve
 from clawhub.tenants.access import review_access
 from clawhub.training import services
+from clawhub.training.models import TrainingRun
+from tests.adapters.conftest import make_version
 from tests.factories import add_member, make_group, make_user
 from tests.review.conftest import make_sample, old_key
 
@@ -59,11 +62,19 @@ def test_members_wait_on_probation_until_the_guard_has_compared_them(trio):
     assert standings(group) == {h1.pk: "agrees", h2.pk: "agrees", adversary.pk: "probation"}
     assert trainable_count(tenant=group.tenant) == 12
     assert {s.user_id for s in samples_for_training(tenant=group.tenant, limit=50)} == {h1.pk, h2.pk}
+    # The group page tells its managers why the adversary's feedback has not trained.
+    run = services.run_start(tenant=group.tenant)
+    version = make_version(group.tenant, 1, state="active")
+    TrainingRun.objects.filter(pk=run.pk).update(state=TrainingRun.State.SUCCEEDED, adapter_version=version)
+    client = Client()
+    client.force_login(h1)
+    section = client.get(f"/groups/{group.slug}/").content.decode().split('id="influence"')[1]
+    assert section.count("on probation: waits to be compared") == 1 and section.count(">agrees<") == 2
     # Its sixth sample is flagged as it is made: none of its samples was ever offered for training.
     post(adversary, keys, (BOLD_REPLY, +1), (PLAIN_REPLY, -1))
     assert standings(group)[adversary.pk] == "disagrees"
     assert set(Sample.objects.filter(user=adversary).values_list("state", flat=True)) == {"pending"}
-    assert trainable_count(tenant=group.tenant) == 12
+    assert trainable_count(tenant=group.tenant) == 12 - 8  # the first run claimed 8
 
 
 def test_a_member_no_two_others_can_be_compared_with_is_not_held_back(trio):
