@@ -1,7 +1,7 @@
 """What the consensus guard reads for a new group sample: each member's most recent judged samples, bounded.
 
-The guard (``review.flags.consensus_of``) compares the new sample's author with the other members on the same
-reply style. Reading the group's whole outlier window for every new sample would cost O(samples in the
+The guard (``review.flags.group_verdicts``) compares the group's members with each other on the same reply
+style. Reading the group's whole outlier window for every new sample would cost O(samples in the
 window) per sample, so O(n^2) over a busy week. Instead each member contributes at most ``per_member`` of
 their newest samples in the window: one indexed query per member (``sample_user_recent``), so the work per
 sample is bounded by members x ``per_member`` whatever the group's volume.
@@ -49,19 +49,18 @@ def judged_recent(*, tenant: Tenant, author_id: int | None, since: datetime,
 
 
 # A member still on probation trains once they have this many times the guard's min_pairs judged samples in
-# the window: their replies' styles have then met the others' too seldom for the guard to judge them at all,
-# and holding their feedback longer would only starve the group.
+# the window: the guard has then been undecided about them for long, and holding their feedback longer would
+# only starve the group (the influence cap still bounds what they carry).
 PROBATION_FACTOR = 4
 
-AGREES, DISAGREES, PROBATION, NOT_COMPARED = "agrees", "disagrees", "probation", "not_compared"
+AGREES, DISAGREES, PROBATION, NOT_COMPARED = guards.AGREES, guards.DISAGREES, "probation", guards.NOT_COMPARED
 
 
 @dataclass(frozen=True)
 class Standing:
     """Where a member stands with the consensus guard now: ``agrees``, ``disagrees`` (with the flag and its
-    evidence), ``probation`` (comparable with at least two other members, over too few replies yet) or
-    ``not_compared`` (fewer than two other members have a lean on any style of the member's replies, or
-    probation ran out)."""
+    evidence), ``probation`` (the guard is undecided) or ``not_compared`` (fewer than two other members have
+    a lean on any style of the member's replies, or probation ran out)."""
 
     state: str
     flag: guards.Flag | None = None
@@ -71,30 +70,28 @@ def member_standings(*, tenant: Tenant, policy: ReviewPolicy,
                      now: datetime | None = None) -> dict[int, Standing]:
     """Each member's standing over the policy's outlier window (the same bounded read as the guard).
 
-    Why a probation: the guard flags a member once it has compared them over ``consensus_min_pairs``
-    replies with most of the others, but a group's first batch fills before that (on the persona bench the
-    adversary had 4 samples in the first batch of 16, which turned the group adapter's compliance from
-    0.46 to 0.0 before any flag could be raised, and later updates did not bring it back). So while the
-    guard could compare a member but has not yet, their samples wait (approved, not offered for training).
-    "Could compare": at least two other members have a lean on some style of the member's replies. A member
-    whose replies no two others' meet is not compared at all (as in a group of two), so that one member with
-    replies unlike everyone else's does not hold the rest of the group back; the influence cap still bounds
-    what they carry.
+    Why a probation: the guard flags a member once it is sure they disagree with most of the others, but a
+    group's first batch fills before that (on the persona bench the adversary had 4 samples in the first
+    batch of 16, which turned the group adapter's compliance from 0.46 to 0.0 before any flag could be
+    raised, and later updates did not bring it back). So while the guard is undecided about a member, their
+    samples wait (approved, not offered for training). A member whose replies no two others have a lean on
+    is not compared at all (as in a group of two), so that one member with replies unlike everyone else's
+    does not hold the rest of the group back.
     """
     since = (now or timezone.now()) - policy.outlier_window
     judged = judged_recent(tenant=tenant, author_id=None, since=since)
+    verdicts = guards.group_verdicts(judged, threshold=policy.consensus_threshold,
+                                     min_pairs=policy.consensus_min_pairs)
+    samples: dict[int, int] = {}
+    for j in judged:
+        samples[j.member_id] = samples.get(j.member_id, 0) + 1
     standings = {}
-    for member in sorted({j.member_id for j in judged}):
-        consensus = guards.consensus_of(member, judged)
-        flag = guards.consensus_disagreement(consensus, threshold=policy.consensus_threshold,
+    for member, verdict in verdicts.items():
+        state = verdict.state
+        if state == guards.UNDECIDED:
+            state = PROBATION if samples.get(member, 0) < PROBATION_FACTOR * policy.consensus_min_pairs \
+                else NOT_COMPARED
+        flag = guards.consensus_disagreement(verdict, threshold=policy.consensus_threshold,
                                              min_pairs=policy.consensus_min_pairs)
-        if flag is not None:
-            standings[member] = Standing(DISAGREES, flag)
-        elif guards.consensus_assessed(consensus, min_pairs=policy.consensus_min_pairs):
-            standings[member] = Standing(AGREES)
-        elif (len(consensus.against) >= 2
-              and sum(j.member_id == member for j in judged) < PROBATION_FACTOR * policy.consensus_min_pairs):
-            standings[member] = Standing(PROBATION)
-        else:
-            standings[member] = Standing(NOT_COMPARED)
+        standings[member] = Standing(state, flag)
     return standings

@@ -224,23 +224,11 @@ class Agreement:
 
 @dataclass(frozen=True)
 class Consensus:
-    """A member's agreement with each of the other members who scored their kinds of reply (``against``,
-    one ``Agreement`` per other member, those with nothing comparable left out)."""
+    """One way of the comparison: a member's replies against each other member's lean (``against``, one
+    ``Agreement`` per other member, those with nothing comparable left out)."""
 
     member_id: int
     against: tuple[Agreement, ...]
-
-    def judged(self, min_pairs: int) -> list[Agreement]:
-        """The other members compared over at least ``min_pairs`` replies: the ones whose verdict counts."""
-        return [a for a in self.against if a.comparable >= min_pairs]
-
-    @property
-    def comparable(self) -> int:
-        return sum(a.comparable for a in self.against)
-
-    @property
-    def disagreeing(self) -> int:
-        return sum(a.disagreeing for a in self.against)
 
 
 def consensus_of(member_id: int, judged: Sequence[Judged], *, lean: float = 0.34, min_scored: int = 2,
@@ -253,8 +241,8 @@ def consensus_of(member_id: int, judged: Sequence[Judged], *, lean: float = 0.34
     the persona bench flagged an honest owner so (their "group consensus" on a style was the adversary's
     -1 over three samples and the other honest member's -1 over two noisy ones). Compared one by one, an
     honest member agrees with the other honest members and disagrees with the adversary, and the verdict
-    (``consensus_disagreement``) asks whether they disagree with most of the others. Each other member
-    counts once, whatever their volume, so a member who floods the group cannot outvote the rest.
+    (``group_verdicts``) asks whether they disagree with most of the others. Each other member counts once,
+    whatever their volume, so a member who floods the group cannot outvote the rest.
 
     The other member's lean on a style is their mean reward over at least ``min_scored`` of their samples of
     it (one noisy reaction is not a lean), on the exact signature where they have that many, else on its
@@ -291,36 +279,111 @@ def consensus_of(member_id: int, judged: Sequence[Judged], *, lean: float = 0.34
     return Consensus(member_id=member_id, against=tuple(against))
 
 
-def consensus_assessed(consensus: Consensus, *, min_pairs: int = 6, min_others: int = 2) -> bool:
-    """Whether the guard can judge the member yet: compared with at least ``min_others`` other members over
-    at least ``min_pairs`` replies each. A group of two is never judged: with one other member there is no
-    telling which of the two is the odd one out."""
-    return len(consensus.judged(min_pairs)) >= min_others
+# How sure the guard must be before it calls two members agreeing or disagreeing: the one-sided 95 % bound.
+CONFIDENCE_Z = 1.64
+AGREE, DISAGREE, UNDECIDED = "agree", "disagree", "undecided"
+AGREES, DISAGREES, NOT_COMPARED = "agrees", "disagrees", "not_compared"
 
 
-def consensus_disagreement(consensus: Consensus, *, threshold: float = 0.6, min_pairs: int = 6,
-                           min_others: int = 2) -> Flag | None:
-    """The member rewarded at least ``threshold`` of their comparable replies against the other member's lean,
-    for more than half of the other members they can be judged against (``consensus_assessed``).
+def wilson_interval(k: int, n: int, z: float = CONFIDENCE_Z) -> tuple[float, float]:
+    """The Wilson score interval of a rate of ``k`` in ``n`` (``n`` > 0): unlike the normal one it stays
+    inside [0, 1] and is honest about small counts, which is all a group's first sessions give."""
+    p, z2 = k / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return centre - half, centre + half
 
-    The majority is what keeps honest members safe: with one adversary among three, an honest member
-    disagrees with one of two others (not more than half); with two adversaries among five, with two of four;
-    an adversary disagrees with every honest member, a majority in both. The threshold: with a 10 % chance
-    that a member's reaction is the opposite of what they meant, on both sides, about 18 % of two honest
-    members' comparable replies disagree; a member rewarding the opposite of the group disagrees on about
-    80 %. 0.6 sits well between; below ``min_pairs`` replies a streak of noise (three of four) is too likely.
+
+@dataclass(frozen=True)
+class Pair:
+    """Two members compared both ways: each one's replies against the other's lean, summed (``comparable``,
+    ``disagreeing``), and what the guard concludes: ``agree``, ``disagree`` or ``undecided``. ``pairs``: the
+    member's disagreeing examples (``consensus_of``)."""
+
+    other_id: int
+    comparable: int
+    disagreeing: int
+    verdict: str
+    pairs: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def rate(self) -> float:
+        return self.disagreeing / self.comparable if self.comparable else 0.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Where the guard stands with a member: ``disagrees`` (with more than half of the others they can be
+    compared with), ``agrees``, ``undecided``, or ``not_compared`` (fewer than two others to compare with)."""
+
+    member_id: int
+    state: str
+    pairs: tuple[Pair, ...]
+
+
+def group_verdicts(judged: Sequence[Judged], *, threshold: float = 0.5, min_pairs: int = 6,
+                   z: float = CONFIDENCE_Z, lean: float = 0.34, min_scored: int = 2) -> dict[int, Verdict]:
+    """The guard's verdict on every member of ``judged``.
+
+    Two members are compared both ways (``consensus_of``: each one's replies against the other's lean on the
+    same style) and the counts summed: the relation is symmetric, and one side's few samples of a style are
+    then not the whole story. They ``disagree`` when the Wilson bound (``wilson_interval``) puts their
+    disagreeing share above ``threshold``, ``agree`` when it puts it below, over at least ``min_pairs``
+    comparable replies; else ``undecided``.
+
+    A member ``disagrees`` with the group when they disagree with more than half of the others they can be
+    compared with: with one adversary among three an honest member disagrees with one of two, and with two
+    among five with two of four, while an adversary disagrees with every honest member. A member ``agrees``
+    when the others they agree with outnumber those they neither agree with nor are backed against by a
+    flag (the others undecided, or disagreeing but not flagged themselves): an honest member of a group
+    with a flagged adversary agrees, but where two members disagree and a third agrees with both, as noise
+    can make it on a group's first sessions, neither of the two is cleared until more replies tell them
+    apart. Simulated (three members, sessions of three replies, a plain and a marked style whose share
+    moves from 45 % to 95 % plain, 100 runs of 14 sessions each): with 10 % noise the adversary is flagged
+    by its 5th sample (median; 90 % by the 9th), never cleared first, and no honest member of 200 is
+    flagged; with 20 % noise the adversary by its 8th (15th), and 4 of 200 honest members are flagged; with
+    two adversaries among five and 10 % noise, 4 of 300 honest members (one member's replies against each
+    other's lean one way only, with a fixed 0.6 share, flagged 138 of those 300).
     """
-    judged = consensus.judged(min_pairs)
-    if len(judged) < min_others:
+    one_way = {m: consensus_of(m, judged, lean=lean, min_scored=min_scored)
+               for m in sorted({j.member_id for j in judged})}
+    counts = {(m, a.other_id): a for m, c in one_way.items() for a in c.against}
+    pairs: dict[int, list[Pair]] = {m: [] for m in one_way}
+    for m in one_way:
+        for o in one_way:
+            mine, theirs = counts.get((m, o)), counts.get((o, m))
+            if o == m or (mine is None and theirs is None):
+                continue
+            comparable = (mine.comparable if mine else 0) + (theirs.comparable if theirs else 0)
+            disagreeing = (mine.disagreeing if mine else 0) + (theirs.disagreeing if theirs else 0)
+            verdict = UNDECIDED
+            if comparable >= min_pairs:
+                low, high = wilson_interval(disagreeing, comparable, z)
+                verdict = DISAGREE if low > threshold else AGREE if high < threshold else UNDECIDED
+            pairs[m].append(Pair(o, comparable, disagreeing, verdict, mine.pairs if mine else ()))
+    flagged = {m for m, ps in pairs.items()
+               if len(ps) >= 2 and 2 * sum(p.verdict == DISAGREE for p in ps) > len(ps)}
+    verdicts = {}
+    for m, ps in pairs.items():
+        agree = sum(p.verdict == AGREE for p in ps)
+        unbacked = sum(p.verdict != AGREE and p.other_id not in flagged for p in ps)
+        state = (NOT_COMPARED if len(ps) < 2 else DISAGREES if m in flagged else AGREES if agree > unbacked
+                 else UNDECIDED)
+        verdicts[m] = Verdict(m, state, tuple(ps))
+    return verdicts
+
+
+def consensus_disagreement(verdict: Verdict, *, threshold: float = 0.5, min_pairs: int = 6) -> Flag | None:
+    """The flag of a member the guard finds disagreeing (``group_verdicts``), with the pairs as evidence."""
+    if verdict.state != DISAGREES:
         return None
-    against = [a for a in judged if a.rate >= threshold]
-    if 2 * len(against) <= len(judged):
-        return None
-    rates = ", ".join(f"{a.disagreeing} of {a.comparable} ({a.rate:.0%})" for a in against)
-    return Flag(CONSENSUS, f"rewarded replies against the lean of {len(against)} of the {len(judged)} other "
-                           f"members they can be compared with, on the same reply style: {rates} "
-                           f"(threshold {threshold:.0%} over at least {min_pairs} each)",
-                evidence=tuple(p for a in against for p in a.pairs))
+    against = [p for p in verdict.pairs if p.verdict == DISAGREE]
+    rates = ", ".join(f"{p.disagreeing} of {p.comparable} ({p.rate:.0%})" for p in against)
+    return Flag(CONSENSUS, f"rewarded replies against {len(against)} of the {len(verdict.pairs)} other "
+                           f"members they can be compared with, on the same reply style: {rates} of the "
+                           f"replies compared both ways disagree (above {threshold:.0%} at 95 % confidence, "
+                           f"over at least {min_pairs})",
+                evidence=tuple(e for p in against for e in p.pairs))
 
 
 def member_cap(limit: int, share: float) -> int:

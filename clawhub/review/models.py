@@ -29,11 +29,12 @@ class ReviewPolicy(models.Model):
     dup_window = models.DurationField(default=timedelta(hours=24))
     dup_threshold = models.PositiveIntegerField(
         default=3, help_text="The n-th identical next state from one user within the window is flagged.")
-    # Consensus guard (groups): over the outlier window, a member who rewarded at least this share of their
-    # comparable replies against the other members' consensus on the same reply style is flagged.
-    consensus_threshold = models.FloatField(default=0.6)
+    # Consensus guard (groups, review.flags.group_verdicts): over the outlier window, two members disagree
+    # when the share of their comparable replies scored the opposite way is above the threshold at 95 %
+    # confidence; a member who disagrees with most of the others is flagged.
+    consensus_threshold = models.FloatField(default=0.5)
     consensus_min_pairs = models.PositiveIntegerField(
-        default=6, help_text="Comparable replies a member needs before the consensus guard judges them.")
+        default=6, help_text="Comparable replies two members need before the consensus guard judges them.")
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

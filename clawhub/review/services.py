@@ -74,12 +74,14 @@ def reply_text(turn: Turn) -> str:
 def _consensus_flag(*, policy: ReviewPolicy, turn: Turn, reward: int, style: str,
                     since: datetime) -> guards.Flag | None:
     """The consensus guard over the group's judged samples in the outlier window (each member's newest, a
-    bounded read: review.consensus), this one included."""
+    bounded read: review.consensus), this one included: the author's flag, if the guard finds them
+    disagreeing with the group."""
     judged = judged_recent(tenant=turn.tenant, author_id=turn.user_id, since=since)
     judged.append(guards.Judged(sample_id=None, member_id=turn.user_id, reward=reward, style=style))
-    return guards.consensus_disagreement(
-        guards.consensus_of(turn.user_id, judged), threshold=policy.consensus_threshold,
-        min_pairs=policy.consensus_min_pairs)
+    verdict = guards.group_verdicts(judged, threshold=policy.consensus_threshold,
+                                    min_pairs=policy.consensus_min_pairs)[turn.user_id]
+    return guards.consensus_disagreement(verdict, threshold=policy.consensus_threshold,
+                                         min_pairs=policy.consensus_min_pairs)
 
 
 def _flags_for(*, policy: ReviewPolicy, turn: Turn, reward: int, votes, digest: str, judged_at: datetime,

@@ -3,7 +3,14 @@
 import pytest
 
 from clawhub.review import flags
-from clawhub.review.flags import Judged, consensus_assessed, consensus_disagreement, consensus_of, reply_style
+from clawhub.review.flags import (
+    Judged,
+    consensus_disagreement,
+    consensus_of,
+    group_verdicts,
+    reply_style,
+    wilson_interval,
+)
 from clawhub.review.models import Sample
 from tests.factories import add_member, make_group, make_user
 from tests.review.conftest import make_sample, old_key
@@ -24,7 +31,21 @@ def test_reply_style_is_markup_and_how_developed_the_reply_is():
 
 
 def rates(consensus) -> dict[int, tuple[int, int]]:
+    """One way: (comparable, disagreeing) of a member's replies against each other member's lean."""
     return {a.other_id: (a.comparable, a.disagreeing) for a in consensus.against}
+
+
+def pairs(verdict) -> dict[int, tuple[int, int, str]]:
+    """Both ways: (comparable, disagreeing, verdict) with each other member."""
+    return {p.other_id: (p.comparable, p.disagreeing, p.verdict) for p in verdict.pairs}
+
+
+def test_the_wilson_interval_on_hand_computed_cases():
+    # 2 of 14 at z = 1.64: centre (2/14 + z^2/28) / (1 + z^2/14) = 0.2005, half-width 0.1518.
+    assert wilson_interval(2, 14) == pytest.approx((0.0486, 0.3522), abs=1e-4)
+    assert wilson_interval(12, 14) == pytest.approx((0.6478, 0.9514), abs=1e-4)  # the mirror image
+    assert wilson_interval(0, 6) == pytest.approx((0.0, 0.3095), abs=1e-4)
+    assert wilson_interval(7, 14) == pytest.approx((0.2993, 0.7007), abs=1e-4)  # even: undecided
 
 
 def test_one_adversary_among_three():
@@ -33,42 +54,41 @@ def test_one_adversary_among_three():
     data = (judged(1, BOLD, -1, -1, -1, +1) + judged(1, PLAIN, +1, +1, +1) + judged(2, BOLD, -1, -1, -1)
             + judged(2, PLAIN, +1, +1, +1, -1) + judged(3, BOLD, +1, +1, +1, -1)
             + judged(3, PLAIN, -1, -1, -1))
-    adversary = consensus_of(3, data)
-    # Against each honest member all 7 of the adversary's replies are comparable; the three bold +1 and the
-    # three plain -1 disagree, the bold -1 agrees: 6 of 7 against both.
-    assert rates(adversary) == {1: (7, 6), 2: (7, 6)}
-    flag = consensus_disagreement(adversary, threshold=0.6, min_pairs=6)
+    # One way, against each honest member's lean, 6 of the adversary's 7 replies disagree (the bold -1
+    # agrees); each honest member's replies against the other's lean: 1 of 7 (its own noisy reaction).
+    assert rates(consensus_of(3, data)) == {1: (7, 6), 2: (7, 6)}
+    assert rates(consensus_of(1, data)) == {2: (7, 1), 3: (7, 6)}
+    assert rates(consensus_of(2, data)) == {1: (7, 1), 3: (7, 6)}
+    # Both ways: 12 of 14 with the adversary (Wilson [0.65, 0.95]: above 0.5, disagree), 2 of 14 between
+    # the honest members ([0.05, 0.35]: agree).
+    verdicts = group_verdicts(data)
+    assert pairs(verdicts[3]) == {1: (14, 12, "disagree"), 2: (14, 12, "disagree")}
+    assert pairs(verdicts[1]) == {2: (14, 2, "agree"), 3: (14, 12, "disagree")}
+    assert {m: v.state for m, v in verdicts.items()} == {1: "agrees", 2: "agrees", 3: "disagrees"}
+    flag = consensus_disagreement(verdicts[3])
     assert flag is not None and flag.code == flags.CONSENSUS
-    assert "2 of the 2 other members" in flag.detail and "6 of 7 (86%)" in flag.detail
+    assert "against 2 of the 2 other members" in flag.detail and "12 of 14 (86%)" in flag.detail
     pair = flag.evidence[0]
     assert pair["sample"] == 300 and pair["reward"] == 1 and pair["style"] == BOLD
     assert pair["other_member"] == 1 and pair["other_mean"] == pytest.approx(-0.5)
     assert pair["other_sample"] in (100, 101, 102)  # one of member 1's -1 on a bold reply
     assert len(flag.evidence) == 6  # up to 3 pairs against each of the two
-    # An honest member agrees with the other honest member (1 of 7: member 1's noisy bold +1) and disagrees
-    # with the adversary (6 of 7): one of two others, not a majority.
-    honest = consensus_of(1, data)
-    assert rates(honest) == {2: (7, 1), 3: (7, 6)}
-    assert consensus_assessed(honest) and consensus_disagreement(honest) is None
-    assert rates(consensus_of(2, data)) == {1: (7, 1), 3: (7, 6)}
-    assert consensus_disagreement(consensus_of(2, data)) is None
+    assert consensus_disagreement(verdicts[1]) is None
 
 
 def test_two_adversaries_among_five():
     honest = [m for h in (1, 2, 3) for m in judged(h, BOLD, -1, -1, -1) + judged(h, PLAIN, +1, +1, +1)]
     adversaries = [m for a in (4, 5) for m in judged(a, BOLD, +1, +1, +1) + judged(a, PLAIN, -1, -1, -1)]
-    data = honest + adversaries
-    # Adversary 4 disagrees with each honest member on all 6 replies and agrees with the other adversary:
-    # 3 of 4 others, a majority.
-    four = consensus_of(4, data)
-    assert rates(four) == {1: (6, 6), 2: (6, 6), 3: (6, 6), 5: (6, 0)}
-    assert "3 of the 4 other members" in consensus_disagreement(four).detail
-    assert consensus_disagreement(consensus_of(5, data)) is not None
-    # An honest member disagrees with the two adversaries only: 2 of 4 is not more than half.
-    for member in (1, 2, 3):
-        against = {o for o, (_, d) in rates(consensus_of(member, data)).items() if d}
-        assert against == {4, 5}
-        assert consensus_disagreement(consensus_of(member, data)) is None
+    verdicts = group_verdicts(honest + adversaries)
+    # Adversary 4 disagrees with each honest member on all 12 replies compared both ways and agrees with
+    # the other adversary: 3 of 4 others, a majority.
+    assert pairs(verdicts[4]) == {1: (12, 12, "disagree"), 2: (12, 12, "disagree"), 3: (12, 12, "disagree"),
+                                  5: (12, 0, "agree")}
+    assert "against 3 of the 4 other members" in consensus_disagreement(verdicts[4]).detail
+    # An honest member disagrees with the two adversaries only (2 of 4 is not more than half), and agrees
+    # with the two honest members, who outnumber the unflagged others it does not agree with (none).
+    assert {m: v.state for m, v in verdicts.items()} == {1: "agrees", 2: "agrees", 3: "agrees",
+                                                         4: "disagrees", 5: "disagrees"}
 
 
 def test_no_adversary_noise_is_not_flagged():
@@ -76,14 +96,26 @@ def test_no_adversary_noise_is_not_flagged():
     data = (judged(1, BOLD, -1, -1, -1, +1) + judged(1, PLAIN, +1, +1, +1)
             + judged(2, BOLD, -1, -1, -1) + judged(2, PLAIN, +1, +1, +1, -1)
             + judged(3, BOLD, -1, -1, +1, -1) + judged(3, PLAIN, +1, +1, +1))
-    # Member 1 against 2 (bold -1, plain +0.5) and against 3 (bold -0.5, plain +1): only its noisy +1
-    # disagrees, 1 of 7 (14 %) each; the same for the others.
+    # One way, each member's noisy reaction is the one disagreeing reply of 7; both ways 2 of 14: agree.
     assert rates(consensus_of(1, data)) == {2: (7, 1), 3: (7, 1)}
     assert rates(consensus_of(2, data)) == {1: (7, 1), 3: (7, 1)}
     assert rates(consensus_of(3, data)) == {1: (7, 1), 2: (7, 1)}
-    for member in (1, 2, 3):
-        assert consensus_assessed(consensus_of(member, data))
-        assert consensus_disagreement(consensus_of(member, data)) is None
+    verdicts = group_verdicts(data)
+    assert all(p.verdict == "agree" and (p.comparable, p.disagreeing) == (14, 2)
+               for v in verdicts.values() for p in v.pairs)
+    assert {v.state for v in verdicts.values()} == {"agrees"}
+
+
+def test_the_guard_stays_undecided_when_the_group_cannot_tell_who_is_odd():
+    # Members 1 and 2 disagree on every bold reply (12 of 12 both ways), and each agrees with member 3 on
+    # another style (6 of 6 both ways, no disagreement): nothing says whether 1 or 2 is the odd one out.
+    data = (judged(1, BOLD, *[-1] * 6) + judged(1, PLAIN, +1, +1, +1) + judged(2, BOLD, *[+1] * 6)
+            + judged(2, "plain|long", +1, +1, +1) + judged(3, PLAIN, +1, +1, +1)
+            + judged(3, "plain|long", +1, +1, +1))
+    verdicts = group_verdicts(data)
+    assert pairs(verdicts[1]) == {2: (12, 12, "disagree"), 3: (6, 0, "agree")}
+    assert {m: v.state for m, v in verdicts.items()} == {1: "undecided", 2: "undecided", 3: "agrees"}
+    assert consensus_disagreement(verdicts[1]) is None
 
 
 def test_a_lean_needs_two_samples_and_a_clear_mean():
@@ -95,24 +127,25 @@ def test_a_lean_needs_two_samples_and_a_clear_mean():
 
 
 def test_a_member_flooding_a_style_still_counts_once():
-    # Two honest members score bold -1 twice each; a third member floods bold with 10 times +1. A fourth
-    # member who scores bold -1 six times disagrees with the flooder only: one of three others, not flagged,
-    # while the flooder disagrees with all three.
+    # Two honest members score bold -1 twice each; a third member floods bold with 10 times +1; a fourth
+    # scores bold -1 six times. The flooder disagrees with all three (12 to 16 replies each, all of them);
+    # the fourth disagrees with the flooder only, one of three, and agrees with the other two.
     data = (judged(1, BOLD, -1, -1) + judged(2, BOLD, -1, -1) + judged(3, BOLD, *[+1] * 10)
             + judged(4, BOLD, *[-1] * 6))
-    four = consensus_of(4, data)
-    assert rates(four) == {1: (6, 0), 2: (6, 0), 3: (6, 6)}
-    assert consensus_disagreement(four) is None
-    assert rates(consensus_of(3, data)) == {1: (10, 10), 2: (10, 10), 4: (10, 10)}
-    assert consensus_disagreement(consensus_of(3, data)) is not None
+    verdicts = group_verdicts(data)
+    assert pairs(verdicts[3]) == {1: (12, 12, "disagree"), 2: (12, 12, "disagree"), 4: (16, 16, "disagree")}
+    assert pairs(verdicts[4]) == {1: (8, 0, "agree"), 2: (8, 0, "agree"), 3: (16, 16, "disagree")}
+    assert verdicts[3].state == "disagrees" and verdicts[4].state == "agrees"
+    # Members 1 and 2 have compared over 4 replies only (undecided), so 1 agrees with 4 and waits on 2.
+    assert verdicts[1].state == "undecided"
 
 
 def test_a_group_of_two_is_never_judged():
     data = judged(1, BOLD, *[-1] * 8) + judged(2, BOLD, *[+1] * 8)
-    for member in (1, 2):
-        assert rates(consensus_of(member, data)) == {3 - member: (8, 8)}
-        assert not consensus_assessed(consensus_of(member, data))
-        assert consensus_disagreement(consensus_of(member, data)) is None
+    verdicts = group_verdicts(data)
+    assert pairs(verdicts[1]) == {2: (16, 16, "disagree")}
+    assert {v.state for v in verdicts.values()} == {"not_compared"}
+    assert consensus_disagreement(verdicts[1]) is None
 
 
 @pytest.fixture
@@ -135,16 +168,17 @@ def test_the_adversary_is_flagged_in_the_pipeline_and_their_approved_samples_wai
             make_sample(user, key=key, reward=-1, reply=BOLD_REPLY)
             make_sample(user, key=key, reward=+1, reply=PLAIN_REPLY)
     made = []
-    for i in range(6):
+    for i in range(4):
         reply, reward = (BOLD_REPLY, +1) if i % 2 == 0 else (PLAIN_REPLY, -1)
         made.append(make_sample(adversary, key=ka, reward=reward, reply=reply))
-    # The first five go through (under the guard's 6 comparable replies); the sixth is flagged and pulls the
-    # five approved ones back to review with the same flag and its evidence.
-    assert all(s.state == Sample.State.APPROVED for s in made[:5])  # as each was created
+    # The first three go through (5 replies compared both ways with each honest member at the third: under
+    # min_pairs); the fourth, 8 of 8 with each, is flagged and pulls the three approved ones back to review
+    # with the same flag and its evidence.
+    assert all(s.state == Sample.State.APPROVED for s in made[:3])  # as each was created
     last = made[-1]
     assert flags.CONSENSUS in last.flag_codes and last.state == Sample.State.PENDING
     flag = next(f for f in last.flags if f["code"] == flags.CONSENSUS)
-    assert "6 of 6" in flag["detail"]
+    assert "8 of 8 (100%), 8 of 8 (100%)" in flag["detail"]
     assert flag["evidence"] and flag["evidence"][0]["style"] == reply_style(BOLD_REPLY)
     states = set(Sample.objects.filter(user=adversary).values_list("state", flat=True))
     assert states == {Sample.State.PENDING}
@@ -153,7 +187,7 @@ def test_the_adversary_is_flagged_in_the_pipeline_and_their_approved_samples_wai
     honest = Sample.objects.filter(user__in=[h1, h2])
     assert all(flags.CONSENSUS not in s.flag_codes for s in honest)
     assert set(honest.values_list("state", flat=True)) == {Sample.State.APPROVED}
-    # The statistic is over other members only: the next honest sample is not flagged either.
+    # The next honest sample is not flagged either: its author disagrees with the adversary only.
     assert flags.CONSENSUS not in make_sample(h1, key=k1, reward=-1, reply=BOLD_REPLY).flag_codes
 
 
@@ -170,7 +204,7 @@ def test_the_review_console_shows_the_reason_and_the_disagreeing_pairs(trio):
     client = Client()
     client.force_login(h1)  # the group's owner reviews
     html = client.get(f"/review/{made[-1].pk}/").content.decode()
-    assert "consensus_disagreement" in html and "against the lean of 2 of the 2 other members" in html
+    assert "consensus_disagreement" in html and "against 2 of the 2 other members" in html
     assert 'class="flag-evidence"' in html
     # The pairs are the newest first: the adversary's previous sample, with an honest member's opposite score.
     assert f'href="/review/{made[-2].pk}/"' in html
@@ -227,18 +261,18 @@ def test_the_bench_case_an_honest_owner_is_not_flagged_for_disagreeing_with_the_
     # As the persona bench found it with the pooled consensus: the honest owner (1) scores bold -1 and plain
     # +1; only the adversary (3) has scored bold yet (+1 x3), and the honest admin (2) plain twice with -1
     # (noise, or a plain reply that skipped steps). Pooled over "the others", the owner disagreed with the
-    # group on every reply. Member by member: 3 of 3 against the adversary, 3 of 3 against the admin on
-    # plain, but neither over 6 replies: nothing is judged yet.
+    # group on every reply. Pair by pair: 6 of 6 with the adversary (disagree), 5 of 5 with the admin (too
+    # few to decide): the owner is not flagged, only undecided.
     data = (judged(1, BOLD, -1, -1, -1) + judged(1, PLAIN, +1, +1, +1) + judged(3, BOLD, +1, +1, +1)
             + judged(2, PLAIN, -1, -1))
-    owner = consensus_of(1, data)
-    assert rates(owner) == {2: (3, 3), 3: (3, 3)}
-    assert not consensus_assessed(owner) and consensus_disagreement(owner) is None
+    verdicts = group_verdicts(data)
+    assert pairs(verdicts[1]) == {2: (5, 5, "undecided"), 3: (6, 6, "disagree")}
+    assert verdicts[1].state == "undecided" and consensus_disagreement(verdicts[1]) is None
     # Later the admin scores bold -1 -1 and plain +1 x4 (plain now +1/3: not a lean), the adversary plain
-    # -1 -1: the owner agrees with the admin on bold (3 of 3 comparable) and disagrees with the adversary on
-    # everything (6 of 6); with the admin under min_pairs, still one judged other: not assessed.
+    # -1 -1. Owner and admin: 3 of 3 one way, 2 of 8 the other, 2 of 11 (Wilson [0.06, 0.43]): agree. The
+    # adversary: 11 of 11 with the owner, 9 of 11 with the admin ([0.57, 0.94]): disagrees with both.
     data += judged(2, BOLD, -1, -1) + judged(2, PLAIN, +1, +1, +1, +1) + judged(3, PLAIN, -1, -1)
-    assert rates(consensus_of(1, data)) == {2: (3, 0), 3: (6, 6)}
-    assert consensus_disagreement(consensus_of(1, data)) is None
-    # ... while the adversary disagrees with both on every reply it can be compared on (5 and 3 so far).
-    assert rates(consensus_of(3, data)) == {1: (5, 5), 2: (3, 3)}
+    verdicts = group_verdicts(data)
+    assert pairs(verdicts[1]) == {2: (11, 2, "agree"), 3: (11, 11, "disagree")}
+    assert pairs(verdicts[3]) == {1: (11, 11, "disagree"), 2: (11, 9, "disagree")}
+    assert {m: v.state for m, v in verdicts.items()} == {1: "agrees", 2: "agrees", 3: "disagrees"}

@@ -48,33 +48,29 @@ def test_members_wait_on_probation_until_the_guard_has_compared_them(trio):
     # Two members only: nobody can be judged, both train as before.
     assert standings(group) == {h1.pk: "not_compared", h2.pk: "not_compared"}
     assert trainable_count(tenant=group.tenant) == 12
-    # A third member's first two samples: both others have a lean on their styles, but they are compared
-    # over 2 replies only: they wait. (They have no lean yet, one sample of each style: the honest members
-    # can still be compared with each other only, and train.)
-    post(adversary, keys, (BOLD_REPLY, +1), (PLAIN_REPLY, -1))
-    assert standings(group) == {h1.pk: "not_compared", h2.pk: "not_compared", adversary.pk: "probation"}
-    assert trainable_count(tenant=group.tenant) == 12
-    assert adversary.pk not in {s.user_id for s in samples_for_training(tenant=group.tenant, limit=50)}
-    # Two more: the honest members are compared with both others over 6 replies (0 of 6 against each other,
-    # 6 of 6 against the adversary: one of two, not a majority) and train; the adversary, compared over 4
-    # replies with each, still waits.
-    post(adversary, keys, (BOLD_REPLY, +1), (PLAIN_REPLY, -1))
-    assert standings(group) == {h1.pk: "agrees", h2.pk: "agrees", adversary.pk: "probation"}
-    assert trainable_count(tenant=group.tenant) == 12
-    assert {s.user_id for s in samples_for_training(tenant=group.tenant, limit=50)} == {h1.pk, h2.pk}
-    # The group page tells its managers why the adversary's feedback has not trained.
-    run = services.run_start(tenant=group.tenant)
+    run = services.run_start(tenant=group.tenant)  # 8 of the 12
     version = make_version(group.tenant, 1, state="active")
     TrainingRun.objects.filter(pk=run.pk).update(state=TrainingRun.State.SUCCEEDED, adapter_version=version)
+    # A third member's first two samples: compared both ways over 2 replies with each honest member, too
+    # few to decide. The honest members agree with each other, but the one they agree with does not
+    # outnumber the one the guard is undecided about: all three wait.
+    post(adversary, keys, (BOLD_REPLY, +1), (PLAIN_REPLY, -1))
+    assert set(standings(group).values()) == {"probation"}
+    assert trainable_count(tenant=group.tenant) == 0
+    assert samples_for_training(tenant=group.tenant) == []
+    # The group page tells its managers why nothing trains.
     client = Client()
     client.force_login(h1)
     section = client.get(f"/groups/{group.slug}/").content.decode().split('id="influence"')[1]
-    assert section.count("on probation: waits to be compared") == 1 and section.count(">agrees<") == 2
-    # Its sixth sample is flagged as it is made: none of its samples was ever offered for training.
+    assert section.count("on probation: waits to be compared") == 3
+    # Two more: 10 of 10 replies against each honest member both ways; flagged as its fourth sample is made,
+    # so none of its samples was ever offered for training, and the honest members train again.
     post(adversary, keys, (BOLD_REPLY, +1), (PLAIN_REPLY, -1))
-    assert standings(group)[adversary.pk] == "disagrees"
+    assert standings(group) == {h1.pk: "agrees", h2.pk: "agrees", adversary.pk: "disagrees"}
     assert set(Sample.objects.filter(user=adversary).values_list("state", flat=True)) == {"pending"}
-    assert trainable_count(tenant=group.tenant) == 12 - 8  # the first run claimed 8
+    assert trainable_count(tenant=group.tenant) == 12 - 8
+    section = client.get(f"/groups/{group.slug}/").content.decode().split('id="influence"')[1]
+    assert section.count(">agrees<") == 2 and section.count(">disagrees<") == 1
 
 
 def test_a_member_no_two_others_can_be_compared_with_is_not_held_back(trio):
@@ -92,15 +88,15 @@ def test_probation_ends_after_a_bounded_number_of_samples(trio, monkeypatch):
     group, (h1, h2, third), keys = trio
     monkeypatch.setattr(consensus, "PROBATION_FACTOR", 2)  # 2 x min_pairs (6) = 12 samples
     for honest in (h1, h2):
-        post(honest, keys, (BOLD_REPLY, -1), (BOLD_REPLY, -1), times=3)
-    # The third member's bold replies meet both others' lean, but each of its 11 samples with one heading
-    # reply: comparable with both others over 1 reply only, so it stays on probation until 12 samples.
+        post(honest, keys, (BOLD_REPLY, -1), times=12)
+    # The third member's one bold reply meets both others' lean, its heading replies nobody's: compared
+    # over one reply with each, the guard stays undecided, and the member waits until 12 samples.
     post(third, keys, (BOLD_REPLY, +1))
-    post(third, keys, (HEADING_REPLY, +1), (HEADING_REPLY, -1), times=5)
+    post(third, keys, (HEADING_REPLY, -1), times=10)
     assert standings(group)[third.pk] == "probation"
     post(third, keys, (HEADING_REPLY, -1))
     assert standings(group)[third.pk] == "not_compared"
-    assert trainable_count(tenant=group.tenant) == 24
+    assert trainable_count(tenant=group.tenant) == 36
 
 
 def test_the_claim_holds_a_member_the_others_samples_outvoted_since(trio):
