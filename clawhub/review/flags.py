@@ -338,7 +338,9 @@ def group_verdicts(judged: Sequence[Judged], *, threshold: float = 0.5, min_pair
     flag (the others undecided, or disagreeing but not flagged themselves): an honest member of a group
     with a flagged adversary agrees, but where two members disagree and a third agrees with both, as noise
     can make it on a group's first sessions, neither of the two is cleared until more replies tell them
-    apart. Simulated (three members, sessions of three replies, a plain and a marked style whose share
+    apart. The comparisons of one member's replies against a lean reuse the samples behind that lean, so
+    they are not independent and the bound is not an exact 95 %; what it gives is measured. Simulated
+    (three members, sessions of three replies, a plain and a marked style whose share
     moves from 45 % to 95 % plain, 100 runs of 14 sessions each): with 10 % noise the adversary is flagged
     by its 5th sample (median; 90 % by the 9th), never cleared first, and no honest member of 200 is
     flagged; with 20 % noise the adversary by its 8th (15th), and 4 of 200 honest members are flagged; with

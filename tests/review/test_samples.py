@@ -137,7 +137,8 @@ class TestGuardsOnRealRows:
                 make_sample(member, key=key, reward=1 if i else -1)
         angry = add_member(group)
         key = old_key(angry, group=group)
-        results = [make_sample(angry, key=key, reward=-1) for _ in range(5)]
+        # Replies of a style the calm members' replies do not have, so that only this guard looks at them.
+        results = [make_sample(angry, key=key, reward=-1, reply="**Done.**") for _ in range(5)]
         # Four samples are below the minimum; the fifth makes a 100% negative rate against each calm member's
         # 17% (z = 2.76 over 5 and 6 samples).
         assert [codes(s) for s in results[:4]] == [[]] * 4
