@@ -338,14 +338,17 @@ def group_verdicts(judged: Sequence[Judged], *, threshold: float = 0.5, min_pair
     flag (the others undecided, or disagreeing but not flagged themselves): an honest member of a group
     with a flagged adversary agrees, but where two members disagree and a third agrees with both, as noise
     can make it on a group's first sessions, neither of the two is cleared until more replies tell them
-    apart. The comparisons of one member's replies against a lean reuse the samples behind that lean, so
-    they are not independent and the bound is not an exact 95 %; what it gives is measured. Simulated
-    (three members, sessions of three replies, a plain and a marked style whose share
-    moves from 45 % to 95 % plain, 100 runs of 14 sessions each): with 10 % noise the adversary is flagged
-    by its 5th sample (median; 90 % by the 9th), never cleared first, and no honest member of 200 is
-    flagged; with 20 % noise the adversary by its 8th (15th), and 4 of 200 honest members are flagged; with
-    two adversaries among five and 10 % noise, 4 of 300 honest members (one member's replies against each
-    other's lean one way only, with a fixed 0.6 share, flagged 138 of those 300).
+    apart.
+
+    The comparisons of one member's replies against a lean reuse the samples behind that lean, so they are
+    not independent and the bound is not an exact 95 %; what it gives is measured by ``manage.py
+    bench_consensus`` (clawhub.devtools.consensus_sim: three members, sessions of three replies, a plain and
+    a marked style whose share moves from 45 % to 95 % plain, 100 runs of 14 sessions per member). With 10 %
+    noise the adversary is flagged by its 5th sample (median; 90 % by the 9th), never cleared first, and no
+    honest member of 200 is flagged; with 20 % noise the adversary by its 8th (15th), and 4 of 200 honest
+    members are flagged; with two adversaries among five and 10 % noise, 4 of 300 honest members (one
+    member's replies against each other's lean one way only, with a fixed 0.6 share, flagged 138 of those
+    300).
     """
     one_way = {m: consensus_of(m, judged, lean=lean, min_scored=min_scored)
                for m in sorted({j.member_id for j in judged})}
