@@ -53,7 +53,7 @@ def judged_recent(*, tenant: Tenant, author_id: int | None, since: datetime,
 # only starve the group (the influence cap still bounds what they carry).
 PROBATION_FACTOR = 4
 
-AGREES, DISAGREES, PROBATION, NOT_COMPARED = guards.AGREES, guards.DISAGREES, "probation", guards.NOT_COMPARED
+PROBATION = "probation"  # the guard's "undecided", while the member's samples wait
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def member_standings(*, tenant: Tenant, policy: ReviewPolicy,
         state = verdict.state
         if state == guards.UNDECIDED:
             state = PROBATION if samples.get(member, 0) < PROBATION_FACTOR * policy.consensus_min_pairs \
-                else NOT_COMPARED
+                else guards.NOT_COMPARED
         flag = guards.consensus_disagreement(verdict, threshold=policy.consensus_threshold,
                                              min_pairs=policy.consensus_min_pairs)
         standings[member] = Standing(state, flag)

@@ -217,10 +217,6 @@ class Agreement:
     disagreeing: int
     pairs: tuple[dict[str, Any], ...]
 
-    @property
-    def rate(self) -> float:
-        return self.disagreeing / self.comparable if self.comparable else 0.0
-
 
 @dataclass(frozen=True)
 class Consensus:

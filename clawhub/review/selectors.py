@@ -23,7 +23,7 @@ from clawhub.core.exceptions import ValidationFailed
 from clawhub.groups.models import Group
 from clawhub.groups.selectors import group_members
 from clawhub.review import flags
-from clawhub.review.consensus import DISAGREES, PROBATION, member_standings
+from clawhub.review.consensus import PROBATION, member_standings
 from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.tenants.access import managed_tenants, review_access_by_id
 from clawhub.tenants.models import Tenant
@@ -143,7 +143,7 @@ def consensus_waiting(*, tenant: Tenant) -> Q | None:
     review: review.services.consensus_holds_refresh). None when nothing waits."""
     standings = member_standings(tenant=tenant, policy=review_policy_for(tenant=tenant))
     probation = [m for m, s in standings.items() if s.state == PROBATION]
-    disagreeing = [m for m, s in standings.items() if s.state == DISAGREES]
+    disagreeing = [m for m, s in standings.items() if s.state == flags.DISAGREES]
     unreviewed = []
     if disagreeing:
         approved = Sample.objects.filter(tenant=tenant, user_id__in=disagreeing, state=Sample.State.APPROVED,
