@@ -177,7 +177,7 @@ class KeyRotateApi(APIView):
         key = key_get_for_owner(key_id=key_id, user=request.user)
         resolved = via_key(request)
         secret = key_rotate(key=key, actor=request.user, via_key=resolved.key if resolved else None,
-                            ip=client_ip(request))
+                            via_scopes=via_scopes(request), ip=client_ip(request))
         return Response(_with_secret(key, secret), headers=NO_STORE)
 
 

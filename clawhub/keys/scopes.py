@@ -6,7 +6,8 @@ turns). Everything else a key may do on the REST API is an opt-in scope the owne
 
 - ``read``: GET the account's REST resources (profile, keys, groups, conversations, samples, usage, training,
   adapters, audit log), never the full export.
-- ``keys``: create, change, rotate and revoke keys; a key never grants more scopes than it holds itself.
+- ``keys``: create, change, rotate and revoke keys; a key never grants more scopes than it holds itself,
+  nor changes or rotates a key that holds more (a rotation hands out the new secret).
 - ``export``: download everything ClawHub keeps about the user (``/api/me/export/``).
 - ``admin``: every other change through the REST API: groups, members, invitations and ownership transfers,
   review decisions and policies, judge rules, privacy switches, training runs and adapters.

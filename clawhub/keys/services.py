@@ -72,19 +72,26 @@ def _clean_allowed_models(allowed_models: Iterable[str] | None, *, tenant: Tenan
     return cleaned
 
 
+def _require_held(scopes: Iterable[str], *, via_scopes: list[str] | None, doing: str) -> None:
+    """Refuses when the key that made the request (``via_scopes``; None for a signed-in session) lacks one of
+    ``scopes``: whatever hands out a secret must not hand out more than the asking key holds, or a `keys` key
+    could mint, or rotate its way to, an `export` one."""
+    if via_scopes is None:
+        return
+    beyond = [s for s in scopes if s not in via_scopes]
+    if beyond:
+        raise PermissionDenied(
+            f"An API key cannot {doing} scopes it does not hold ({', '.join(beyond)}); "
+            "sign in to the web site to do it.", code="insufficient_scope", scopes=beyond)
+
+
 def _clean_scopes(scopes: Iterable[str] | None, *, via_scopes: list[str] | None) -> list[str]:
-    """The scopes to store. ``via_scopes`` are those of the key that made the request (None for a signed-in
-    session): a key never hands out a scope it does not hold, or a `keys` key could mint an `export` one."""
+    """The scopes to store; ``via_scopes`` as in _require_held."""
     try:
         cleaned = scopes_clean(DEFAULT_SCOPES if scopes is None else scopes)
     except ValueError as exc:
         raise ValidationFailed(str(exc), field="scopes") from None
-    if via_scopes is not None:
-        beyond = [s for s in cleaned if s not in via_scopes]
-        if beyond:
-            raise PermissionDenied(
-                f"An API key cannot grant scopes it does not hold ({', '.join(beyond)}); "
-                "sign in to the web site to grant them.", code="insufficient_scope", scopes=beyond)
+    _require_held(cleaned, via_scopes=via_scopes, doing="grant")
     return cleaned
 
 
@@ -153,9 +160,12 @@ def key_update(
     ip: str | None = None,
 ) -> ApiKey:
     """Changes what the owner may change on a key. Arguments left out stay as they are; None clears a limit,
-    the expiry or the model list (empty = every model the tenant offers). ``via_scopes`` as in key_create."""
+    the expiry or the model list (empty = every model the tenant offers). ``via_scopes`` as in key_create: an
+    API key changes only keys that hold no scope it lacks (lifting the expiry of an `export` key from a `keys`
+    one would lengthen a power it does not have)."""
     if actor.pk != key.owner_id:
         raise PermissionDenied("Only the key's owner may change it.")
+    _require_held(key.scopes or DEFAULT_SCOPES, via_scopes=via_scopes, doing="change a key with")
     if key.revoked_at is not None:
         raise Conflict("A revoked key cannot be changed.", code="key_revoked")
     changes: dict[str, Any] = {}
@@ -193,12 +203,15 @@ def key_update(
 
 
 @transaction.atomic
-def key_rotate(*, key: ApiKey, actor: User, via_key: ApiKey | None = None, ip: str | None = None) -> str:
+def key_rotate(*, key: ApiKey, actor: User, via_key: ApiKey | None = None,
+               via_scopes: list[str] | None = None, ip: str | None = None) -> str:
     """Gives the key a new secret. The previous secrets keep working until the grace window ends, for /v1
     only (a rotated-out secret is inference-only).
 
-    ``via_key`` is the API key that asked, if one did. A key may not rotate itself: rotation is what the owner
-    does after a leak, and a thief holding the key would otherwise be handed the new secret.
+    ``via_key`` is the API key that asked, if one did, and ``via_scopes`` what its secret may do. A key may
+    not rotate itself: rotation is what the owner does after a leak, and a thief holding the key would
+    otherwise be handed the new secret. Nor may it rotate a key holding a scope it lacks: the new secret
+    would be that scope, handed to it (the rule of key_create).
     """
     if actor.pk != key.owner_id:
         # Whoever rotates sees the new secret, so nobody but the owner may.
@@ -206,6 +219,7 @@ def key_rotate(*, key: ApiKey, actor: User, via_key: ApiKey | None = None, ip: s
     if via_key is not None and via_key.pk == key.pk:
         raise PermissionDenied("A key cannot rotate itself; rotate it from the web site or with another key.",
                                code="self_rotation")
+    _require_held(key.scopes or DEFAULT_SCOPES, via_scopes=via_scopes, doing="rotate a key with")
     if key.revoked_at is not None:
         raise Conflict("A revoked key cannot be rotated.", code="key_revoked")
     now = timezone.now()

@@ -82,6 +82,33 @@ def test_a_keys_scope_cannot_grant_more_than_it_holds_nor_rotate_itself():
     assert api.post("/api/keys/", {"name": "agent"}, format="json").json()["key"]["scopes"] == ["inference"]
 
 
+def test_a_keys_scope_cannot_rotate_its_way_to_a_wider_key():
+    owner = make_user()
+    wide, wide_secret = make_key(owner, scopes=["read", "keys", "export", "admin"])
+    narrow, narrow_secret = make_key(owner, scopes=["keys"])
+    api = thief(narrow_secret)
+    response = api.post(f"/api/keys/{wide.pk}/rotate/")
+    assert response.status_code == 403
+    error = response.json()["error"]
+    assert error["code"] == "insufficient_scope" and "export" in error["message"]
+    assert "secret" not in response.json()
+    # Nothing changed: the wide key keeps its one secret, and no new one exists.
+    assert key_resolve(secret=wide_secret).current
+    assert wide.secrets.count() == 1
+    # Nor may it change the wider key (lift its expiry, widen its models).
+    changed = api.patch(f"/api/keys/{wide.pk}/", {"expires_at": None, "name": "mine"}, format="json")
+    assert changed.status_code == 403 and changed.json()["error"]["code"] == "insufficient_scope"
+    wide.refresh_from_db()
+    assert wide.name != "mine"
+    # A key no wider than the asking one it may rotate, and the new secret holds no more than it does.
+    agent, _ = make_key(owner)
+    rotated = api.post(f"/api/keys/{agent.pk}/rotate/")
+    assert rotated.status_code == 200
+    assert key_resolve(secret=rotated.json()["secret"]).scopes == ["inference"]
+    # The owner, signed in, may rotate any of their keys.
+    assert key_rotate(key=wide, actor=owner)
+
+
 def test_a_rotated_out_secret_is_inference_only_even_on_an_all_scopes_key():
     owner = make_user()
     key, old = make_key(owner, scopes=["read", "keys", "export", "admin"])
