@@ -18,7 +18,7 @@ import orjson
 
 from clawhub.core.logging import clean_request_id, new_request_id, reset_request_id, set_request_id
 from clawhub.core.metrics import GATEWAY_REQUEST_DURATION, GATEWAY_REQUESTS, UPSTREAM_ERRORS, model_label
-from clawhub.gateway import feedback, limits
+from clawhub.gateway import feedback, limits, tool_calls
 from clawhub.gateway.auth import KeyCache, KeyInfo, presented_secret
 from clawhub.gateway.config import GatewayConfig
 from clawhub.gateway.dbreads import CachedLoader, DbRunner
@@ -393,7 +393,8 @@ class Gateway:
                       logprobs=bool(body.get("logprobs")) if chat else body.get("logprobs") is not None,
                       token_ids=bool(body.get("return_token_ids")), usage=False,
                       completion_id=feedback.completion_id_for(request_id=record.request_id,
-                                                               route=record.route))
+                                                               route=record.route),
+                      declared_tools=tool_calls.declared_tools(body) if chat else None)
         upstream_body = self._upstream_body(body, identity, chat, wants)
         requested = limits.requested_output(upstream_body)
         name = adapter.name if adapter else None

@@ -18,6 +18,7 @@ import httpx
 import orjson
 
 from clawhub.core.metrics import UPSTREAM_ERRORS
+from clawhub.gateway import tool_calls
 from clawhub.gateway.errors import GatewayError, normalise_upstream_error, upstream_refused, upstream_timeout
 from clawhub.gateway.records import TurnRecord
 
@@ -40,6 +41,8 @@ class Wants:
     # The id the client sees for the completion (``gateway.feedback.completion_id_for``): explicit feedback on
     # /v1/feedback names the turn by it. vLLM's own id is per upstream process and recorded nowhere.
     completion_id: str = ""
+    # The tools a chat request declared, the only ones a reply may call (tool_calls.py); None: not chat.
+    declared_tools: frozenset[str] | None = None
 
 
 def estimate_prompt_tokens(request: dict) -> int:
@@ -80,6 +83,10 @@ def rewrite_response(data: dict, wants: Wants, record: TurnRecord) -> None:
     if wants.completion_id:
         data["id"] = wants.completion_id
     choices = data.get("choices") or []
+    if wants.declared_tools is not None:
+        for choice in choices:
+            if isinstance(choice.get("message"), dict):
+                tool_calls.filter_message(choice["message"], choice, wants.declared_tools)
     if choices:
         first = choices[0]
         record.token_ids = first.get("token_ids")
@@ -185,6 +192,7 @@ async def relay_stream(response: httpx.Response, send, wants: Wants, record: Tur
     """Relays an upstream SSE stream that already answered 200. Fills ``record``; never raises for upstream
     failures (the client gets an error chunk and the record says "cut")."""
     joiner = StreamJoiner(chat)
+    tools = tool_calls.ToolCallStream(wants.declared_tools) if wants.declared_tools is not None else None
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
     buffer = b""
     saw_done = False
@@ -205,7 +213,7 @@ async def relay_stream(response: httpx.Response, send, wants: Wants, record: Tur
                     if data == b"[DONE]":
                         saw_done = True
                         continue
-                    chunk = _rewrite_chunk(data, joiner, wants)
+                    chunk = _rewrite_chunk(data, joiner, wants, tools)
                     if isinstance(chunk, GatewayError):
                         upstream_error = chunk
                         break
@@ -242,7 +250,8 @@ async def relay_stream(response: httpx.Response, send, wants: Wants, record: Tur
     await send({"type": "http.response.body", "body": DONE})
 
 
-def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants) -> bytes | GatewayError | None:
+def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants,
+                   tools: tool_calls.ToolCallStream | None = None) -> bytes | GatewayError | None:
     try:
         chunk = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -272,6 +281,8 @@ def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants) -> bytes | G
             return None  # the usage-only chunk the gateway asked for on its own behalf
     else:
         for choice in choices:
+            if tools is not None:
+                tools.filter(choice)
             joiner.add(choice)
             _strip_choice(choice, wants)
     if not wants.usage:
