@@ -15,7 +15,8 @@ def _call(name: str, arguments: str = '{"path": "a"}', call_id: str = "c1") -> d
 
 
 def test_declared_tools_are_the_function_names_of_a_chat_request():
-    body = {"messages": [], "tools": [{"type": "function", "function": {"name": "read"}}, {"type": "x"}, "junk"]}
+    tools = [{"type": "function", "function": {"name": "read"}}, {"type": "x"}, "junk"]
+    body = {"messages": [], "tools": tools}
     assert tool_calls.declared_tools(body) == {"read"}
     assert tool_calls.declared_tools({"messages": []}) == frozenset()
     assert tool_calls.declared_tools({"prompt": "hi"}) is None
@@ -58,14 +59,16 @@ def _stream(chunks: list[dict], declared: frozenset[str]) -> list[dict]:
     wants = Wants(model="base", logprobs=False, token_ids=False, usage=False, declared_tools=declared)
     out = []
     for chunk in chunks:
-        raw = _rewrite_chunk(orjson.dumps({"id": "x", "model": "tiny", "choices": [chunk]}), joiner, wants, tools)
+        data = orjson.dumps({"id": "x", "model": "tiny", "choices": [chunk]})
+        raw = _rewrite_chunk(data, joiner, wants, tools)
         out.append(orjson.loads(raw[len(b"data: "):])["choices"][0])
     return out
 
 
 def _delta_calls(index: int, name: str | None, arguments: str) -> dict:
     function = {"arguments": arguments} if name is None else {"name": name, "arguments": arguments}
-    return {"index": 0, "delta": {"tool_calls": [{"index": index, "function": function}]}, "finish_reason": None}
+    delta = {"tool_calls": [{"index": index, "function": function}]}
+    return {"index": 0, "delta": delta, "finish_reason": None}
 
 
 def test_a_stream_holds_back_undeclared_calls_renumbers_declared_ones_and_ends_with_the_text():
@@ -80,8 +83,8 @@ def test_a_stream_holds_back_undeclared_calls_renumbers_declared_ones_and_ends_w
     sent = [call for choice in out for call in choice["delta"].get("tool_calls", [])]
     assert {call["index"] for call in sent} == {0}  # "read", renumbered from 1
     assert [call["function"].get("name") for call in sent] == ["read", None]
-    assert out[-1]["delta"]["content"] == ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
-                                           "</tool_call>")
+    assert out[-1]["delta"]["content"] == (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
     assert out[-1]["finish_reason"] == "tool_calls"  # "read" is still called
 
 
