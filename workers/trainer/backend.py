@@ -28,12 +28,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
+from workers import base_models
+
 Method = Literal["rl", "opd", "combine"]
 METHODS = ("rl", "opd", "combine")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 
-# Attention and MLP projections of Qwen2/Qwen3/Llama-style models (OpenClaw-RL's LoRA: all attn + MLP).
-DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Attention and MLP projections of Qwen2/Qwen3/Llama-style models (OpenClaw-RL's LoRA: all attn + MLP), as the
+# base models' descriptions name them.
+DEFAULT_TARGET_MODULES = base_models.PROJECTIONS
 
 # Where an exported adapter keeps each backend's optimizer state (vLLM reads only the adapter files at the
 # top level, so the state travels with the version without being served).

@@ -35,8 +35,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from clawhub.web import vllm_cpu
 from clawhub.web.supervisor import Child, Supervisor, start_all, stop_all, wait_any
+from workers import base_models
 
-TINY_MODEL_NAME = "tiny"
 WAITING_NOTE_EVERY_SECONDS = 60
 # Long enough for vLLM to free its memory and for the worker to finish a short task; a long training step is
 # killed and, being acks_late, runs again on the next start.
@@ -173,22 +173,20 @@ def _vllm_child(env: dict[str, str]) -> Child:
     model = settings.CLAWHUB_BASE_MODEL
     local = Path(model).is_dir()
     if not local and Path(model).is_absolute():
+        if Path(model) == base_models.default_model_dir():
+            raise CommandError(f"{model} is missing: python manage.py prepare_model builds it "
+                               "(./dev run does).")
         raise CommandError(f"CLAWHUB_BASE_MODEL={model} is not a model directory.")
     argv = vllm_cpu.serve_argv(root=settings.BASE_DIR, model=model, served_name=_served_name(),
                                port=settings.CLAWHUB_VLLM_PORT, extra=shlex.split(settings.CLAWHUB_VLLM_ARGS))
-    vllm_env = {**vllm_cpu.ENV_DEFAULTS, **(vllm_cpu.OFFLINE_ENV if local else {}), **env}
+    vllm_env = {**vllm_cpu.env_defaults(model), **(vllm_cpu.OFFLINE_ENV if local else {}), **env}
     log_path = settings.DATA_DIR / "logs" / "vllm.log"
     return Child("vllm", argv, vllm_env, cwd=settings.BASE_DIR, log_path=log_path,
                  health_url=f"{_vllm_url()}/health")
 
 
 def _served_name() -> str:
-    if settings.CLAWHUB_BASE_MODEL_NAME:
-        return settings.CLAWHUB_BASE_MODEL_NAME
-    model = Path(settings.CLAWHUB_BASE_MODEL)
-    if model.resolve() == (settings.BASE_DIR / "models" / "tiny-qwen2").resolve():
-        return TINY_MODEL_NAME
-    return model.name
+    return settings.CLAWHUB_BASE_MODEL_NAME or base_models.describe(settings.CLAWHUB_BASE_MODEL).served_name
 
 
 def _vllm_url() -> str:
