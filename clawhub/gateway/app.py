@@ -17,7 +17,13 @@ import httpx
 import orjson
 
 from clawhub.core.logging import clean_request_id, new_request_id, reset_request_id, set_request_id
-from clawhub.core.metrics import GATEWAY_REQUEST_DURATION, GATEWAY_REQUESTS, UPSTREAM_ERRORS, model_label
+from clawhub.core.metrics import (
+    CAPTURE_FAILURES,
+    GATEWAY_REQUEST_DURATION,
+    GATEWAY_REQUESTS,
+    UPSTREAM_ERRORS,
+    model_label,
+)
 from clawhub.gateway import feedback, limits, tool_calls
 from clawhub.gateway.auth import KeyCache, KeyInfo, presented_secret
 from clawhub.gateway.config import GatewayConfig
@@ -99,6 +105,16 @@ def parse_request(raw: bytes, chat: bool) -> dict:
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             raise bad_request(f"'{name}' must be {label}.", param=name)
     return body
+
+
+def _encoded(body: dict) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        # orjson reads 1,024 levels of nesting but writes only 254: a body between the two parses and cannot
+        # be forwarded. Found here, where the body is written anyway, rather than by a walk of every body.
+        raise bad_request("The request body is nested too deeply (over 254 levels).",
+                          code="invalid_json") from None
 
 
 def check_model(info: KeyInfo, model: str) -> None:
@@ -333,14 +349,16 @@ class Gateway:
             session_id=identity.session_id, turn_type=identity.turn_type, session_done=identity.session_done,
             request=body, trace_id=trace_id,
         )
-        self.writer.begin(request_id)  # in flight until the record is handed off (counted after a crash)
         served.recorded = True
-        # From here on a client that goes away cancels the request, streamed or not: the upstream
-        # connection is closed (vLLM aborts the generation) and the concurrency lease is freed at once.
-        task = asyncio.current_task()
-        state = {"done": False, "gone": False}
-        watcher = asyncio.create_task(watch_disconnect(receive, task, state))
+        # Everything after admission runs under the finally below, which frees what admission took (the key's,
+        # group's and adapter's leases) however the request ends.
         try:
+            self.writer.begin(request_id)  # in flight until the record is handed off (counted after a crash)
+            # From here on a client that goes away cancels the request, streamed or not: the upstream
+            # connection is closed (vLLM aborts the generation) and the concurrency lease is freed at once.
+            task = asyncio.current_task()
+            state = {"done": False, "gone": False}
+            watcher = asyncio.create_task(watch_disconnect(receive, task, state))
             try:
                 await self._forward(scope, send, body, record, identity, adapter, chat, info.tenant_id)
             except asyncio.CancelledError:
@@ -363,7 +381,12 @@ class Gateway:
         finally:
             record.latency_ms = (perf_counter() - t0) * 1000
             # Handed off first: nothing awaited before it can cancel it away (the release awaits Redis).
-            self.writer.submit(record)
+            try:
+                self.writer.submit(record)
+            except Exception:
+                # The turn is lost (counted); the leases below must not be as well.
+                CAPTURE_FAILURES.labels(reason="handoff_error").inc()
+                logger.exception("capture hand-off of %s failed", request_id)
             try:
                 await self.limiter.release(info, request_id, record.prompt_tokens + record.completion_tokens)
             except Exception:
@@ -409,7 +432,7 @@ class Gateway:
             response = None
             try:
                 try:
-                    response = await self._open(up, adapter, scope["path"], orjson.dumps(upstream_body))
+                    response = await self._open(up, adapter, scope["path"], _encoded(upstream_body))
                     if response.status_code == 400 and requested is not None and forwarded is None:
                         # The upstream did not list its context length: its refusal names it. Learn, retry.
                         learned = limits.too_many_output_tokens(await response.aread())
@@ -418,7 +441,7 @@ class Gateway:
                             up.max_model_len = learned
                             forwarded = limits.clamp_output(upstream_body, learned)
                             response = await self._open(up, adapter, scope["path"],
-                                                        orjson.dumps(upstream_body))
+                                                        _encoded(upstream_body))
                 except CONNECT_ERRORS:
                     UPSTREAM_ERRORS.labels(kind="connect").inc()
                     self.pool.mark_unhealthy(up)

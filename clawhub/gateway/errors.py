@@ -73,11 +73,18 @@ def upstream_timeout() -> GatewayError:
 _ADAPTER_NAME = re.compile(r"\bt\d+-v\d+\b")
 _PATH = re.compile(r"(?:/[\w.~+-]+){2,}/?")
 # vLLM 0.32 says "Valid aliases: …", older versions "Valid models: …"; either lists every tenant's adapter.
-_VALID_MODELS = re.compile(r"\s*Valid (?:models?|aliases):.*$", re.S)
+_VALID_MODELS = ("Valid models:", "Valid model:", "Valid aliases:")
+# vLLM's messages may echo what the client sent: only this much of one is read (and 2,000 characters shown).
+_MESSAGE_READ = 4000
+
+
+def _without_model_list(message: str) -> str:
+    cuts = [at for at in (message.find(lead) for lead in _VALID_MODELS) if at != -1]
+    return message[:min(cuts)].rstrip() if cuts else message
 
 
 def _sanitise(message: str, client_model: str | None) -> str:
-    message = _VALID_MODELS.sub("", message)
+    message = _without_model_list(message[:_MESSAGE_READ])
     message = _ADAPTER_NAME.sub(client_model or "<model>", message)
     return _PATH.sub("<path>", message)[:2000]
 

@@ -41,7 +41,7 @@ import re
 import struct
 import time
 import zlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,15 @@ _FIELDS = tuple(f.name for f in fields(TurnRecord))
 
 def encode(record: TurnRecord) -> bytes:
     # orjson serialises dataclasses natively, every field, in a few microseconds per KB.
-    return orjson.dumps(record)
+    try:
+        return orjson.dumps(record)
+    except orjson.JSONEncodeError:
+        # A request nested deeper than orjson writes (254 levels, the record's own included) that the gateway
+        # still parsed: the turn is kept without what it asked and answered (a side turn: never trained on),
+        # not lost, and its in-flight entry closes as usual.
+        return orjson.dumps(replace(record, request={"model": record.model}, choices=[], token_ids=None,
+                                    logprobs=None, prompt_token_ids=None, turn_type="side",
+                                    error=record.error or "request nested too deeply to keep"))
 
 
 def decode(payload: bytes) -> TurnRecord:

@@ -127,7 +127,7 @@ class GatewayServer:
 
 
 def serve_gateway(upstream_urls: list[str], *, max_adapters: int = 8, real_capture: bool = False,
-                  **overrides):
+                  with_web: bool = False, **overrides):
     spy = CaptureSpy()
     config = GatewayConfig.from_settings(
         upstreams=[{"url": u, "base_model": "tiny", "max_adapters": max_adapters, "api_key": ""}
@@ -137,8 +137,23 @@ def serve_gateway(upstream_urls: list[str], *, max_adapters: int = 8, real_captu
         **overrides,
     )
     app = Gateway(config, store=None if real_capture else spy)
-    url, server, thread = serve_asgi(app)
+    url, server, thread = serve_asgi(web_and(app) if with_web else app)
     return GatewayServer(url, app, spy), server, thread
+
+
+def web_and(gateway: Gateway):
+    """``gateway`` for /v1 and Django for the rest (/healthz…) on one event loop, as clawhub.asgi does."""
+    from django.core.asgi import get_asgi_application
+
+    web = get_asgi_application()
+
+    async def application(scope, receive, send):
+        if scope["type"] == "lifespan" or scope.get("path", "").startswith("/v1"):
+            await gateway(scope, receive, send)
+        else:
+            await web(scope, receive, send)
+
+    return application
 
 
 def serve_asgi(app) -> tuple[str, uvicorn.Server, threading.Thread]:
