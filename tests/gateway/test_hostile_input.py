@@ -79,9 +79,14 @@ def test_a_4mb_hostile_body_answers_within_a_second_and_healthz_keeps_answering(
                                                                                  secret):
     gateway = gateway_factory([fake.url], with_web=True)
     assert httpx.get(f"{gateway.url}/healthz", timeout=5).status_code == 200
+    # The adapter's first load (the fake takes 0.2 s) is not what is measured.
+    assert httpx.post(f"{gateway.v1}/chat/completions", headers={"Authorization": f"Bearer {secret}"},
+                      json={"model": "clawhub-personal", "messages": [{"role": "user", "content": "hi"}]},
+                      timeout=30).status_code == 200
     bodies = [{"model": "clawhub-personal", "max_tokens": 4, "messages": hostile_messages()[name]}
               for name in ("marker, new line, spaces", "runtime, spaces", "transcripts")]
     health: list[float] = []
+    took_all: list[float] = []
     done = threading.Event()
 
     def poll() -> None:
@@ -100,10 +105,11 @@ def test_a_4mb_hostile_body_answers_within_a_second_and_healthz_keeps_answering(
                                   headers={"Authorization": f"Bearer {secret}"})
             took = time.perf_counter() - started
             assert response.status_code == 200, response.text
-            assert took < 1.0, f"{took:.2f} s"
+            took_all.append(took)
     finally:
         done.set()
         poller.join()
+    assert max(took_all) < 1.0, f"hostile bodies took {took_all} s"
     assert health and max(health) < 0.5, f"/healthz took up to {max(health):.2f} s"
 
 
