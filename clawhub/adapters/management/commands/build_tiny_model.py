@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from clawhub.web import vllm_cpu
+from workers import base_models
 
 
 class Command(BaseCommand):
@@ -62,16 +63,18 @@ def _children(pid: int) -> list[int]:
 
 
 def measure_long_prompt(*, model_dir: Path, port: int, replies: int = 3) -> dict:
-    """Start vllm-cpu on `model_dir` (the same command line as `serve`), send the agent-shaped request as an
-    agent client does (streamed, tools, tool_choice auto, usage), and report prompt tokens, seconds to the
-    first token (prefill), decode tokens/s, how the replies ended and the server's peak RSS."""
+    """Start vllm-cpu on `model_dir` (the command line `serve` uses, from the model's description), send the
+    agent-shaped request as an agent client does (streamed, tools, tool_choice auto, usage), and report prompt
+    tokens, seconds to the first token (prefill), decode tokens/s, how the replies ended and the server's peak
+    RSS. ``manage.py prepare_model --measure`` runs it on the default model."""
     import httpx
 
     from workers.trainer.corpus.agent_chats import openclaw_shaped_request
 
     root = Path(settings.BASE_DIR)
-    argv = vllm_cpu.serve_argv(root=root, model=str(model_dir), served_name="tiny", port=port)
-    env = {**os.environ, **vllm_cpu.ENV_DEFAULTS, **vllm_cpu.OFFLINE_ENV}
+    spec = base_models.describe(model_dir)
+    argv = vllm_cpu.serve_argv(root=root, model=str(model_dir), port=port)
+    env = {**os.environ, **vllm_cpu.env_defaults(str(model_dir)), **vllm_cpu.OFFLINE_ENV}
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -94,7 +97,8 @@ def measure_long_prompt(*, model_dir: Path, port: int, replies: int = 3) -> dict
             runs = []
             for _ in range(replies):
                 try:
-                    runs.append(_stream_once(base, request))
+                    runs.append(_stream_once(base, request, model=spec.served_name,
+                                             temperature=spec.temperature or 1.0))
                 except httpx.HTTPError as exc:
                     log.seek(0)
                     tail = log.read().decode(errors="replace")[-4000:]
@@ -116,12 +120,12 @@ def measure_long_prompt(*, model_dir: Path, port: int, replies: int = 3) -> dict
             proc.wait(timeout=60)
 
 
-def _stream_once(base: str, request: dict) -> dict:
+def _stream_once(base: str, request: dict, *, model: str, temperature: float) -> dict:
     import httpx
 
-    body = {"model": "tiny", "messages": request["messages"], "tools": request["tools"],
+    body = {"model": model, "messages": request["messages"], "tools": request["tools"],
             "tool_choice": "auto", "stream": True, "stream_options": {"include_usage": True},
-            "max_completion_tokens": 128, "temperature": 1.0}
+            "max_completion_tokens": 128, "temperature": temperature}
     # No "seed": vllm-cpu 0.32 kills its engine on a seeded request whose prompt is prefilled in chunks
     # ("CPU Generator does not use offset"), which a prompt this long is.
     sent = time.monotonic()
