@@ -87,3 +87,22 @@ def heldout_samples(*, tenant: Tenant, limit: int) -> list:
         .select_related("turn", "judgment")
         .order_by("-created_at", "-id")[: max(limit, 0)]
     )
+
+
+def version_lineage(*, version: AdapterVersion | None) -> list[int]:
+    """The ids of `version` and its ancestors, newest first ([] for the base model). Parents are older
+    versions of the same tenant, so the walk ends; the bound only guards against a corrupted cycle."""
+    ids: list[int] = []
+    while version is not None and version.pk not in ids and len(ids) < 100_000:
+        ids.append(version.pk)
+        version = version.parent
+    return ids
+
+
+def version_lag(*, served_id: int | None, lineage: list[int]) -> int | None:
+    """How many versions the one that served a turn (None = the base model) is behind the version whose
+    lineage (version_lineage) is given: 0 = that version itself; None when the serving version is not in
+    that lineage (e.g. a version the tenant rolled back from)."""
+    if served_id is None:
+        return len(lineage)
+    return lineage.index(served_id) if served_id in lineage else None

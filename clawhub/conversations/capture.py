@@ -41,6 +41,7 @@ from clawhub.conversations.identity import (
 from clawhub.conversations.links import FAILED, order_key, relink
 from clawhub.conversations.models import Session, Turn
 from clawhub.conversations.privacy import capture_allowed_many
+from clawhub.conversations.sampling import turn_sampling
 from clawhub.conversations.selectors import stored_prompts, turns_awaiting_next
 from clawhub.conversations.services import turns_ready_notify
 from clawhub.conversations.storage import split_ids, split_messages
@@ -842,6 +843,7 @@ def _turn(it: _Item, *, index: int) -> Turn:
         response=r.choices or [],
         token_ids=r.token_ids,
         logprobs=r.logprobs,
+        sampling=turn_sampling(r.request or {}),
         prompt_tokens=max(int(r.prompt_tokens or 0), 0),
         completion_tokens=max(int(r.completion_tokens or 0), 0),
         usage_estimated=r.usage_estimated,

@@ -107,6 +107,10 @@ class Turn(models.Model):
     response = models.JSONField(default=list, help_text="choices as the client saw them.")
     token_ids = models.JSONField(null=True, blank=True)
     logprobs = models.JSONField(null=True, blank=True)
+    # How the reply was sampled (conversations.sampling.turn_sampling): temperature, top_p, top_k (the
+    # request's or the served defaults), the server's logprobs_mode, and which values were defaulted. {} on
+    # rows written before it was recorded (the trainer then treats the log-probs' mode as unknown).
+    sampling = models.JSONField(default=dict, blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     usage_estimated = models.BooleanField(default=False)

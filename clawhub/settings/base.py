@@ -372,6 +372,14 @@ CLAWHUB_START_VLLM = not env.str("CLAWHUB_UPSTREAMS", default="")
 CLAWHUB_BASE_MODEL_NAME = env.str("CLAWHUB_BASE_MODEL_NAME", default="")
 CLAWHUB_VLLM_PORT = env.int("CLAWHUB_VLLM_PORT", default=8100)
 CLAWHUB_VLLM_ARGS = env.str("CLAWHUB_VLLM_ARGS", default="")
+# What the upstream's log-probs are (vLLM's --logprobs-mode): "processed_logprobs" (the vLLM that serve
+# starts, clawhub/web/vllm_cpu.py) are those of the distribution sampled from, after temperature, top-k and
+# top-p, and the trainer uses them as pi_old; with vLLM's default "raw_logprobs" only turns sampled at
+# temperature 1 with nothing filtered can. A remote upstream must be started with the mode named here.
+CLAWHUB_VLLM_LOGPROBS_MODE = env.str("CLAWHUB_VLLM_LOGPROBS_MODE", default="processed_logprobs")
+# The sampling a request that names none gets (JSON: temperature, top_p, top_k), over the base model's
+# generation_config.json, which vLLM uses by default; set it when the upstream is started otherwise.
+CLAWHUB_SERVED_SAMPLING = env.json("CLAWHUB_SERVED_SAMPLING", default={})
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The embedded stack writes to SQLite from several processes (web, gateway capture, worker). WAL lets
     # readers run beside the writer; IMMEDIATE takes the write lock when a transaction begins, so a second

@@ -101,6 +101,12 @@ class TrainingRun(models.Model):
     seconds = models.FloatField(default=0.0)
     metrics = models.JSONField(default=list, blank=True, help_text="StepMetrics of every step, in order.")
     dropped = models.JSONField(default=list, blank=True, help_text='[{"sample_id", "reason"}, …]')
+    sample_notes = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Per trained sample id: {"pi_old": "recorded" or "recomputed: <why>", "version_lag": how '
+        'many versions behind the parent the serving version was, "sampler": [temperature, top_p, top_k]}.',
+    )
     attempts = models.PositiveIntegerField(default=0, help_text="Deliveries of the task (2+ = resumed).")
     resumed_from_step = models.PositiveIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)

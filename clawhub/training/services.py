@@ -380,9 +380,11 @@ def run_succeed(
     dropped: list[dict],
     resumed_from_step: int | None,
     remote_ids: dict[str, str] | None = None,
+    sample_notes: dict[str, dict] | None = None,
 ) -> bool:
     """The run trained and its adapter was exported: its samples are trained (never offered again). False if
-    the run was cancelled in the meantime (then nothing is marked)."""
+    the run was cancelled in the meantime (then nothing is marked). sample_notes: per trained sample, where
+    pi_old came from, the version lag and the sampler (TrainResult.sample_notes)."""
     with transaction.atomic():
         run = TrainingRun.objects.select_for_update().select_related("tenant").get(pk=run_id)
         if run.state != TrainingRun.State.RUNNING:
@@ -404,6 +406,7 @@ def run_succeed(
             run.tokens = sum(int(m.get("tokens", 0)) for m in metrics)
             run.seconds = round(sum(float(m.get("seconds", 0.0)) for m in metrics), 3)
         run.dropped = dropped
+        run.sample_notes = sample_notes or {}
         run.remote_ids = remote_ids or run.remote_ids
         run.resumed_from_step = resumed_from_step if resumed_from_step is not None else run.resumed_from_step
         run.save()

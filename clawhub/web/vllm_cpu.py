@@ -60,6 +60,7 @@ def serve_argv(*, root: Path, model: str, port: int, served_name: str | None = N
         "--enable-lora", "--max-loras", "4", "--max-lora-rank", str(spec.max_lora_rank),
         "--max-cpu-loras", str(MAX_CPU_LORAS),
         "--enable-auto-tool-choice", "--tool-call-parser", spec.tool_call_parser, *reasoning_argv(spec),
+        "--logprobs-mode", "processed_logprobs",  # of the distribution sampled from: the trainer's pi_old
         # float32 works on every CPU vLLM supports.
         "--dtype", spec.dtype, "--max-model-len", str(spec.max_model_len), *generation,
         "--distributed-executor-backend", "uni",

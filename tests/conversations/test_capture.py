@@ -92,6 +92,31 @@ def test_turn_fields_are_stored_as_recorded(key):
     assert stored.created_at.timestamp() == pytest.approx(record.started_at)
 
 
+def test_how_the_reply_was_sampled_is_recorded_with_the_defaults_the_server_used(key, settings):
+    # The tiny model's generation_config.json names no sampling: what the request leaves out is vLLM's
+    # neutral value, unless the operator says the server is started otherwise.
+    given = make_record(
+        key, request={"messages": [user("hi")], "temperature": 0.6, "top_p": 0.95, "top_k": -1}
+    )
+    left_out = make_record(key, request={"messages": [user("hi again")]})
+    capture_store([given, left_out])
+    assert turn(given.request_id).sampling == {
+        "temperature": 0.6, "top_p": 0.95, "top_k": 0, "logprobs_mode": "processed_logprobs", "defaulted": [],
+    }
+    assert turn(left_out.request_id).sampling == {
+        "temperature": 1.0, "top_p": 1.0, "top_k": 0, "logprobs_mode": "processed_logprobs",
+        "defaulted": ["temperature", "top_p", "top_k"],
+    }
+    settings.CLAWHUB_SERVED_SAMPLING = {"temperature": 0.7, "top_k": 20}
+    settings.CLAWHUB_VLLM_LOGPROBS_MODE = "raw_logprobs"
+    later = make_record(key, request={"messages": [user("and again")], "top_p": 0.8})
+    capture_store([later])
+    assert turn(later.request_id).sampling == {
+        "temperature": 0.7, "top_p": 0.8, "top_k": 20, "logprobs_mode": "raw_logprobs",
+        "defaulted": ["temperature", "top_k"],
+    }
+
+
 @pytest.mark.parametrize("same_batch", [True, False])
 def test_inferred_continuation_with_canonical_variants(key, judged, same_batch):
     first = make_record(key, [system(), user("What is 2+2?")], reply="4")

@@ -60,6 +60,19 @@ TOOL_CALL = {
 }
 
 
+# Sampled as Qwen3 samples by default: vLLM (--logprobs-mode processed_logprobs) returns the log-probs of the
+# distribution it drew from, after temperature, top-k and top-p, and so must the trainer.
+SAMPLED = {
+    "messages": [{"role": "user", "content": "Tell me about the sea in three sentences."}],
+    "max_tokens": 48,
+    "temperature": 0.6,
+    "top_p": 0.95,
+    "top_k": 20,
+    "seed": 13,
+    "stream": True,
+}
+
+
 @pytest.fixture
 def vgw(gateway_factory, vllm_server):  # noqa: F811
     forget_tenant_adapters(vllm_server.base_url)
@@ -77,7 +90,7 @@ def _vllm_prompt_ids(vllm_server, body: dict) -> list[int]:
 def test_samples_are_the_served_tokens_and_ratio_is_one_at_step_0(vgw, vllm_server, tmp_path):
     owner = make_user()
     _, secret = make_key(owner)
-    bodies = {"thinking": THINKING, "tool_call": TOOL_CALL}
+    bodies = {"thinking": THINKING, "tool_call": TOOL_CALL, "sampled": SAMPLED}
     streamed: dict[str, str] = {}
     with httpx.Client(base_url=vgw.v1, headers={"Authorization": f"Bearer {secret}"}, timeout=300) as http:
         for name, body in bodies.items():
@@ -86,7 +99,7 @@ def test_samples_are_the_served_tokens_and_ratio_is_one_at_step_0(vgw, vllm_serv
             streamed[name] = response.text
             # The client asked for no token ids: none reach it.
             assert "token_ids" not in response.text and '"logprobs":{' not in response.text
-    records = {r.request_id: r for r in vgw.spy.wait_for(2, timeout=60)}
+    records = {r.request_id: r for r in vgw.spy.wait_for(3, timeout=60)}
     capture_store(list(records.values()))
     turns = dict(zip(bodies, Turn.objects.filter(user=owner).order_by("created_at"), strict=True))
 
@@ -108,11 +121,24 @@ def test_samples_are_the_served_tokens_and_ratio_is_one_at_step_0(vgw, vllm_serv
             enc = encode_sample(backend.tokenizer, sample, max_seq_len=backend.config.max_seq_len)
             assert enc.served and enc.prompt_ids == sample.prompt_token_ids, name
             assert enc.response_ids == record.token_ids, name
-            logp, _ = backend._forward([(enc.prompt_ids, enc.response_ids)])
+            logp, _ = backend._forward([(enc.prompt_ids, enc.response_ids)], samplers=[sample.sampler])
             trainer = logp[0, : len(enc.response_ids)]
             recorded = torch.tensor(record.logprobs)
             assert len(recorded) == len(enc.response_ids), name
-            if name == "thinking":
+            if name == "sampled":
+                assert (sample.temperature, sample.top_p, sample.top_k) == (0.6, 0.95, 20)
+                assert sample.logprobs_mode == "processed_logprobs" and enc.old_logprobs == record.logprobs
+                plain, _ = backend._forward([(enc.prompt_ids, enc.response_ids)])
+                at_one = float((plain[0, : len(recorded)] - recorded).abs().mean())
+                gap = (trainer - recorded).abs()
+                print(
+                    f"{name}: {len(enc.response_ids)} tokens at T 0.6 / top-p 0.95 / top-k 20: recorded vs "
+                    f"recomputed |diff| mean {float(gap.mean()):.2e}, max {float(gap.max()):.2e} "
+                    f"(scored at temperature 1 instead: mean {at_one:.2e})"
+                )
+                assert float(gap.max()) < TOLERANCE, f"{name}: max |log rho| = {float(gap.max()):.2e}"
+                assert at_one > 10 * TOLERANCE
+            elif name == "thinking":
                 assert sample.source == "served ids" and enc.old_logprobs == record.logprobs
                 worst = float((trainer - recorded).abs().max())
                 print(

@@ -78,6 +78,7 @@ def chat_sample(
         response_text=answer,
         response_token_ids=ids if recorded else None,
         response_logprobs=[-0.5 - 0.01 * i for i in range(len(ids))] if recorded else None,
+        logprobs_mode="processed_logprobs" if recorded else "",
         reward=reward,
         hints=list(hints),
     )
@@ -172,7 +173,8 @@ def recorded_samples(user, tokenizer, rewards, *, tenant=None, hints=None):
             {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}
         ]
         turn.token_ids, turn.logprobs = ids, [-0.4 - 0.01 * j for j in range(len(ids))]
-        turn.save(update_fields=["response", "token_ids", "logprobs"])
+        turn.sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "logprobs_mode": "processed_logprobs"}
+        turn.save(update_fields=["response", "token_ids", "logprobs", "sampling"])
         if hints:
             sample.judgment.hints = list(hints)
             sample.judgment.save(update_fields=["hints"])

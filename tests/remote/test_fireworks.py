@@ -86,7 +86,10 @@ def test_opd_teacher_from_the_session_base_model_and_hint_by_overlap(
             choice = choose_hint(sample.hints, overlaps)
         teacher = reference.token_logprobs(contexts[choice])[-n:]
         assert contexts[choice] in teacher_prompts  # the teacher prefill: base weights, hint in the prompt
-        advantages = [0.5 * (t - o) for t, o in zip(teacher, sample.response_logprobs, strict=True)]
+        # The OPD log-ratio clipped to +-1 (opd_clip), then weighted.
+        advantages = [
+            0.5 * max(-1.0, min(1.0, t - o)) for t, o in zip(teacher, sample.response_logprobs, strict=True)
+        ]
         assert_datum(datum, expected_wire(tokenizer, sample, advantages, sample.response_logprobs, 2))
     # Choosing between two hints asked the policy snapshot (not the base) and the teacher for their top-4.
     topk = [r for r in fake_fireworks.completion_requests if r["top_logprobs"] == 4]
@@ -123,7 +126,7 @@ def test_combine_mixes_score_and_hint(fake_fireworks, make_fireworks, tokenizer,
         if sample.hints:
             ctx = prompt_ids(tokenizer, with_hint(sample.messages, sample.hints[0]), None) + enc.response_ids
             teacher = reference.token_logprobs(ctx)[-n:]
-            opd = [t - o for t, o in zip(teacher, old, strict=True)]
+            opd = [max(-1.0, min(1.0, t - o)) for t, o in zip(teacher, old, strict=True)]
         advantages = [a + 2.0 * sample.reward for a in opd]
         assert_datum(datum, expected_wire(tokenizer, sample, advantages, old, 3))
     assert any(

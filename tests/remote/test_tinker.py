@@ -112,7 +112,10 @@ def test_opd_uses_teacher_from_base_model_and_picks_hint_by_overlap(
             choice = choose_hint(sample.hints, overlaps)
         teacher = reference.token_logprobs(contexts[choice])[-n:]
         assert contexts[choice] in fake_tinker.logprob_requests  # the teacher prefill the SDK asked for
-        advantages = [0.5 * (t - o) for t, o in zip(teacher, sample.response_logprobs, strict=True)]
+        # The OPD log-ratio clipped to +-1 (opd_clip), then weighted.
+        advantages = [
+            0.5 * max(-1.0, min(1.0, t - o)) for t, o in zip(teacher, sample.response_logprobs, strict=True)
+        ]
         assert_datum(datum, expected_wire(tokenizer, sample, advantages, sample.response_logprobs, 2))
     assert any(k == 4 for _, k in fake_tinker.topk_requests)  # overlap selection asked for top-4
 
@@ -139,7 +142,7 @@ def test_combine_mixes_score_and_hint(fake_tinker, make_tinker, tokenizer, refer
         if sample.hints:
             ctx = prompt_ids(tokenizer, with_hint(sample.messages, sample.hints[0]), None) + enc.response_ids
             teacher = reference.token_logprobs(ctx)[-n:]
-            opd = [t - o for t, o in zip(teacher, sample.response_logprobs, strict=True)]
+            opd = [max(-1.0, min(1.0, t - o)) for t, o in zip(teacher, sample.response_logprobs, strict=True)]
         advantages = [a + 2.0 * sample.reward for a in opd]
         assert_datum(datum, expected_wire(tokenizer, sample, advantages, sample.response_logprobs, 3))
 

@@ -82,6 +82,7 @@ def sampled_batch(backend, prompts, *, seed: int, first_id: int = 0, max_new_tok
                 response_text=s.text,
                 response_token_ids=s.token_ids,
                 response_logprobs=s.logprobs,
+                logprobs_mode="raw_logprobs",  # generate_samples: the plain softmax at temperature 1
                 reward=reward,
                 hints=[STYLE_HINT] if hints and reward < 0 else [],
             )

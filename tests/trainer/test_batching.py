@@ -19,7 +19,11 @@ TEXT = "A spider has eight legs."
 
 def recorded(tokenizer, text=TEXT, **kw):
     ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
-    fields = {"response_token_ids": ids, "response_logprobs": [-0.1 * (i + 1) for i in range(len(ids))]}
+    fields = {
+        "response_token_ids": ids,
+        "response_logprobs": [-0.1 * (i + 1) for i in range(len(ids))],
+        "logprobs_mode": "processed_logprobs",
+    }
     return TrainSample(
         **{"sample_id": 1, "messages": MESSAGES, "response_text": text, "reward": 1, **fields, **kw}
     )
@@ -52,6 +56,7 @@ def test_a_different_but_equivalent_tokenization_is_kept(tokenizer):
         response_text="A spider",
         response_token_ids=pieces,
         response_logprobs=[-1.0] * len(pieces),
+        logprobs_mode="processed_logprobs",
         reward=1,
     )
     ids, logprobs, how = align_response(tokenizer, sample)
@@ -80,7 +85,7 @@ def test_logprobs_of_the_wrong_length_are_dropped_but_ids_kept(tokenizer):
     sample = recorded(tokenizer, response_logprobs=[-0.5])
     ids, logprobs, how = align_response(tokenizer, sample)
     assert ids == sample.response_token_ids and logprobs is None
-    assert "length" in how
+    assert "1 recorded logprobs for" in how
 
 
 def test_a_long_prompt_is_left_truncated_and_recorded(tokenizer):
@@ -127,6 +132,7 @@ def test_served_ids_are_trained_exactly(tokenizer):
         prompt_token_ids=served_prompt,
         response_token_ids=sampled,
         response_logprobs=[-0.5] * len(sampled),
+        logprobs_mode="processed_logprobs",
         source="served ids",
     )
     enc = encode_sample(tokenizer, sample, max_seq_len=4096)

@@ -11,8 +11,9 @@ from workers.trainer.registry import BACKENDS, backend_class
 
 
 def test_defaults_follow_openclaw_rl():
+    # 1e-4: OpenClaw-RL's LoRA learning rate (1e-5 is its full fine-tuning one).
     cfg = TrainConfig()
-    assert (cfg.lr, cfg.lora_r, cfg.lora_alpha, cfg.eps_low, cfg.eps_high) == (1e-5, 16, 32, 0.2, 0.28)
+    assert (cfg.lr, cfg.lora_r, cfg.lora_alpha, cfg.eps_low, cfg.eps_high) == (1e-4, 16, 32, 0.2, 0.28)
     assert (cfg.w_rl, cfg.w_opd, cfg.kl_coef, cfg.topk_overlap) == (1.0, 1.0, 0.0, 4)
     assert set(cfg.target_modules) == {
         "q_proj",

@@ -2,6 +2,7 @@
 export."""
 
 import json
+import math
 import shutil
 
 import pytest
@@ -217,3 +218,74 @@ def test_continuing_a_parent_adapter_keeps_its_shape(tiny_model_dir, tmp_path, p
     changed = load_file(f"{after}/adapter_model.safetensors")
     assert any(not torch.equal(changed[n], parent_weights[n]) for n in parent_weights)
     shutil.rmtree(tmp_path / "v0")
+
+
+# ------------------------------------------------------------------------------------- the sampled policy
+
+
+def served(backend, prompt, *, sample_id, shift=0.0, mode="processed_logprobs", **sampling):
+    """A turn as the gateway records it: served prompt ids, sampled ids, and log-probs of the policy under
+    its sampler (temperature / top_p / top_k) with `shift` nats added to each."""
+    from workers.trainer.batching import prompt_ids
+
+    reply = backend.sample([prompt], max_new_tokens=12, seed=sample_id)[0]
+    probe = TrainSample(sample_id=sample_id, messages=prompt, response_text=reply.text, **sampling)
+    ids = prompt_ids(backend.tokenizer, prompt, None)
+    with torch.no_grad():
+        logp, _ = backend._forward([(ids, reply.token_ids)], samplers=[probe.sampler])
+    exact = logp[0, : len(reply.token_ids)]
+    return TrainSample(
+        **{**vars(probe), "prompt_token_ids": ids, "response_token_ids": reply.token_ids,
+           "response_logprobs": (exact + shift).tolist(), "logprobs_mode": mode, "reward": 1,
+           "source": "served ids"}
+    )
+
+
+def test_recorded_logprobs_are_pi_old_by_default(tiny_model_dir, tmp_path, prompts):
+    """Recorded log-probs 0.3 nats below the policy's: rho = exp(0.3) = 1.35 on every token at step 1,
+    above the clip range, so with A = +1 each token's loss is max(-1.35, -1.28) = -1.28, and every token
+    counts as clipped. Recomputed from the policy (old_policy "start"), rho = 1 and the loss is -1."""
+    recorded = started(tiny_model_dir, tmp_path / "recorded", method="rl")
+    sample = served(recorded, prompts[0], sample_id=1, shift=-0.3)
+    assert math.exp(0.3) > 1.28
+    result = recorded.train([sample])
+    assert result.metrics[0].loss == pytest.approx(-1.28, abs=1e-4)
+    assert result.metrics[0].clip_fraction == 1.0
+    assert result.sample_notes["1"]["pi_old"] == "recorded"
+
+    start = started(tiny_model_dir, tmp_path / "start", method="rl", old_policy="start")
+    result = start.train([sample])
+    assert result.metrics[0].loss == pytest.approx(-1.0, abs=1e-4)
+    assert result.metrics[0].clip_fraction == 0.0
+    assert result.sample_notes["1"]["pi_old"] == "recomputed: old_policy 'start'"
+
+
+def test_the_policy_is_scored_at_the_sampling_temperature(tiny_model_dir, tmp_path, prompts):
+    """Processed log-probs at T = 0.5, top-k 5 are the trainer's own at step 1 (rho = 1, loss -1); the same
+    numbers said to be raw log-probs (before temperature) are not used, and pi_old is recomputed."""
+    backend = started(tiny_model_dir, tmp_path / "t", method="rl")
+    sample = served(backend, prompts[1], sample_id=2, temperature=0.5, top_k=5)
+    plain = served(backend, prompts[1], sample_id=2)
+    assert sample.response_token_ids == plain.response_token_ids
+    # At temperature 1 the same tokens have other log-probs: scoring at 1 would put rho away from 1.
+    gaps = [abs(a - b) for a, b in zip(sample.response_logprobs, plain.response_logprobs, strict=True)]
+    assert max(gaps) > 0.05
+    result = backend.train([sample])
+    assert result.metrics[0].loss == pytest.approx(-1.0, abs=1e-4)
+    assert result.sample_notes["2"] == {"pi_old": "recorded", "version_lag": None, "sampler": [0.5, 1.0, 5]}
+
+    raw = started(tiny_model_dir, tmp_path / "raw", method="rl")
+    result = raw.train([TrainSample(**{**vars(sample), "logprobs_mode": "raw_logprobs"})])
+    assert result.sample_notes["2"]["pi_old"].startswith("recomputed: raw log-probs (before temperature")
+
+
+def test_samples_served_too_many_versions_back_are_not_trained(tiny_model_dir, tmp_path, prompts):
+    backend = started(tiny_model_dir, tmp_path, method="rl", max_version_lag=1)
+    fresh = TrainSample(**{**vars(served(backend, prompts[0], sample_id=3)), "version_lag": 1})
+    stale = TrainSample(**{**vars(fresh), "sample_id": 4, "version_lag": 2})
+    result = backend.train([fresh, stale])
+    assert result.trained_sample_ids == [3]
+    assert result.sample_notes["3"]["version_lag"] == 1
+    assert {d.sample_id: d.reason for d in result.dropped} == {
+        4: "served 2 adapter versions behind the one trained (max_version_lag 1)"
+    }

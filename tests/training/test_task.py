@@ -101,6 +101,13 @@ def test_next_run_continues_the_active_version(db, sent, train_dirs):
     assert train_run.apply(args=[second.pk]).get()["outcome"] == "succeeded"
     second.refresh_from_db()
     assert second.parent_version_id == first.adapter_version_id and second.parent_resolved_at is not None
+    # Each trained sample says where pi_old came from and how far behind the trained version its server was:
+    # the first run's turns were served by the base and trained from it (lag 0); the second run's too, but
+    # it trains v1 (lag 1). These turns carry no log-probs, so pi_old was recomputed.
+    first.refresh_from_db()
+    assert {n["version_lag"] for n in first.sample_notes.values()} == {0}
+    assert len(second.sample_notes) == 2 and {n["version_lag"] for n in second.sample_notes.values()} == {1}
+    assert all(n["pi_old"].startswith("recomputed: ") for n in second.sample_notes.values())
     # The run restored the parent's AdamW state (the first run took one optimizer step).
     assert second.adapter_version.metrics["optimizer_resumed_at"] == 1
     assert (
@@ -130,3 +137,58 @@ def test_tool_calls_are_written_back_as_the_model_wrote_them():
     expected = '<tool_call>\n{"name": "ls", "arguments": {"path": "/tmp"}}\n</tool_call>'
     assert response_text(message) == expected
     assert response_text({"content": "Plain answer."}) == "Plain answer."
+
+
+def test_version_lag_counts_versions_along_the_trained_lineage(db):
+    from clawhub.adapters.selectors import version_lag, version_lineage
+
+    user = make_user()
+    v1 = AdapterVersion.objects.create(tenant=user.tenant, version=1, artifact_path="/a/v1")
+    v2 = AdapterVersion.objects.create(tenant=user.tenant, version=2, parent=v1, artifact_path="/a/v2")
+    v3 = AdapterVersion.objects.create(tenant=user.tenant, version=3, parent=v2, artifact_path="/a/v3")
+    rolled_back_from = AdapterVersion.objects.create(
+        tenant=user.tenant, version=4, parent=v3, artifact_path="/a/v4"
+    )
+    lineage = version_lineage(version=v3)
+    assert lineage == [v3.pk, v2.pk, v1.pk]
+    assert [version_lag(served_id=v.pk, lineage=lineage) for v in (v3, v2, v1)] == [0, 1, 2]
+    assert version_lag(served_id=None, lineage=lineage) == 3  # the base model, behind every version
+    assert version_lag(served_id=rolled_back_from.pk, lineage=lineage) is None
+    assert version_lag(served_id=None, lineage=version_lineage(version=None)) == 0
+
+
+def test_a_train_sample_carries_how_its_reply_was_sampled_and_its_lag(db):
+    from workers.tasks.training import train_sample
+
+    user = make_user()
+    sample = approved_samples(user, 1)[0]
+    turn = sample.turn
+    version = AdapterVersion.objects.create(tenant=user.tenant, version=1, artifact_path="/a/v1")
+    turn.adapter_version, turn.token_ids, turn.logprobs = version, [5, 6], [-0.5, -0.25]
+    turn.sampling = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "logprobs_mode": "processed_logprobs",
+                     "defaulted": []}
+    turn.save()
+    got = train_sample(sample, lineage=[version.pk])
+    assert (got.temperature, got.top_p, got.top_k, got.logprobs_mode) == (0.6, 0.95, 20, "processed_logprobs")
+    assert got.version_lag == 0 and got.response_logprobs == [-0.5, -0.25]
+
+    # A turn recorded before its sampling was: temperature 1 and an unknown mode (pi_old recomputed later).
+    turn.sampling = {}
+    turn.save()
+    old = train_sample(sample, lineage=[])
+    assert (old.temperature, old.logprobs_mode, old.version_lag) == (1.0, "", None)
+    assert old.recorded_logprobs_problem() == "unknown log-probs mode"
+
+
+def test_recorded_logprobs_of_penalised_sampling_are_not_pi_old(db):
+    from workers.tasks.training import train_sample
+
+    user = make_user()
+    sample = approved_samples(user, 1)[0]
+    turn = sample.turn
+    turn.request = {**turn.request, "presence_penalty": 0.5, "logit_bias": {"7": 5}}
+    turn.token_ids, turn.logprobs = [5, 6], [-0.5, -0.25]
+    turn.save()
+    got = train_sample(sample)
+    assert got.response_logprobs is None
+    assert "sampled with presence_penalty, logit_bias" in got.source

@@ -31,6 +31,8 @@ from clawhub.adapters.selectors import (
     adapter_is_pinned,
     adapter_version_by_id,
     heldout_samples,
+    version_lag,
+    version_lineage,
 )
 from clawhub.adapters.serving import UpstreamUnavailable
 from clawhub.conversations.selectors import (
@@ -116,9 +118,11 @@ def response_text(message: dict[str, Any]) -> str:
     return text
 
 
-def train_sample(sample: Sample) -> TrainSample:
+def train_sample(sample: Sample, *, lineage: list[int] | None = None) -> TrainSample:
     """The sample as the trainer sees it: the served prompt ids + sampled ids + sampling-time log-probs when
-    the turn has them, else the messages for the chat-template fallback (``source`` says which, and why)."""
+    the turn has them, else the messages for the chat-template fallback (``source`` says which, and why);
+    how the reply was sampled (the turn's recorded sampling); and, given the lineage of the version being
+    trained (adapters.selectors.version_lineage), how many versions behind it the serving version is."""
     turn = sample.turn
     request = turn_request(turn=turn)
     choice = (turn.response or [{}])[0]
@@ -136,6 +140,11 @@ def train_sample(sample: Sample) -> TrainSample:
         # vLLM masks the logits with the grammar before it computes log-probs, so the recorded ones are of the
         # constrained distribution, not the policy's: the trainer recomputes pi_old instead.
         logprobs, why = None, f"pi_old recomputed: sampled under constrained decoding ({constrained})"
+    processed = unmodelled_processing(request)
+    if processed and logprobs:
+        # Processed log-probs include penalties and biases the trainer's policy does not apply.
+        logprobs, why = None, "; ".join(filter(None, [why, f"pi_old recomputed: sampled with {processed}"]))
+    sampling = turn.sampling or {}
     train = TrainSample(
         sample_id=sample.pk,
         messages=request.get("messages") or [{"role": "user", "content": str(request.get("prompt") or "")}],
@@ -150,6 +159,14 @@ def train_sample(sample: Sample) -> TrainSample:
         prompt_token_ids=prompt_ids,
         chat_template_kwargs=kwargs if isinstance(kwargs, dict) else None,
         source=(f"{path}; {why}" if why else path) if path == SERVED_IDS else f"{path}: {why}",
+        # Rows recorded before the sampling was: temperature 1 and an unknown mode (pi_old recomputed).
+        temperature=sampling.get("temperature", 1.0),
+        top_p=sampling.get("top_p", 1.0),
+        top_k=sampling.get("top_k", 0),
+        logprobs_mode=sampling.get("logprobs_mode", ""),
+        version_lag=(
+            None if lineage is None else version_lag(served_id=turn.adapter_version_id, lineage=lineage)
+        ),
     )
     # A person's own rating outranks the judge's hints; a corrected reply is trained in place of the reply.
     return train_sample_with_feedback(train, judgment=sample.judgment)
@@ -168,6 +185,22 @@ def constrained_decoding(request: dict[str, Any]) -> str:
         if request.get(field):
             return field
     return ""
+
+
+# Logit processing vLLM applies before its processed log-probs and the trainer's policy does not, with the
+# value that turns it off.
+UNMODELLED = {
+    "presence_penalty": 0, "frequency_penalty": 0, "repetition_penalty": 1, "min_p": 0, "min_tokens": 0,
+    "logit_bias": None, "bad_words": None, "allowed_token_ids": None,
+}
+
+
+def unmodelled_processing(request: dict[str, Any]) -> str:
+    """The request's sampling options that change the distribution in ways the trainer does not reproduce
+    (penalties, biases, min_p, ...), named, or "" when there are none."""
+    return ", ".join(
+        name for name, off in UNMODELLED.items() if request.get(name) not in (off, None, [], {})
+    )
 
 
 def make_backend(name: str) -> TrainingBackend:
@@ -257,7 +290,8 @@ def train_run(self, run_id: int) -> dict[str, Any]:
 
 
 def _batch_of(run: TrainingRun) -> list[TrainSample]:
-    batch = [train_sample(s) for s in samples_of_run(run=run)]
+    lineage = version_lineage(version=run.parent_version)
+    batch = [train_sample(s, lineage=lineage) for s in samples_of_run(run=run)]
     if not batch:
         raise ValueError("none of the run's claimed samples is left to train on")
     return batch
@@ -328,6 +362,7 @@ def _succeed(run: TrainingRun, version: AdapterVersion, result, remote_ids: dict
         metrics=[m.to_dict() for m in result.metrics],
         trained_sample_ids=list(result.trained_sample_ids),
         dropped=[{"sample_id": d.sample_id, "reason": d.reason} for d in result.dropped],
+        sample_notes=result.sample_notes,
         resumed_from_step=result.resumed_from_step or _resumed_from(run),
         remote_ids=remote_ids,
     )

@@ -30,6 +30,9 @@ from typing import Any, Literal
 
 from workers import base_models
 
+# Below this temperature vLLM samples greedily (its _SAMPLING_EPS).
+GREEDY_TEMPERATURE = 1e-5
+
 Method = Literal["rl", "opd", "combine"]
 METHODS = ("rl", "opd", "combine")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
@@ -53,9 +56,18 @@ class TrainSample:
     messages: the prompt (OpenAI chat messages) the model answered; tools: the tool schemas sent with it.
     response_text: the assistant output exactly as the model wrote it (content and, for tool calls, the
         model's own tool-call text such as `<tool_call>...</tool_call>`), without the end-of-turn token.
-    response_token_ids / response_logprobs: the sampled token ids and their log-probs under the serving policy
-        (vLLM's raw log-probs). Optional: without them, or when they do not decode to response_text, the text
-        is re-tokenized and pi_old becomes the current policy's log-probs.
+    response_token_ids / response_logprobs: the sampled token ids and their log-probs under the serving
+        policy. Optional: without them, or when they do not decode to response_text, the text is
+        re-tokenized and pi_old becomes the current policy's log-probs.
+    temperature / top_p / top_k: how the reply was sampled (the request's values, else the served defaults);
+        the trainer scores pi_theta, pi_old, the teacher and the reference as that sampler did (logits / T,
+        then top-k and top-p). temperature 0 is greedy decoding: scored at temperature 1, unfiltered, and
+        the recorded log-probs are not used (greedy replies have no sampling distribution to match).
+    logprobs_mode: what the recorded log-probs are (vLLM's --logprobs-mode): "processed_logprobs" (after
+        temperature, top-k and top-p: the distribution sampled from), "raw_logprobs" (before them: only
+        valid as pi_old when temperature is 1 and nothing was filtered), "" unknown (never used).
+    version_lag: how many adapter versions the one that served the turn is behind the one being trained
+        (0 = the parent itself); None = unknown (no lineage, e.g. served outside the parent's lineage).
     reward: the judge's score -1/0/+1 (0 = ambiguous or no next state: no RL signal).
     hints: candidate OPD hints accepted by the judge (may be empty).
     member_id: who produced the turn (group batches cap each member's share; the trainer only reports it).
@@ -84,6 +96,11 @@ class TrainSample:
     chat_template_kwargs: dict[str, Any] | None = None
     source: str = ""
     weight: float = 1.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    logprobs_mode: str = ""
+    version_lag: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.weight, int | float) or not math.isfinite(self.weight) or self.weight < 0:
@@ -94,6 +111,42 @@ class TrainSample:
             raise ValueError(f"sample {self.sample_id}: reward must be -1, 0 or +1, got {self.reward!r}")
         if not self.messages:
             raise ValueError(f"sample {self.sample_id}: messages (the prompt) must not be empty")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"sample {self.sample_id}: temperature must be >= 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ValueError(
+                f"sample {self.sample_id}: top_p must be in (0, 1] and top_k >= 0 (0 = off), "
+                f"got {self.top_p!r}, {self.top_k!r}"
+            )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_TEMPERATURE
+
+    @property
+    def sampler(self) -> tuple[float, float, int]:
+        """(temperature, top_p, top_k) the trainer scores this sample with; greedy replies: (1, 1, 0)."""
+        if self.greedy:
+            return 1.0, 1.0, 0
+        return float(self.temperature), float(self.top_p), int(self.top_k)
+
+    def recorded_logprobs_problem(self) -> str:
+        """Why the recorded log-probs cannot be pi_old as the trainer scores this sample, or "" if they can
+        (their count, values and token ids are checked where they are aligned: workers.trainer.batching)."""
+        if self.greedy:
+            return "greedy decoding (temperature 0)"
+        if self.logprobs_mode == "processed_logprobs":
+            return ""
+        if self.logprobs_mode == "raw_logprobs":
+            if self.sampler == (1.0, 1.0, 0):
+                return ""
+            return (
+                f"raw log-probs (before temperature / top-k / top-p) of a reply sampled at "
+                f"temperature {self.temperature}, top_p {self.top_p}, top_k {self.top_k}"
+            )
+        if not self.logprobs_mode:
+            return "unknown log-probs mode"
+        return f"log-probs mode {self.logprobs_mode!r}"
 
 
 @dataclass
@@ -106,6 +159,10 @@ class TrainConfig:
           turns with a hint), "combine" (A = w_opd * OPD term + w_rl * r; a turn needs a score or a hint).
       eps_low / eps_high: PPO clip range [1 - eps_low, 1 + eps_high] on the ratio.
       w_rl / w_opd: Combine weights (w_opd also scales "opd"; w_rl is ignored by "opd").
+      opd_clip: the OPD term's log-ratio log pi_teacher - log pi_old is clipped to [-opd_clip, opd_clip]
+          per token before w_opd scales it (OpenClaw-RL's ADV_DIFF_CLIP); None = unclipped. 1.0, the value
+          OpenClaw-RL's launcher runs with (its code's default is 2.0), keeps one token's OPD term on the
+          scale of the +-1 Binary RL reward it is added to in Combine.
       kl_coef: weight of a k3 KL estimate to the base model (adapter off); 0 disables it and its forward.
       topk_overlap: K of the overlap-guided hint choice among several hints.
     LoRA / optimiser
@@ -126,12 +183,21 @@ class TrainConfig:
       mini_batches: optimizer steps per pass over the batch when grad_accum is None (1 = OpenClaw-RL's one
           update per batch of 16; PPO uses several, so that the clip bounds the later steps of a run).
       epochs: passes over the batch; max_steps: cap on optimizer steps per train() call (None = no cap).
-      old_policy: what pi_old (the ratio's denominator, and the OPD advantage's student term) is.
-          "start" = the policy as it is when the train() call starts, computed once and fixed across its
-          steps: step 1 has rho = 1 and every later mini-batch step is clipped against the same policy (PPO's
-          trust region).
-          "recorded" = the log-probs vLLM recorded when it served the turn (the behaviour policy; it may be an
-          older version than the parent, so rho can start outside the clip range and train nothing).
+      old_policy: what pi_old (the ratio's denominator, and the OPD advantage's student term) is, fixed
+          across the train() call's steps (so later mini-batch steps are clipped against it: PPO's trust
+          region).
+          "recorded" (default) = the log-probs vLLM served with the turn, i.e. the policy that actually
+          sampled it (at its temperature / top-k / top-p), wherever they are valid: one per sampled token,
+          finite and <= 0, on the very token ids trained, of a mode that matches how the trainer scores the
+          sample (TrainSample.recorded_logprobs_problem). Elsewhere the policy at the start of the call, and
+          the sample's alignment says why. A sample served by an older version than the parent then has its
+          ratio taken against the version that served it: the importance ratio corrects for the lag.
+          "start" = always the policy at the start of the call (step 1 has rho = 1).
+      max_version_lag: samples served by an adapter version more than this many versions behind the one
+          being trained are not trained (dropped with the lag as the reason); None = no bound. The recorded
+          log-probs correct the ratio for a small lag, but the further the policy moved since, the more of
+          the sample's tokens fall outside the clip range (no gradient) and the noisier the rest; with one
+          run per batch the lag is 0 or 1 in normal operation, and more means a backlog.
       max_seq_len: prompt + response tokens; a longer sample loses the start of its prompt (left truncation,
           recorded in its alignment); only one whose response alone does not fit is dropped with a reason, or
           its response cut to fit when truncate_response is True.
@@ -145,7 +211,9 @@ class TrainConfig:
     """
 
     method: Method = "combine"
-    lr: float = 1e-5
+    # OpenClaw-RL's learning rate for LoRA (1e-5 is its full fine-tuning rate): a rank-16 adapter started at
+    # zero needs the larger step to move in a few updates of 16 samples.
+    lr: float = 1e-4
     betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 0.1
     max_grad_norm: float = 1.0
@@ -157,6 +225,7 @@ class TrainConfig:
     eps_high: float = 0.28
     w_rl: float = 1.0
     w_opd: float = 1.0
+    opd_clip: float | None = 1.0
     kl_coef: float = 0.0
     topk_overlap: int = 4
     micro_batch_size: int = 4
@@ -165,7 +234,8 @@ class TrainConfig:
     grad_accum: int | None = None
     mini_batches: int = 1
     epochs: int = 1
-    old_policy: Literal["start", "recorded"] = "start"
+    old_policy: Literal["start", "recorded"] = "recorded"
+    max_version_lag: int | None = 2
     max_steps: int | None = None
     max_seq_len: int = 32768
     truncate_response: bool = False
@@ -205,6 +275,10 @@ class TrainConfig:
             yield "method='combine' with w_rl = w_opd = 0 trains nothing: set at least one weight above 0"
         if self.method == "opd" and self.w_opd == 0:
             yield "method='opd' with w_opd=0 trains nothing: set w_opd > 0 (default 1.0)"
+        if self.opd_clip is not None and not self.opd_clip > 0:
+            yield f"opd_clip={self.opd_clip}: must be > 0 (e.g. 1.0 or 2.0), or None for no clip"
+        if self.max_version_lag is not None and self.max_version_lag < 0:
+            yield f"max_version_lag={self.max_version_lag}: must be >= 0, or None for no bound"
         if self.kl_coef < 0:
             yield f"kl_coef={self.kl_coef}: must be >= 0 (0 disables the KL term)"
         if self.topk_overlap < 1:
@@ -344,6 +418,9 @@ class TrainResult:
     metrics: list[StepMetrics] = field(default_factory=list)
     dropped: list[DroppedSample] = field(default_factory=list)
     trained_sample_ids: list[int | str] = field(default_factory=list)
+    # Per trainable sample (by str(sample_id)): "pi_old" ("recorded", or "recomputed: <why>"), "version_lag"
+    # and the "sampler" [temperature, top_p, top_k] it was scored with. Empty where a backend keeps none.
+    sample_notes: dict[str, dict[str, Any]] = field(default_factory=dict)
     resumed_from_step: int | None = None
     # Optimizer continuity: the optimizer steps the parent version's state had taken when this run restored
     # it (None = the run started a fresh optimizer), and why it could not be restored when it was not.

@@ -27,6 +27,7 @@ the micro-batches from a token budget instead of a sample count.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,6 +147,27 @@ def with_hint(messages: list[dict[str, Any]], hint: str) -> list[dict[str, Any]]
     return [*messages, {"role": "user", "content": suffix.lstrip()}]
 
 
+# vLLM's float32 log-prob of a near-certain token can round a hair above 0.
+LOGPROB_SLACK = 1e-4
+
+
+def recorded_logprobs(sample: TrainSample, token_ids: list[int]) -> tuple[list[float] | None, str]:
+    """The sample's recorded log-probs as pi_old of `token_ids` (the ids they were recorded with), or None
+    and why not: one per token, finite, <= 0, and of the mode and sampler the trainer scores the sample with
+    (TrainSample.recorded_logprobs_problem)."""
+    logprobs = sample.response_logprobs
+    if logprobs is None:
+        return None, "no recorded logprobs"
+    if len(logprobs) != len(token_ids):
+        return None, f"{len(logprobs)} recorded logprobs for {len(token_ids)} token ids"
+    if not all(isinstance(x, int | float) and math.isfinite(x) and x <= LOGPROB_SLACK for x in logprobs):
+        return None, "recorded logprobs not all finite and <= 0"
+    problem = sample.recorded_logprobs_problem()
+    if problem:
+        return None, problem
+    return [min(float(x), 0.0) for x in logprobs], ""
+
+
 def align_response(tokenizer: Any, sample: TrainSample) -> tuple[list[int], list[float] | None, str]:
     """(response ids, their recorded log-probs or None, how they were obtained)."""
     ends = end_token_ids(tokenizer)
@@ -156,11 +178,10 @@ def align_response(tokenizer: Any, sample: TrainSample) -> tuple[list[int], list
             body.pop()
         decoded = tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         if decoded == sample.response_text:
-            logprobs = sample.response_logprobs
-            if logprobs is not None and len(logprobs) == len(recorded):
-                return list(recorded), list(logprobs), "recorded"
-            why = "no recorded logprobs" if logprobs is None else "logprobs length != token ids length"
-            return list(recorded), None, f"recorded ids, {why}"
+            logprobs, why = recorded_logprobs(sample, list(recorded))
+            if logprobs is not None:
+                return list(recorded), logprobs, "recorded"
+            return list(recorded), None, f"recorded ids, pi_old recomputed: {why}"
         why = "recorded token ids do not decode to the response text"
     else:
         why = "no recorded token ids"
@@ -228,14 +249,11 @@ def encode_sample(
     if sample.prompt_token_ids and sample.response_token_ids:
         prompt = list(sample.prompt_token_ids)
         response = list(sample.response_token_ids)
-        logprobs = sample.response_logprobs
+        logprobs, why = recorded_logprobs(sample, response)
         alignment = SERVED
-        if logprobs is None or len(logprobs) != len(response):
-            logprobs = None
+        if logprobs is None:
             given = sample.source.partition("; ")[2] if sample.source.startswith(SERVED) else ""
-            alignment += "; " + (given or "pi_old recomputed: no recorded logprob for every sampled token")
-        else:
-            logprobs = list(logprobs)
+            alignment += "; " + (given or f"pi_old recomputed: {why}")
     else:
         why = sample.source.partition(": ")[2] if sample.source.startswith("re-rendered") else ""
         why = why or ("no served prompt ids" if not sample.prompt_token_ids else "no sampled token ids")

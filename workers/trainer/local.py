@@ -53,6 +53,7 @@ from workers.trainer.batching import prompt_ids as render_prompt_ids
 from workers.trainer.hints import choose_hint, dedupe_hints, topk_overlap
 from workers.trainer.losses import (
     LOGIT_CHUNK_TOKENS,
+    Sampler,
     aggregate,
     binary_rl_advantages,
     chunked_token_logprobs,
@@ -89,6 +90,14 @@ RUNTIME_FIELDS = ("device", "dtype", "gradient_checkpointing")
 
 def _entry_length(item: tuple[str, dict[str, Any]]) -> int:
     return len(item[1]["prompt_ids"]) + len(item[1]["response_ids"])
+
+
+def _recomputed_why(alignment: str) -> str:
+    """The reason batching gave for recomputing pi_old, from a sample's alignment."""
+    for part in alignment.split("; "):
+        if "pi_old recomputed" in part or part.startswith("retokenized"):
+            return "recomputed: " + part.replace(", pi_old recomputed", "").replace("pi_old recomputed: ", "")
+    return "recomputed: " + alignment
 
 
 def _key(sample_id: Any) -> str:
@@ -130,14 +139,26 @@ class ResponseStats:
 
 
 def response_stats(
-    model: Any, batch: Batch, *, topk: int = 0, chunk: int = LOGIT_CHUNK_TOKENS
+    model: Any,
+    batch: Batch,
+    *,
+    topk: int = 0,
+    chunk: int = LOGIT_CHUNK_TOKENS,
+    sampler: Sampler | None = None,
 ) -> ResponseStats:
     """Log-probs (and entropy, top-k) of the response tokens on the (B, T) grid, computed only at the real
-    response positions and through the LM head `chunk` positions at a time (losses.chunked_token_logprobs)."""
+    response positions and through the LM head `chunk` positions at a time (losses.chunked_token_logprobs).
+    sampler: one row per sample, how its reply was sampled (temperature, top-p, top-k); None = the plain
+    softmax."""
     base, hidden = _response_hidden(model, batch)
     where = batch.mask > 0
     logp, entropy, top = chunked_token_logprobs(
-        hidden[where], batch.targets[where], base.get_output_embeddings(), chunk=chunk, topk=topk
+        hidden[where],
+        batch.targets[where],
+        base.get_output_embeddings(),
+        chunk=chunk,
+        topk=topk,
+        sampler=None if sampler is None else sampler.at(where),
     )
     grid = torch.zeros(batch.mask.shape, dtype=logp.dtype, device=hidden.device)
     stats = ResponseStats(grid.masked_scatter(where, logp), grid.detach().masked_scatter(where, entropy))
@@ -502,6 +523,7 @@ class LocalBackend(TrainingBackend):
             metrics=[StepMetrics.from_dict(m) for m in self.state["metrics"][first:]],
             dropped=[DroppedSample(**d) for d in current["dropped"]],
             trained_sample_ids=list(current["trainable_ids"]),
+            sample_notes=dict(current.get("notes", {})),
             optimizer_resumed_at=self.optimizer_resumed_at,
             optimizer_note=self.optimizer_note,
             runtime=dict(self.runtime),
@@ -540,6 +562,14 @@ class LocalBackend(TrainingBackend):
         kept: list[EncodedSample] = []
         for enc in encoded:
             sample = enc.sample
+            lag = sample.version_lag
+            if cfg.max_version_lag is not None and lag is not None and lag > cfg.max_version_lag:
+                dropped.append(DroppedSample(
+                    sample.sample_id,
+                    f"served {lag} adapter versions behind the one trained (max_version_lag "
+                    f"{cfg.max_version_lag})",
+                ))
+                continue
             hints = dedupe_hints(sample.hints) if use_hints else []
             has_score = cfg.method != "opd" and sample.reward != 0
             if not has_score and not hints:
@@ -557,13 +587,16 @@ class LocalBackend(TrainingBackend):
                 "teacher_logprobs": None,
                 "ref_logprobs": None,
                 "alignment": enc.alignment,
+                "sampler": sample.sampler,
+                "version_lag": lag,
+                "pi_old": "recorded" if enc.old_logprobs is not None else _recomputed_why(enc.alignment),
             }
 
         # pi_old: the policy at the start of this call (old_policy="start"), else the recorded log-probs and
         # the current policy only for re-tokenized samples; the policy's top-K wherever a hint must be chosen.
         if cfg.old_policy == "start":
             for entry in prepared.values():
-                entry["old_logprobs"] = None
+                entry["old_logprobs"], entry["pi_old"] = None, "recomputed: old_policy 'start'"
         need_policy = [
             e
             for e in kept
@@ -573,7 +606,9 @@ class LocalBackend(TrainingBackend):
         for chunk in self._chunks(need_policy, lambda e: len(e.prompt_ids) + len(e.response_ids)):
             with self.policy():
                 logp, top = self._forward(
-                    [(e.prompt_ids, e.response_ids) for e in chunk], topk=cfg.topk_overlap
+                    [(e.prompt_ids, e.response_ids) for e in chunk],
+                    topk=cfg.topk_overlap,
+                    samplers=[e.sample.sampler for e in chunk],
                 )
             for i, e in enumerate(chunk):
                 entry = prepared[_key(e.sample.sample_id)]
@@ -597,7 +632,10 @@ class LocalBackend(TrainingBackend):
             items = [(k, v) for k, v in prepared.items()]
             for chunk in self._chunks(items, _entry_length):
                 with self.model.disable_adapter():
-                    logp, _ = self._forward([(v["prompt_ids"], v["response_ids"]) for _, v in chunk])
+                    logp, _ = self._forward(
+                        [(v["prompt_ids"], v["response_ids"]) for _, v in chunk],
+                        samplers=[v["sampler"] for _, v in chunk],
+                    )
                 for i, (_, v) in enumerate(chunk):
                     v["ref_logprobs"] = logp[i, : len(v["response_ids"])].tolist()
 
@@ -609,6 +647,11 @@ class LocalBackend(TrainingBackend):
             "done_steps": 0,
             "total_steps": len(self._plan(trainable)) if trainable else 0,
             "first_metric": len(self.state["metrics"]),
+            # Per trained sample: where pi_old came from, the version lag, the sampler it was scored with.
+            "notes": {
+                k: {"pi_old": v["pi_old"], "version_lag": v["version_lag"], "sampler": list(v["sampler"])}
+                for k, v in prepared.items()
+            },
         }
         self.state["current"] = current
         self.prepared = prepared
@@ -619,7 +662,7 @@ class LocalBackend(TrainingBackend):
     def _teachers(self, kept: list[EncodedSample], prepared: dict[str, dict[str, Any]]) -> None:
         """Teacher log-probs for every (sample, hint) pair in micro-batches; where a sample has several
         hints, keep the one with the highest top-K overlap with the policy."""
-        pairs = []  # (sample key, hint, teacher prompt ids, response ids)
+        pairs = []  # (sample key, hint, teacher prompt ids, response ids, sampler)
         for enc in kept:
             key = _key(enc.sample.sample_id)
             for hint in prepared[key]["hints"]:
@@ -628,13 +671,19 @@ class LocalBackend(TrainingBackend):
                     self.tokenizer, enc, hint, max_seq_len=self.config.max_seq_len
                 )
                 if len(teacher_prompt) + len(enc.response_ids) <= self.config.max_seq_len:
-                    pairs.append((key, hint, teacher_prompt, enc.response_ids))
+                    pairs.append((key, hint, teacher_prompt, enc.response_ids, enc.sample.sampler))
         scored: dict[str, list[tuple[str, list[float], Any]]] = {}
         topk = self.config.topk_overlap if any(len(prepared[k]["hints"]) > 1 for k, *_ in pairs) else 0
+        # The teacher is scored with the student's sampler: at another temperature the OPD term would not be
+        # 0 even where teacher and student agree.
         for chunk in self._chunks(pairs, lambda pair: len(pair[2]) + len(pair[3])):
             with self.model.disable_adapter():
-                logp, top = self._forward([(prompt, response) for _, _, prompt, response in chunk], topk=topk)
-            for i, (key, hint, _, response) in enumerate(chunk):
+                logp, top = self._forward(
+                    [(prompt, response) for _, _, prompt, response, _ in chunk],
+                    topk=topk,
+                    samplers=[sampler for *_, sampler in chunk],
+                )
+            for i, (key, hint, _, response, _) in enumerate(chunk):
                 n = len(response)
                 scored.setdefault(key, []).append((hint, logp[i, :n].tolist(), top[i, :n] if topk else None))
         for key, options in scored.items():
@@ -662,8 +711,16 @@ class LocalBackend(TrainingBackend):
             )
         return collate(sequences, pad_id=self.tokenizer.pad_token_id, padding_side=self.config.padding_side)
 
-    def _forward(self, sequences: list[tuple[list[int], list[int]]], topk: int = 0):
-        stats = response_stats(self.model, self._collate(sequences).to(self.device), topk=topk)
+    def _forward(
+        self,
+        sequences: list[tuple[list[int], list[int]]],
+        topk: int = 0,
+        samplers: list[tuple[float, float, int]] | None = None,
+    ):
+        sampler = Sampler.of(samplers, self.device) if samplers else None
+        stats = response_stats(
+            self.model, self._collate(sequences).to(self.device), topk=topk, sampler=sampler
+        )
         return stats.logp.cpu(), (stats.top.cpu() if stats.top is not None else None)
 
     # -------------------------------------------------------------------------------------- one step
@@ -679,12 +736,16 @@ class LocalBackend(TrainingBackend):
             entries = [self.prepared[_key(s.sample_id)] for s in chunk]
             batch = self._collate([(e["prompt_ids"], e["response_ids"]) for e in entries]).to(self.device)
             with self.policy():
-                stats = response_stats(self.model, batch)
+                stats = response_stats(self.model, batch, sampler=self.sampler_of(chunk))
                 loss = self.micro_batch_loss(
                     chunk, stats.logp, stats.entropy, batch.mask, len(samples), totals
                 )
                 loss.backward()
         return self.apply_step(samples, totals, started)
+
+    def sampler_of(self, samples: list[TrainSample]) -> Sampler | None:
+        """How each of these samples was sampled, one row each (what pi_theta is scored with)."""
+        return Sampler.of([self.prepared[_key(s.sample_id)]["sampler"] for s in samples], self.device)
 
     def _length(self, sample: TrainSample) -> int:
         entry = self.prepared[_key(sample.sample_id)]
@@ -764,8 +825,10 @@ class LocalBackend(TrainingBackend):
         ).to(self.device)
         has_hint = torch.tensor([e["hint"] is not None for e in entries], device=self.device)
         if cfg.method == "opd":
-            return opd_advantages(teacher, logp_old, has_hint, response_mask, cfg.w_opd)
-        return combine_advantages(teacher, logp_old, rewards, has_hint, response_mask, cfg.w_opd, cfg.w_rl)
+            return opd_advantages(teacher, logp_old, has_hint, response_mask, cfg.w_opd, cfg.opd_clip)
+        return combine_advantages(
+            teacher, logp_old, rewards, has_hint, response_mask, cfg.w_opd, cfg.w_rl, cfg.opd_clip
+        )
 
     # -------------------------------------------------------------------------------------- export / sample
 

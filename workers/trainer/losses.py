@@ -21,6 +21,83 @@ def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
+@dataclass
+class Sampler:
+    """How a sampler turned logits into the distribution it drew from, one value per position (N,):
+    temperature (> 0), top_p (1.0 = off) and top_k (0 = off). None for top_p / top_k: off everywhere."""
+
+    temperature: Tensor
+    top_p: Tensor | None = None
+    top_k: Tensor | None = None
+
+    def __getitem__(self, rows: slice | Tensor) -> Sampler:
+        return Sampler(
+            self.temperature[rows],
+            None if self.top_p is None else self.top_p[rows],
+            None if self.top_k is None else self.top_k[rows],
+        )
+
+    @classmethod
+    def of(cls, rows: list[tuple[float, float, int]], device: torch.device | str = "cpu") -> Sampler | None:
+        """One row per sample from (temperature, top_p, top_k) triples; None when every sample was drawn
+        from the plain softmax (1.0, 1.0, 0), so the common case costs nothing."""
+        if all(tuple(r) == (1.0, 1.0, 0) for r in rows):
+            return None
+        temperature = torch.tensor([float(r[0]) for r in rows], dtype=torch.float64, device=device)
+        top_p = torch.tensor([float(r[1]) for r in rows], dtype=torch.float64, device=device)
+        top_k = torch.tensor([int(r[2]) for r in rows], dtype=torch.long, device=device)
+        return cls(
+            temperature,
+            None if bool((top_p >= 1).all()) else top_p,
+            None if bool((top_k <= 0).all()) else top_k,
+        )
+
+    def at(self, where: Tensor) -> Sampler:
+        """From one row per sample (B,) to one per selected position of a (B, T) grid (`where`, bool)."""
+
+        def spread(x: Tensor | None) -> Tensor | None:
+            return None if x is None else x[:, None].expand(where.shape)[where]
+
+        return Sampler(spread(self.temperature), spread(self.top_p), spread(self.top_k))
+
+
+def sampled_logits(logits: Tensor, targets: Tensor, sampler: Sampler | None) -> Tensor:
+    """The logits of the distribution the sampler drew each target from, in vLLM's order: divided by the
+    temperature, then top-k (every token at least as large as the k-th stays), then top-p over what top-k
+    left (the smallest tokens whose probabilities sum to at most 1 - p are dropped, the largest always
+    stays); a dropped token's logit is -inf. The target always stays in the set: it was sampled from it
+    under pi_old, so at theta = pi_old this is exactly the sampler's set, and later a target that theta
+    pushed out keeps a finite log-prob (its ratio is then small and clipped) instead of -inf. Which tokens
+    are dropped is a selection, not a function to differentiate: it is decided on detached values."""
+    logits = at_least_float32(logits)
+    if sampler is None:
+        return logits
+    scaled = logits / sampler.temperature.to(logits.dtype)[:, None]
+    if sampler.top_k is None and sampler.top_p is None:
+        return scaled
+    ascending, order = scaled.detach().sort(dim=-1)
+    vocab = scaled.shape[-1]
+    if sampler.top_k is not None:
+        k = torch.where(sampler.top_k > 0, sampler.top_k.clamp(max=vocab), vocab).to(torch.long)
+        kth = ascending.gather(-1, (vocab - k)[:, None])
+        ascending = ascending.masked_fill(ascending < kth, float("-inf"))
+    if sampler.top_p is not None:
+        cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+        below = cumulative <= 1 - sampler.top_p.to(cumulative.dtype)[:, None]
+        below[:, -1] = False
+        ascending = ascending.masked_fill(below, float("-inf"))
+    dropped = torch.zeros_like(scaled, dtype=torch.bool).scatter(-1, order, ascending == float("-inf"))
+    dropped = dropped.scatter(-1, targets[:, None], False)
+    return scaled.masked_fill(dropped, float("-inf"))
+
+
+def sampled_logprobs(logits: Tensor, targets: Tensor, sampler: Sampler | None) -> Tensor:
+    """log pi(target) under the distribution the sampler drew from (sampled_logits), float32 or wider: what
+    vLLM returns with --logprobs-mode processed_logprobs. logits (N, V), targets (N,)."""
+    z = sampled_logits(logits, targets, sampler)
+    return z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, dim=-1)
+
+
 def at_least_float32(x: Tensor) -> Tensor:
     """bf16/fp16 to float32; float32 and float64 (the exactness tests) as they are."""
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
@@ -30,15 +107,21 @@ def at_least_float32(x: Tensor) -> Tensor:
 LOGIT_CHUNK_TOKENS = 1024
 
 
-def _chunk_logprobs(hidden: Tensor, targets: Tensor, head: torch.nn.Module) -> tuple[Tensor, Tensor]:
-    return _chunk_logits_logprobs(head(hidden), targets)
+def _chunk_logprobs(
+    hidden: Tensor, targets: Tensor, head: torch.nn.Module, sampler: Sampler | None = None
+) -> tuple[Tensor, Tensor]:
+    return _chunk_logits_logprobs(head(hidden), targets, sampler)
 
 
-def _chunk_logits_logprobs(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-    logits = at_least_float32(logits)
-    lse = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
-    entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+def _chunk_logits_logprobs(
+    logits: Tensor, targets: Tensor, sampler: Sampler | None = None
+) -> tuple[Tensor, Tensor]:
+    z = sampled_logits(logits, targets, sampler)
+    lse = torch.logsumexp(z, dim=-1)
+    logp = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    # p log p is 0 where p is 0 (a dropped token's -inf logit would make it nan).
+    p_z = torch.softmax(z, dim=-1) * z
+    entropy = lse - torch.where(torch.isfinite(z), p_z, 0.0).sum(-1)
     return logp, entropy
 
 
@@ -49,27 +132,30 @@ def chunked_token_logprobs(
     *,
     chunk: int = LOGIT_CHUNK_TOKENS,
     topk: int = 0,
+    sampler: Sampler | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """log pi(target) and the entropy at each of N positions from their (N, d) hidden states, float32, with
     the LM head applied `chunk` positions at a time: the (N, V) logits never exist at once, and when a
     gradient is needed each chunk's logits are recomputed in the backward pass instead of kept (activation
     checkpointing per chunk), so the head's memory is one chunk's logits, not N's. Returns (logp (N,),
     entropy (N,), detached: reported, not trained; top-k ids (N, k) or None); equal to token_logprobs over
-    the full logits."""
+    the full logits. With a sampler (one row per position), pi is the distribution that sampler drew from
+    (sampled_logprobs: the temperature, top-k, top-p); the top-k ids are the raw logits' either way."""
     from torch.utils.checkpoint import checkpoint
 
     logps, entropies, tops = [], [], []
     grad = torch.is_grad_enabled() and hidden.requires_grad
     for start in range(0, hidden.shape[0], chunk):
         h, y = hidden[start : start + chunk], targets[start : start + chunk]
+        part = None if sampler is None else sampler[start : start + chunk]
         if grad:
-            logp, entropy = checkpoint(_chunk_logprobs, h, y, head, use_reentrant=False)
+            logp, entropy = checkpoint(_chunk_logprobs, h, y, head, part, use_reentrant=False)
             if topk:
                 with torch.no_grad():
                     tops.append(torch.topk(head(h), k=topk, dim=-1).indices)
         else:
             logits = head(h)
-            logp, entropy = _chunk_logits_logprobs(logits, y)
+            logp, entropy = _chunk_logits_logprobs(logits, y, part)
             if topk:
                 tops.append(torch.topk(logits, k=min(topk, logits.shape[-1]), dim=-1).indices)
         logps.append(logp)
@@ -128,11 +214,21 @@ def binary_rl_advantages(rewards: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]
 
 
 def opd_advantages(
-    logp_teacher: Tensor, logp_old: Tensor, has_hint: Tensor, mask: Tensor, w_opd: float = 1.0
+    logp_teacher: Tensor,
+    logp_old: Tensor,
+    has_hint: Tensor,
+    mask: Tensor,
+    w_opd: float = 1.0,
+    clip: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """A_t = w_opd (log pi_teacher(a_t | s + hint) - log pi_old(a_t | s)); turns without a hint are masked."""
+    """A_t = w_opd clip(log pi_teacher(a_t | s + hint) - log pi_old(a_t | s), -clip, clip); turns without a
+    hint are masked. clip None: unclipped. A token the teacher finds far likelier (or unlikelier) than the
+    student did would otherwise carry an advantage of many nats and decide the update alone."""
     has_hint = has_hint.to(mask.dtype)[:, None]
-    advantages = w_opd * (logp_teacher.detach() - logp_old.detach()) * has_hint
+    diff = logp_teacher.detach() - logp_old.detach()
+    if clip is not None:
+        diff = diff.clamp(-clip, clip)
+    advantages = w_opd * diff * has_hint
     return advantages, mask * has_hint
 
 
@@ -144,13 +240,14 @@ def combine_advantages(
     mask: Tensor,
     w_opd: float = 1.0,
     w_rl: float = 1.0,
+    clip: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """A_t = w_opd (log pi_teacher - log pi_old) + w_rl r.
+    """A_t = w_opd clip(log pi_teacher - log pi_old) + w_rl r (the clip as in opd_advantages).
 
     A turn with only a score has no teacher, so its OPD term is 0 (pure Binary RL); a turn with only a hint
     has r = 0 (pure OPD); a turn with neither is masked.
     """
-    opd, _ = opd_advantages(logp_teacher, logp_old, has_hint, mask, w_opd)
+    opd, _ = opd_advantages(logp_teacher, logp_old, has_hint, mask, w_opd, clip)
     rewards = rewards.detach().to(mask.dtype)
     advantages = opd + w_rl * rewards[:, None]
     keep = (has_hint.to(torch.bool) | (rewards != 0)).to(mask.dtype)

@@ -41,6 +41,7 @@ from workers.trainer.local import (
     response_stats,
 )
 from workers.trainer.lora_spans import segment_lora
+from workers.trainer.losses import Sampler
 
 # ------------------------------------------------------------------------------------------ the pass
 
@@ -192,8 +193,9 @@ class MultiTenantPass:
             batch = collate_packed(sequences, pad_id=pad, row_tokens=self.pack_row_tokens).to(self.device)
             spans = [(o.backend.adapter, start, end)
                      for (o, _), (start, end) in zip(chunk, batch.sample_spans(), strict=True)]
+            samplers = [o.backend.prepared[str(sample.sample_id)]["sampler"] for o, sample in chunk]
             with segment_lora(self.model, spans):
-                stats = response_stats(self.model, batch)
+                stats = response_stats(self.model, batch, sampler=Sampler.of(samplers, self.device))
                 loss = None
                 for outcome, _ in live:
                     rows = [i for i, (o, _) in enumerate(chunk) if o is outcome]

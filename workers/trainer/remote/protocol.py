@@ -116,10 +116,16 @@ def build_advantages(
     """A_t per response token for the configured method, or None when the turn carries no signal (masked).
 
     rl: A_t = r, r = 0 masked. opd: A_t = w_opd (teacher - old), no hint masked. combine: the sum of both
-    terms, a turn with only a score has the OPD term 0 and one with only a hint has r = 0."""
+    terms, a turn with only a score has the OPD term 0 and one with only a hint has r = 0. The OPD log-ratio
+    is clipped to +-config.opd_clip as in losses.opd_advantages."""
     if config.method == "rl":
         return [float(reward)] * len(old) if reward != 0 else None
-    opd = [config.w_opd * (t - o) for t, o in zip(teacher, old, strict=True)] if teacher is not None else None
+    bound = config.opd_clip if config.opd_clip is not None else math.inf
+    opd = (
+        [config.w_opd * max(-bound, min(bound, t - o)) for t, o in zip(teacher, old, strict=True)]
+        if teacher is not None
+        else None
+    )
     if config.method == "opd":
         return opd
     if opd is None and reward == 0:
@@ -403,6 +409,12 @@ class TinkerProtocolBackend(TrainingBackend):
         )
         uses_teacher = config.method in ("opd", "combine")
         policy = None
+        for enc in encoded:
+            if enc.old_logprobs is not None and enc.sample.sampler != (1.0, 1.0, 0):
+                # The services score the policy at temperature 1 with nothing filtered: log-probs of a reply
+                # sampled otherwise would not be the denominator of that ratio.
+                enc.old_logprobs = None
+                enc.alignment += "; pi_old recomputed: the remote service scores at temperature 1"
         needs_policy = any(e.old_logprobs is None for e in encoded) or (
             uses_teacher and any(len(dedupe_hints(e.sample.hints)) > 1 for e in encoded)
         )
