@@ -93,8 +93,11 @@ def test_turn_fields_are_stored_as_recorded(key):
 
 
 def test_how_the_reply_was_sampled_is_recorded_with_the_defaults_the_server_used(key, settings):
-    # The tiny model's generation_config.json names no sampling: what the request leaves out is vLLM's
-    # neutral value, unless the operator says the server is started otherwise.
+    # The tiny model's generation_config.json and description name no sampling: what the request leaves out
+    # is vLLM's neutral value, unless the operator says the server is started otherwise.
+    from workers.base_models import TINY_MODEL_DIR
+
+    settings.CLAWHUB_BASE_MODEL = str(TINY_MODEL_DIR)
     given = make_record(
         key, request={"messages": [user("hi")], "temperature": 0.6, "top_p": 0.95, "top_k": -1}
     )
