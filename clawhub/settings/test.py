@@ -3,16 +3,14 @@
 import os
 import tempfile
 
-from clawhub.settings.test_isolation import claim_test_slot
+from clawhub.settings.test_isolation import use_test_slot
 from workers import base_models
 
 # Several test runs may share this machine (and CI runs one): each run claims a slot of its own, so two runs
 # never share a database (pytest-django drops the test database when a run ends) nor a Redis database (a
-# Celery worker of one run would take the other run's tasks). Subprocesses inherit the run's choice.
-_slot = claim_test_slot()
-os.environ.setdefault("DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/clawhub{_slot.suffix}")
-os.environ.setdefault("REDIS_URL", f"redis://127.0.0.1:6379/{_slot.cache_db}")
-os.environ.setdefault("CELERY_BROKER_URL", f"redis://127.0.0.1:6379/{_slot.broker_db}")
+# Celery worker of one run would take the other run's tasks); each pytest-xdist worker claims its own.
+# Subprocesses inherit their test process's choice.
+use_test_slot()
 
 # Tests serve and train the tiny model (workers/base_models.py), whatever the embedded default is; the
 # real-model tests name theirs. Set before the settings read it, so every default derived from it (the
