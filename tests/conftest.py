@@ -14,10 +14,13 @@ pytest_plugins = ["tests.vllm_server"]
 # --- Markers and xdist groups from what a test uses ------------------------------------------------------
 # A test that needs one of these fixtures gets its marker even if nobody wrote it, so `./dev test --fast`
 # (which deselects the markers) never starts vLLM, a browser or the embedded stack by accident.
-MARKER_OF_FIXTURE = {"vllm_server": "vllm", "shared_stack": "embedded", "chromium": "browser"}
+MARKER_OF_FIXTURE = {"vllm_server": "vllm", "real_vllm_server": "vllm", "shared_stack": "embedded",
+                     "chromium": "browser"}
 # Under pytest-xdist the tests that share one expensive server run on one worker, so each server starts once
-# per run: the tiny model's vLLM (tenant adapter names are per database, and each worker has its own), and
-# the embedded `./dev run` stack (its last test stops it).
+# per run: the real model's vLLM, the tiny model's (tenant adapter names are per database, and each worker has
+# its own), and the embedded `./dev run` stack (its last test stops it). Separate groups, so that two of
+# these long chains can run side by side.
+GROUP_OF_FIXTURE = {"real_vllm_server": "vllm-real", "shared_stack": "embedded"}
 GROUP_OF_MARKER = {"vllm": "vllm", "embedded": "embedded"}
 SHARED_SCOPES = ("module", "package", "class")
 
@@ -27,7 +30,9 @@ def pytest_collection_modifyitems(config, items):
         for fixture, marker in MARKER_OF_FIXTURE.items():
             if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
-        group = next((g for m, g in GROUP_OF_MARKER.items() if item.get_closest_marker(m)), None)
+        group = next((g for f, g in GROUP_OF_FIXTURE.items() if f in item.fixturenames), None)
+        if group is None:
+            group = next((g for m, g in GROUP_OF_MARKER.items() if item.get_closest_marker(m)), None)
         if group is None and _uses_shared_fixture(item):
             group = item.module.__name__  # its module's fixtures are set up once, on one worker
         if group is not None:

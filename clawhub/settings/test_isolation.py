@@ -22,6 +22,7 @@ SLOTS = 8
 # Test-only, so not deployment settings: read through these names rather than listed in deploy/env.example.
 SLOT_VARIABLE = "CLAWHUB_TEST_SLOT"
 OWNER_VARIABLE = "CLAWHUB_TEST_SLOT_WORKER"  # the xdist worker ("gw0", …; "" outside xdist) that claimed it
+XDIST_WORKER_VARIABLE = "PYTEST_XDIST_WORKER"  # set by pytest-xdist in each worker process
 _held: list = []  # the open lock file of the slot this process claimed: closing it would free the slot
 
 
@@ -51,7 +52,7 @@ class Slot:
 
 def claim_test_slot() -> Slot:
     """This process's slot: the one its parent passed down (same xdist worker), or a free one it locks."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    worker = os.environ.get(XDIST_WORKER_VARIABLE, "")
     inherited = os.environ.get(SLOT_VARIABLE)
     if inherited is not None and os.environ.get(OWNER_VARIABLE, "") == worker:
         return Slot(int(inherited))
