@@ -5,11 +5,11 @@ slot 7 (databases 14 and 15, as before) and an unsuffixed database name; a run t
 going takes the next free slot. A slot is held by an flock on a file in the temp folder for as long as the
 process that claimed it lives, so a killed run frees its slot at once.
 
-The choice travels to subprocesses (Celery workers, servers) in CLAWHUB_TEST_SLOT, together with the pytest-xdist
-worker that claimed it. An xdist worker inherits its controller's variables but claims a slot of its own: two
-workers sharing a Redis database would clear each other's cache between tests and take each other's Celery
-tasks. The database, cache and broker URLs a slot implies are set here; an explicit DATABASE_URL / REDIS_URL /
-CELERY_BROKER_URL (one no slot implied) still wins.
+The choice travels to subprocesses (Celery workers, servers) in CLAWHUB_TEST_SLOT, together with the
+pytest-xdist worker that claimed it. An xdist worker inherits its controller's variables but claims a slot of
+its own: two workers sharing a Redis database would clear each other's cache between tests and take each
+other's Celery tasks. The database, cache and broker URLs a slot implies are set here; an explicit
+DATABASE_URL / REDIS_URL / CELERY_BROKER_URL (one no slot implied) still wins.
 """
 
 import fcntl
@@ -72,7 +72,7 @@ def claim_test_slot() -> Slot:
 
 
 def use_test_slot() -> Slot:
-    """Claims this process's slot and points the database, cache and broker URLs at it (unless set by hand)."""
+    """Claims this process's slot and points the database, cache and broker URLs at it, unless set by hand."""
     inherited = os.environ.get(SLOT_VARIABLE)
     implied_before = Slot(int(inherited)).urls() if inherited is not None else {}
     slot = claim_test_slot()
