@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from clawhub.review.models import Sample
 from clawhub.tenants.models import Tenant
 from clawhub.training.models import Method, TrainingRun, TrainingSettings
+from clawhub.training.schema import overrides_schema
 
 
 def training_settings_for(*, tenant: Tenant) -> TrainingSettings:
@@ -27,8 +28,13 @@ def backend_for(ts: TrainingSettings) -> str:
 
 
 def effective_config(ts: TrainingSettings) -> dict[str, Any]:
-    """Site defaults, then the tenant's overrides, then its method: a plain dict TrainConfig accepts."""
-    return {**settings.CLAWHUB_TRAIN_DEFAULTS, **(ts.overrides or {}), "method": ts.method}
+    """Site defaults, then the tenant's overrides, then its method: a plain dict TrainConfig accepts.
+
+    Of the overrides only what a tenant may set counts: one stored before that rule (a ``device``, a
+    ``dtype``) must not move the resident base model of every tenant's runs."""
+    tenant_fields = overrides_schema()["properties"]
+    overrides = {name: value for name, value in (ts.overrides or {}).items() if name in tenant_fields}
+    return {**settings.CLAWHUB_TRAIN_DEFAULTS, **overrides, "method": ts.method}
 
 
 def runs_for_tenant(*, tenant: Tenant) -> QuerySet[TrainingRun]:

@@ -29,6 +29,7 @@ from clawhub.tenants.access import TenantAccess
 from clawhub.tenants.models import Tenant
 from clawhub.training import budget, influence
 from clawhub.training.models import Backend, Method, TrainingRun, TrainingSettings
+from clawhub.training.schema import overrides_problems
 from clawhub.training.selectors import (
     backend_for,
     batch_size_for,
@@ -87,6 +88,10 @@ def training_settings_update(
                 "overrides is an object of TrainConfig fields (the method has its own field).",
                 field="overrides",
             )
+        problems = overrides_problems(overrides)
+        if problems:
+            raise ValidationFailed("Training settings refused: " + "; ".join(problems) + ".",
+                                   field="overrides")
         ts.overrides, changes["overrides"] = overrides, overrides
     if batch_size is not None:
         if batch_size < 0 or batch_size > settings.CLAWHUB_TRAIN_MAX_BATCH_SIZE:

@@ -54,6 +54,34 @@ def test_oversized_overrides_are_refused_with_the_allowed_range(api_client, sett
     assert api_client.patch(url, {"overrides": {"lora_r": 4096}}, format="json").status_code == 200
 
 
+@pytest.mark.parametrize("overrides", [
+    {"device": "cpu"}, {"device": "cuda:99"}, {"dtype": "float64"}, {"target_modules": ["lm_head"]},
+    {"target_modules": [f"m{i}" for i in range(20000)]}, {"target_modules": "q_proj"}, {"seed": 1e30},
+    {"seed": -1}, {"epochs": 2.5}, {"epochs": True}, {"lora_r": "8"},
+    {"micro_batch_tokens": 10**9}, {"gradient_checkpointing": 1}, {"betas": [0.9]}, {"old_policy": "x"},
+])
+def test_overrides_take_only_what_a_tenant_may_set_each_bounded(api_client, overrides):
+    user = make_user()
+    login(api_client, user)
+    url = f"/api/training/tenants/{user.tenant.pk}/settings/"
+    response = api_client.patch(url, {"overrides": overrides}, format="json")
+    assert response.status_code == 400, response.content
+    assert "overrides" in str(response.json()["error"])
+    assert not TrainingSettings.objects.filter(tenant=user.tenant).exclude(overrides={}).exists()
+
+
+def test_operator_settings_stored_before_the_rule_are_ignored(db, settings):
+    from clawhub.training.selectors import effective_config
+
+    settings.CLAWHUB_TRAIN_DEFAULTS = {"device": "auto", "dtype": "auto"}
+    user = make_user()
+    ts = TrainingSettings.objects.create(tenant=user.tenant, overrides={
+        "device": "cuda:99", "dtype": "float64", "target_modules": ["lm_head"], "lr": 1e-4})
+    config = effective_config(ts)
+    assert (config["device"], config["dtype"], config["lr"]) == ("auto", "auto", 1e-4)
+    assert "target_modules" not in config
+
+
 def test_overrides_stored_before_the_bounds_do_not_start_a_run(db, sent):
     user = make_user()
     approved_samples(user, 4)
