@@ -39,6 +39,7 @@ from clawhub.gateway.errors import (
     upstream_refused,
     upstream_timeout,
 )
+from clawhub.gateway.fields import check_fields
 from clawhub.gateway.http import ClientGone, read_body, send_json
 from clawhub.gateway.identity import Identity, extract_identity
 from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, watch_disconnect
@@ -104,6 +105,7 @@ def parse_request(raw: bytes, chat: bool) -> dict:
         value = body.get(name)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             raise bad_request(f"'{name}' must be {label}.", param=name)
+    check_fields(body)
     return body
 
 
