@@ -187,7 +187,7 @@ class GroupTransferApi(GroupApi):
     """Transfer ownership to a member (owner only); the old owner becomes admin."""
 
     class InputSerializer(serializers.Serializer):
-        user_id = serializers.IntegerField()
+        user_id = serializers.IntegerField(min_value=1, max_value=selectors.ID_MAX)
 
         class Meta:
             ref_name = "GroupTransferInput"

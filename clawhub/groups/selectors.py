@@ -54,7 +54,13 @@ def group_members(*, group: Group) -> QuerySet[Membership]:
     )
 
 
+# The largest id PostgreSQL's bigint holds: a larger one from a URL is no member, not a database error.
+ID_MAX = 2**63 - 1
+
+
 def group_member_get(*, group: Group, user_id: int) -> Membership:
+    if not 0 < user_id <= ID_MAX:
+        raise NotFound("No such member.")
     membership = Membership.objects.select_related("user").filter(group=group, user_id=user_id).first()
     if membership is None:
         raise NotFound("No such member.")

@@ -188,6 +188,12 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "clawhub.keys.scopes.KeyScopePermission",
     ],
+    # DRF's three, with JSON nested too deeply for Python's parser a 400 (clawhub.core.parsers).
+    "DEFAULT_PARSER_CLASSES": [
+        "clawhub.core.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "clawhub.core.openapi.ClawHubAutoSchema",
     "EXCEPTION_HANDLER": "clawhub.core.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
