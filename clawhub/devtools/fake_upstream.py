@@ -161,6 +161,11 @@ async def _completion(scope, receive, send, chat: bool) -> None:
     if fault == "unauthorized":
         await _send_json(send, 401, {"error": "Unauthorized"})
         return
+    if fault == "echo":  # like vLLM's messages that quote the request (a user's conversation)
+        said = str((body.get("messages") or [{}])[-1].get("content"))
+        await _send_json(send, 400, {"error": {"message": f"This prompt is not valid: {said!r}",
+                                               "type": "BadRequestError", "param": None, "code": 400}})
+        return
     if fault == "sleep":
         # Like vLLM, a request whose client goes away while it is being generated is aborted (and counted).
         seconds = float(body.get("fake_sleep") or headers.get("x-fake-sleep", SLEEP))

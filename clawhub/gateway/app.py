@@ -55,6 +55,7 @@ from clawhub.gateway.upstreams import (
 )
 from clawhub.gateway.writer import CaptureWriter
 from clawhub.tenants import naming
+from workers.upstream_errors import body_shape
 
 logger = logging.getLogger("clawhub.gateway")
 
@@ -499,7 +500,9 @@ class Gateway:
             error = (limits.context_length_error(raw) if response.status_code == 400 else None) \
                 or normalise_upstream_error(response.status_code, raw, client_model=wants.model)
             UPSTREAM_ERRORS.labels(kind="http_5xx" if response.status_code >= 500 else "http_4xx").inc()
-            logger.warning("upstream %s answered %s: %s", record.upstream, response.status_code, raw[:300])
+            # The body's shape only: vLLM's messages quote the request, which is a user's conversation.
+            logger.warning("upstream %s answered %s: %s", record.upstream, response.status_code,
+                           body_shape(response) if raw else "no body")
             raise error
         if not record.stream:
             try:

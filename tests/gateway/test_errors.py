@@ -237,3 +237,17 @@ def test_an_output_cap_that_is_not_an_integer_is_400_not_forwarded(gateway, secr
     error = assert_error(post(gateway, secret, body, path=path), 400, type_="invalid_request_error")
     assert error["param"] == field
     still_serving(gateway, secret)
+
+
+def test_an_upstream_error_quoting_the_prompt_is_logged_without_it(gateway, secret, caplog):
+    private = "my private diary entry 7f3a"
+    body = {"model": "clawhub-personal", "messages": [{"role": "user", "content": private}],
+            "fake_fault": "echo"}
+    with caplog.at_level("WARNING", logger="clawhub.gateway"):
+        response = post(gateway, secret, body)
+    assert response.status_code == 400
+    logged = [r.getMessage() for r in caplog.records if "answered 400" in r.getMessage()]
+    assert logged and "application/json" in logged[0]  # the line is there, with the body's shape
+    assert not any(private in r.getMessage() for r in caplog.records)
+    still_serving(gateway, secret)
+
