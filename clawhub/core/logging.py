@@ -61,15 +61,20 @@ _API_KEY = re.compile(r"chk_[A-Za-z0-9_-]{8,}")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
 API_KEY_MASK = "chk_[REDACTED]"
 BEARER_MASK = r"\1[REDACTED]"
+# An invitation link carries its secret in the path (/invitations/<token>/), and a 4xx on it is logged.
+_INVITATION = re.compile(r"(/invitations/)[A-Za-z0-9_-]{16,}")
+INVITATION_MASK = r"\1[REDACTED]"
 
 
 def redact(text: str) -> str:
-    """``text`` with every API key and bearer token masked."""
+    """``text`` with every API key, bearer token and invitation token masked."""
     # Bearer first: a bearer token that is an API key is then masked whole, not in two pieces.
     if "earer" in text or "EARER" in text:
         text = _BEARER.sub(BEARER_MASK, text)
     if "chk_" in text:
         text = _API_KEY.sub(API_KEY_MASK, text)
+    if "/invitations/" in text:
+        text = _INVITATION.sub(INVITATION_MASK, text)
     return text
 
 
@@ -92,7 +97,7 @@ _RECORD_ATTRS = frozenset(vars(logging.LogRecord("x", logging.INFO, "x", 0, "x",
 
 
 class RedactFilter(logging.Filter):
-    """Masks API keys and bearer tokens in the message, its arguments, extra fields and exception text.
+    """Masks API keys, bearer and invitation tokens in the message, its arguments, extras and exceptions.
 
     Attach it to HANDLERS (not loggers): a logger's filters do not see records propagated from child loggers.
     """

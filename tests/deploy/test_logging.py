@@ -95,6 +95,20 @@ def test_redaction_also_protects_plain_text_handlers():
     assert "chk_[REDACTED]" in stream.getvalue() and "A1b2C3" not in stream.getvalue()
 
 
+def test_invitation_tokens_in_logged_paths_are_masked(json_log):
+    logger, stream = json_log
+    token = "Qx3_vT9-aB7cD1eF2gH3iJ4kL5mN6oP7qR8sT9uV0w"  # what secrets.token_urlsafe(32) gives
+    logger.warning("Not Found: %s", f"/api/invitations/{token}/accept/")
+    logger.info('"GET /invitations/%s/ HTTP/1.1" 404', token)
+    output = stream.getvalue()
+    assert token not in output and token[:12] not in output
+    first, second = lines(stream)
+    assert first["message"] == "Not Found: /api/invitations/[REDACTED]/accept/"
+    assert second["message"] == '"GET /invitations/[REDACTED]/ HTTP/1.1" 404'
+    # A group's numbered invitation (revoke) is not a secret.
+    assert ops_logging.redact("/groups/ops/invitations/12/revoke/") == "/groups/ops/invitations/12/revoke/"
+
+
 def test_short_or_unrelated_strings_are_left_alone():
     assert ops_logging.redact("chk_short and checksum chk_") == "chk_short and checksum chk_"
 
