@@ -16,7 +16,7 @@ from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
 from clawhub.feedback.models import ExplicitFeedback, JudgeRules, Judgment
 from clawhub.feedback.selectors import can_manage_judge_rules, sample_signal
 from clawhub.tenants.models import Tenant
-from workers.judge.judges import RuleSet
+from workers.judge.judges import MAX_TENANT_RULES, RuleSet
 
 _VALID_REWARDS = (-1, 0, 1)
 
@@ -93,9 +93,35 @@ def judgment_store_failure(
     return judgment
 
 
+# What a tenant may write (checked here, where rules are set: rules stored before these caps still judge).
+MAX_RULE_NAME_CHARS = 200
+MAX_HINT_TEMPLATES = 2 * MAX_TENANT_RULES  # one per rule, negative and positive
+MAX_HINT_CHARS = 1000
+
+
 def _pattern_list(value: Any, field: str) -> list:
     if not isinstance(value, list):
         raise ValidationFailed("A list of rules was expected.", field=field)
+    for rule in value:
+        name = rule.get("name") if isinstance(rule, dict) else None
+        if isinstance(name, str) and len(name) > MAX_RULE_NAME_CHARS:
+            raise ValidationFailed(f"A rule's name has at most {MAX_RULE_NAME_CHARS} characters.",
+                                   field=field)
+    return value
+
+
+def _hint_templates(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValidationFailed("Hint templates map a rule name to a text.", field="hint_templates")
+    if len(value) > MAX_HINT_TEMPLATES:
+        raise ValidationFailed(f"At most {MAX_HINT_TEMPLATES} hint templates.", field="hint_templates")
+    for name, text in value.items():
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise ValidationFailed("Hint templates map a rule name to a text.", field="hint_templates")
+        if len(name) > MAX_RULE_NAME_CHARS or len(text) > MAX_HINT_CHARS:
+            raise ValidationFailed(f"A hint template names a rule in at most {MAX_RULE_NAME_CHARS} "
+                                   f"characters and says its hint in at most {MAX_HINT_CHARS}.",
+                                   field="hint_templates")
     return value
 
 
@@ -122,9 +148,7 @@ def judge_rules_set(
         if positive_patterns is not None:
             rules.positive_patterns = _pattern_list(positive_patterns, "positive_patterns")
         if hint_templates is not None:
-            if not isinstance(hint_templates, dict):
-                raise ValidationFailed("Hint templates map a rule name to a text.", field="hint_templates")
-            rules.hint_templates = hint_templates
+            rules.hint_templates = _hint_templates(hint_templates)
         if extend_defaults is not None:
             rules.extend_defaults = extend_defaults
         if judge is not None:

@@ -70,6 +70,27 @@ def test_rule_sets_are_capped_in_count_and_length(api_client):
     assert enough.status_code == 200
 
 
+def test_hint_templates_and_rule_names_are_capped(api_client):
+    from clawhub.feedback.services import MAX_HINT_CHARS, MAX_HINT_TEMPLATES, MAX_RULE_NAME_CHARS
+
+    user = make_user()
+    login(api_client, user)
+    many = {f"rule {i}": "Say it shorter." for i in range(MAX_HINT_TEMPLATES + 1)}
+    assert put_rules(api_client, hint_templates=many).status_code == 400
+    long_text = {"too long": "x" * (MAX_HINT_CHARS + 1)}
+    assert put_rules(api_client, hint_templates=long_text).status_code == 400
+    long_name = {"n" * (MAX_RULE_NAME_CHARS + 1): "Say it shorter."}
+    assert put_rules(api_client, hint_templates=long_name).status_code == 400
+    named = put_rules(api_client, negative_patterns=[{"name": "n" * 5000, "pattern": "shorter please"}])
+    assert named.status_code == 400 and str(MAX_RULE_NAME_CHARS) in named.json()["error"]["message"]
+    assert JudgeRules.objects.filter(tenant=user.tenant).first() is None or \
+        JudgeRules.objects.get(tenant=user.tenant).hint_templates == {}  # nothing refused was stored
+    fine = {f"rule {i}": "Say it shorter." for i in range(MAX_HINT_TEMPLATES)}
+    assert put_rules(api_client, hint_templates=fine,
+                     negative_patterns=[{"name": "n" * MAX_RULE_NAME_CHARS, "pattern": "shorter please"}]
+                     ).status_code == 200
+
+
 def test_stored_rules_that_no_longer_compile_fall_back_to_the_defaults(settings):
     """Rules saved before RE2 (a lookbehind, say) must not fail every judgment of the tenant."""
     settings.CLAWHUB_JUDGE = "rule"
