@@ -175,6 +175,6 @@ class KeyScopePermission(BasePermission):
             return False
         if rule == PUBLIC or rule in granted:
             return True
-        self.message = (f"This API key lacks the {rule!r} scope (it has: {', '.join(granted)})."
+        self.message = (f"This API key lacks the '{rule}' scope (it has: {', '.join(granted)})."
                         + (" A rotated-out secret is inference-only." if not resolved.current else ""))
         return False

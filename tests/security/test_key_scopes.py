@@ -54,7 +54,10 @@ def test_a_stolen_agent_key_cannot_mint_export_rotate_invite_or_take_over():
     assert refused(api.post("/api/keys/", {"name": "mine now", "scopes": ["export"]}, format="json"))
     assert ApiKey.objects.filter(owner=owner).count() == 1
     assert refused(api.get("/api/me/export/"))
-    assert refused(api.get("/api/sessions/"))
+    sessions = api.get("/api/sessions/")
+    assert refused(sessions)
+    # The message names the scope as a user writes it.
+    assert "lacks the 'read' scope (it has: inference)" in sessions.json()["error"]["message"]
     assert refused(api.post(f"/api/keys/{key.pk}/rotate/"))
     assert key_resolve(secret=secret) is not None  # still the owner's to rotate, and the thief has no new one
     assert refused(api.post(f"/api/groups/{group.slug}/invitations/", {"role": "admin"}, format="json"))
