@@ -198,6 +198,9 @@ def driven(_shared_stack, openclaw, tmp_path_factory) -> dict[str, Driven | Base
 
 @pytest.mark.parametrize("setup", SETUPS)
 def test_real_openclaw_through_what_the_key_shows(shared_stack, driven, setup):
+    """Minutes in setup: the shared `./dev run` stack starts (vLLM included), OpenClaw and its Node are
+    installed into the cache on a machine's first run (548 s in all on a cold cache), and the real CLI
+    drives several agent turns for each way of configuring it."""
     outcome = driven[setup]
     if isinstance(outcome, BaseException):
         raise outcome

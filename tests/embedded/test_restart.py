@@ -34,6 +34,8 @@ def _chat(url: str, secret: str) -> httpx.Response:
 
 
 def test_killed_vllm_is_restarted_and_the_next_chat_succeeds(shared_stack):
+    """Minutes (140 s in a two-worker run, after the shared stack's start): vLLM is killed and the
+    supervisor's restart waits for a whole new vLLM to load before the next chat."""
     stack = shared_stack.stack
     http = signed_in_client(stack.url, "restart@example.com", "a long and unusual passphrase", signup=True)
     created = post(http, "/api/keys/", {"name": "restart"})

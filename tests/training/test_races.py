@@ -169,6 +169,8 @@ def test_a_kick_while_the_promotion_is_queued_waits_and_the_next_version_continu
 
 
 def test_a_worker_killed_between_succeeded_and_promote_sent_still_promotes(tmp_path, settings, upstream):
+    """About a minute (70 s in a two-worker run): a real worker trains, dies after marking the run succeeded,
+    and the promotion is redriven by the sweep through a second real worker."""
     user = tenant_with_settings(settings, tmp_path)
     batch(user)
     env = worker_env(CLAWHUB_UPSTREAMS=upstreams(upstream.url))
@@ -227,6 +229,8 @@ def test_a_promotion_that_fails_on_one_of_two_upstreams_leaves_no_preload_and_is
 
 
 def test_a_batch_that_keeps_timing_out_stops_being_claimed_and_waits_with_a_reason(tmp_path, settings):
+    """About a minute (64 s in a two-worker run): real workers hit the run's time limit twice before the
+    batch stops being claimed."""
     user = tenant_with_settings(settings, tmp_path)
     settings.CLAWHUB_TRAIN_MAX_TIMEOUTS = 2
     # A run that times out every time: more epochs than a tenant may ask for, which the operator allows.

@@ -107,6 +107,8 @@ def wait_for(predicate, timeout: float, what: str):
 
 
 def test_killed_worker_resumes_from_checkpoint_without_training_a_sample_twice(tmp_path, settings):
+    """Over a minute (88 s in a two-worker run): two real train workers, each loading the tiny model and
+    training on the CPU; the first is killed mid-run and the second resumes from its checkpoint."""
     settings.CLAWHUB_TRAIN_WORKDIR = str(tmp_path / "train")  # run_start names the workdir here
     settings.CLAWHUB_GATE_HOLDOUT_EVERY = 0  # every claimed sample is trained: the step count is exact
     user = make_user()
