@@ -84,7 +84,8 @@ def test_invalid_votes_give_zero_and_keep_the_raw_text():
     result = judge_with(handler).judge(TURN)
     assert result.reward == 0
     assert [v.score for v in result.votes] == [None, None, None]
-    assert result.raw_outputs["prm"] == ["I am not sure.", r"\boxed{maybe}", "gibberish"]
+    # The votes are asked for at once, so which vote got which scripted answer depends on the threads.
+    assert sorted(result.raw_outputs["prm"]) == sorted(["I am not sure.", r"\boxed{maybe}", "gibberish"])
     assert result.hints == []
 
 
