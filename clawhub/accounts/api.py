@@ -1,6 +1,7 @@
 """REST API for sign-up, sign-in, passwords, email verification, the current user and the audit log."""
 
 from django.conf import settings
+from django.contrib import auth
 from django.contrib.auth import update_session_auth_hash
 from django.middleware.csrf import get_token
 from django.utils.decorators import method_decorator
@@ -272,8 +273,9 @@ class VerifyEmailApi(CsrfProtectedAnonymousApi):
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        # This view authenticates nobody (login CSRF); the session user comes from Django's middleware.
-        signed_in = getattr(request._request, "user", None)
+        # This view authenticates nobody (login CSRF), and DRF has set the Django request's user to nobody
+        # too, so the session's user is read from the session itself.
+        signed_in = auth.get_user(request._request)
         user = services.user_email_verify(token=data.validated_data["token"], ip=client_ip(request),
                                           signed_in=signed_in if signed_in and signed_in.is_authenticated
                                           else None)

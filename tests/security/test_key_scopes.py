@@ -231,6 +231,32 @@ def test_the_same_person_verifying_while_signed_in_keeps_their_keys(client):
     assert key_resolve(secret=secret) is not None
 
 
+def test_the_same_person_confirming_through_the_api_keeps_their_sessions_and_keys():
+    """Finding N9: DRF replaced the Django request's user with the view's (nobody: the view authenticates no
+    one), so a signed-in user confirming their own address through the API was treated as a stranger and lost
+    every session and key."""
+    account = make_user("api-me@example.com")
+    _, secret = make_key(account)
+    from clawhub.accounts.services import email_verification_send
+
+    email_verification_send(user=account)
+    token = re.search(r"/verify-email/([^/\s]+)/", mail.outbox[-1].body).group(1)
+    me = login(APIClient(enforce_csrf_checks=True), account)
+    elsewhere = login(APIClient(enforce_csrf_checks=True), account)
+    response = me.post("/api/auth/verify-email/", {"token": token}, format="json")
+    assert response.status_code == 200 and response.json()["user"]["email_verified"] is True
+    assert key_resolve(secret=secret) is not None
+    assert me.get("/api/me/").status_code == 200
+    assert elsewhere.get("/api/me/").status_code == 200
+    # Signed in as someone else, the same kind of link still ends what was made before it.
+    other = make_user("api-other@example.com")
+    _, other_secret = make_key(other)
+    email_verification_send(user=other)
+    token = re.search(r"/verify-email/([^/\s]+)/", mail.outbox[-1].body).group(1)
+    assert me.post("/api/auth/verify-email/", {"token": token}, format="json").status_code == 200
+    assert key_resolve(secret=other_secret) is None
+
+
 def test_existing_keys_migrate_to_inference_only():
     owner = make_user()
     key, _ = make_key(owner, scopes=["read", "admin"])
