@@ -1,8 +1,9 @@
 """Persists the gateway's TurnRecords: sessions, turns, next-state links and usage, a batch at a time.
 
-The gateway's writer thread calls ``capture_store(batch)`` off the event loop. A batch is one transaction of a
-fixed number of queries, whatever its size. If the batch fails, each record is retried alone, so one bad
-record costs only itself; its usage is still counted when that part can be written. Records already stored
+The capture consumer (clawhub.gateway.consumer) calls ``capture_store(batch)``. A batch is one transaction of
+a fixed number of queries, whatever its size. If the batch fails, each record is retried alone, so one bad
+record costs only itself: the others are committed and ``CaptureFailed`` names the ones that failed, so that
+the consumer retries them and, in the end, dead-letters them (never a silent skip). Records already stored
 (a batch delivered twice) are skipped, turns and usage alike.
 
 Per batch, in order: skip known request ids, and the records of users who turned storage off; find or create
@@ -51,7 +52,7 @@ from clawhub.usage.services import usage_record
 logger = logging.getLogger("clawhub.conversations.capture")
 
 # Counters the metrics endpoint can export, next to the gateway writer's.
-STATS = {"stored": 0, "duplicates": 0, "skipped": 0, "batch_retries": 0}
+STATS = {"stored": 0, "duplicates": 0, "failed": 0, "batch_retries": 0}
 _stats_lock = threading.Lock()
 
 _EXTERNAL_ID_MAX = Session._meta.get_field("external_id").max_length
@@ -79,9 +80,21 @@ class _Item:
     turn: Turn | None = None
 
 
+class CaptureFailed(Exception):
+    """Records of a batch that could not be stored while the database answered (a deadlock, a statement
+    timeout, a schema mismatch, a bug on an odd body). The rest of the batch is committed; nothing of these
+    was written."""
+
+    def __init__(self, failures: list[tuple[TurnRecord, Exception]]):
+        self.failures = failures
+        super().__init__("; ".join(f"turn {record.request_id}: {type(exc).__name__}: {exc}"
+                                   for record, exc in failures[:5]))
+
+
 def capture_store(records: list[TurnRecord]) -> None:
-    """Stores a batch of records. Never leaves a record half-written; a record that cannot be stored is logged
-    and skipped. Raises only when the database cannot be reached at all (the writer counts that)."""
+    """Stores a batch of records. Never leaves a record half-written. Raises ``CaptureFailed`` (after
+    committing the others) for records that cannot be stored while the database answers, and the database's
+    own error when it cannot be reached at all: either way the caller still holds the records and decides."""
     if not records:
         return
     try:
@@ -94,19 +107,24 @@ def capture_store(records: list[TurnRecord]) -> None:
             raise
         _count("batch_retries")
         logger.exception("capture of a batch of %d turns failed; storing them one by one", len(records))
+    failures: list[tuple[TurnRecord, Exception]] = []
     for record in records:
         try:
             with transaction.atomic():
                 stored = _store([record])
             _count("stored", stored)
-        except Exception:
-            _count("skipped")
-            logger.exception("capture of turn %s failed; the turn is skipped", record.request_id)
-            _meter_only(record)
+        except Exception as exc:
+            if not _database_usable():
+                raise  # the rest waits for the database; what was committed is skipped as known next time
+            _count("failed")
+            logger.exception("capture of turn %s failed", record.request_id)
+            failures.append((record, exc))
+    if failures:
+        raise CaptureFailed(failures)
 
 
-def _meter_only(record: TurnRecord) -> None:
-    # A record that cannot become a turn was still served: keep its usage if that much can be written.
+def capture_usage_only(*, record: TurnRecord) -> None:
+    """Meters a record that will never become a turn (the consumer dead-lettered it): it was still served."""
     try:
         with transaction.atomic():
             usage_record(records=[record])

@@ -4,9 +4,13 @@ stores them with ``clawhub.conversations.capture.capture_store``, which is idemp
 A record is acknowledged only after the transaction that stored it committed, so a consumer killed at any
 point leaves its records to be delivered again (and skipped as known). Through a database outage it retries
 the same batch with backoff (0.2 s doubling to 5 s) and counts each retry; outage retries never count against
-a record. A record that fails while the database answers is retried alone, and after CAPTURE_MAX_ATTEMPTS such
-tries goes to the dead letters (``<stream>:dead``, or ``dead-letters.jsonl`` in the spool folder) with the
-reason, as does a record that cannot be decoded. Batches are bounded by count and by bytes.
+a record. When the database answers but records fail (``capture_store`` commits the rest and raises
+``CaptureFailed`` naming them; any other error fails the whole batch), the stored ones are acknowledged and
+each failing record is retried alone with the same backoff; after CAPTURE_MAX_ATTEMPTS tries it goes to the
+dead letters (``<stream>:dead``, or ``dead-letters.jsonl`` in the spool folder) with the reason, counted in
+``clawhub_capture_failures_total{reason="dead_letter"}``, and its usage is still metered. A record that cannot
+be decoded goes there at once. Nothing is acknowledged that was neither stored nor dead-lettered. Batches are
+bounded by count and by bytes.
 
 Run it as ``python manage.py capture_consumer`` (its own process in production, a child of ``./dev run``).
 With Redis it reads the stream in the consumer group ``capture`` (claiming what a dead consumer had read after
@@ -77,6 +81,12 @@ def default_store(batch: list[TurnRecord]) -> None:
     from clawhub.conversations.capture import capture_store
 
     capture_store(batch)
+
+
+def default_on_dead(record: TurnRecord) -> None:
+    from clawhub.conversations.capture import capture_usage_only
+
+    capture_usage_only(record=record)
 
 
 def database_usable() -> bool:
@@ -266,9 +276,12 @@ def report_lost(instance: str, lost: list[str]) -> None:
 
 class CaptureConsumer:
     def __init__(self, cfg: HandoffSettings | None = None, *,
-                 store: Callable[[list[TurnRecord]], None] | None = None, name: str | None = None):
+                 store: Callable[[list[TurnRecord]], None] | None = None, name: str | None = None,
+                 on_dead: Callable[[TurnRecord], None] | None = None):
         self.cfg = cfg or HandoffSettings.from_settings()
         self._store = store or default_store
+        # What a dead-lettered record still needs (its usage); a test's own store has nothing to meter.
+        self._on_dead = on_dead or (default_on_dead if store is None else None)
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{threading.get_ident() % 10000}"
         self.source = RedisSource(self.cfg, self.name) if self.cfg.redis_url else SpoolSource(self.cfg)
         self._attempts: dict[Any, int] = {}
@@ -319,11 +332,16 @@ class CaptureConsumer:
         return len(entries)
 
     def _store_chunk(self, chunk: list[Entry], stop: threading.Event | None) -> None:
+        from clawhub.conversations.capture import CaptureFailed
+
         backoff = BACKOFF_FIRST
         while True:
             try:
                 self._store_and_ack(chunk)
                 return
+            except CaptureFailed as exc:
+                chunk = self._ack_stored(chunk, exc)  # the database answers; these records did not store
+                break
             except Exception as exc:
                 if database_usable():
                     break  # the database answers: something in the batch is the problem
@@ -331,28 +349,50 @@ class CaptureConsumer:
                 self._add_stats(retries=1)
                 logger.warning("capture consumer: database unreachable (%s); %d records wait, retrying in "
                                "%.1f s", type(exc).__name__, len(chunk), backoff)
-                if stop is not None and stop.wait(backoff):
-                    raise _Outage from None  # stopping: nothing acknowledged, delivered again later
-                if stop is None:
-                    time.sleep(backoff)
+                self._wait(backoff, stop)
                 backoff = min(BACKOFF_MAX, backoff * 2)
         # One by one, so a poison record costs only itself.
         for entry in chunk:
-            while True:
-                try:
-                    self._store_and_ack([entry])
-                    self._attempts.pop(entry.ref, None)
-                    break
-                except Exception as exc:
-                    if not database_usable():
-                        self._add_stats(retries=1)
-                        raise _Outage from None
-                    attempts = self._attempts[entry.ref] = self._attempts.get(entry.ref, 0) + 1
+            self._store_alone(entry, stop)
+
+    def _ack_stored(self, chunk: list[Entry], failed: Exception) -> list[Entry]:
+        """Acknowledges the entries ``capture_store`` committed; returns those it named as failing."""
+        failing = {record.request_id for record, _ in failed.failures}
+        stored = [e for e in chunk if e.record.request_id not in failing]
+        if stored:
+            self.source.ack(stored, stored=len(stored))
+            self.stats["stored"] += len(stored)
+            self.stats["batches"] += 1
+        return [e for e in chunk if e.record.request_id in failing]
+
+    def _store_alone(self, entry: Entry, stop: threading.Event | None) -> None:
+        """Stores one record, retried with backoff while the database answers, then dead-lettered."""
+        while True:
+            try:
+                self._store_and_ack([entry])
+                self._attempts.pop(entry.ref, None)
+                return
+            except Exception as exc:
+                if not database_usable():
                     self._add_stats(retries=1)
-                    if attempts >= self.cfg.max_attempts:
-                        self._attempts.pop(entry.ref, None)
-                        self._dead(entry, f"failed {attempts} times: {type(exc).__name__}: {exc}")
-                        break
+                    raise _Outage from None
+                attempts = self._attempts[entry.ref] = self._attempts.get(entry.ref, 0) + 1
+                self.stats["retries"] += 1
+                self._add_stats(retries=1)
+                if attempts >= self.cfg.max_attempts:
+                    self._attempts.pop(entry.ref, None)
+                    cause = _cause(exc)
+                    self._dead(entry, f"failed {attempts} times: {type(cause).__name__}: {cause}")
+                    return
+                # A deadlock or a statement timeout may pass; a bug will not, and costs only its attempts.
+                self._wait(min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (attempts - 1)), stop)
+
+    @staticmethod
+    def _wait(seconds: float, stop: threading.Event | None) -> None:
+        if stop is None:
+            time.sleep(seconds)
+        elif stop.wait(seconds):
+            raise _Outage from None  # stopping: nothing more acknowledged, delivered again later
 
     def _store_and_ack(self, entries: list[Entry]) -> None:
         from django.db import close_old_connections
@@ -370,6 +410,8 @@ class CaptureConsumer:
         self.source.dead_letter(entry, reason[:500])
         self.stats["dead_letters"] += 1
         metrics.CAPTURE_FAILURES.labels(reason="dead_letter").inc()
+        if entry.record is not None and self._on_dead is not None:
+            self._on_dead(entry.record)
 
     def _add_stats(self, **counts: int) -> None:
         try:
@@ -405,6 +447,12 @@ class CaptureConsumer:
         from django.db import connections
 
         connections.close_all()
+
+
+def _cause(exc: Exception) -> Exception:
+    """The one record's own error inside a CaptureFailed, else the error itself."""
+    failures = getattr(exc, "failures", None)
+    return failures[0][1] if failures and len(failures) == 1 else exc
 
 
 class _Outage(Exception):

@@ -305,19 +305,25 @@ def test_other_users_messages_never_continue_a_session(db):
     assert turn(first.request_id).next_state is None
 
 
-def test_a_bad_record_does_not_lose_the_rest_of_the_batch(key, caplog):
+def test_a_bad_record_does_not_lose_the_rest_of_the_batch_and_is_named_not_skipped(key, caplog):
     good1 = make_record(key, [user("one")])
     bad = make_record(key, [user("two")], model="m" * 500)  # longer than the column: the database refuses it
     nul = make_record(key, [user("three\u0000")])  # PostgreSQL's jsonb refuses NUL characters
     good2 = make_record(key, [user("four")])
-    skipped = capture.STATS["skipped"]
+    failed = capture.STATS["failed"]
     with caplog.at_level(logging.ERROR, logger="clawhub.conversations.capture"):
-        capture_store([good1, bad, nul, good2])
+        with pytest.raises(capture.CaptureFailed) as raised:
+            capture_store([good1, bad, nul, good2])
+    # The caller (the consumer) gets the failing records back, to retry and then dead-letter them.
+    assert [r.request_id for r, _ in raised.value.failures] == [bad.request_id, nul.request_id]
     assert set(Turn.objects.values_list("request_id", flat=True)) == {good1.request_id, good2.request_id}
-    assert capture.STATS["skipped"] == skipped + 2
+    assert capture.STATS["failed"] == failed + 2
     assert bad.request_id in caplog.text and nul.request_id in caplog.text
-    # The record whose turn could not be stored was still served: its usage counts.
+    # Only the stored records are metered here: a failing one is metered once, when it is dead-lettered.
     row = UsageDaily.objects.get(key=key, model=key.owner.tenant.model_id)
+    assert row.requests == 2
+    capture.capture_usage_only(record=nul)
+    row.refresh_from_db()
     assert row.requests == 3
     assert row.prompt_tokens == good1.prompt_tokens + nul.prompt_tokens + good2.prompt_tokens
 

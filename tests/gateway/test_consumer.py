@@ -1,0 +1,104 @@
+"""The capture consumer on the real Redis stream and the real capture_store: a record that fails to store
+while the database answers is retried, then dead-lettered with a metric, and never acknowledged silently; the
+good records around it are stored. In-process (the consumer's process is not what is under test here; the
+killed consumer is in test_durability.py)."""
+
+import uuid
+
+import pytest
+import redis
+from django.db import OperationalError
+from prometheus_client import REGISTRY
+
+from clawhub.conversations import capture
+from clawhub.conversations.models import Turn
+from clawhub.gateway.consumer import CaptureConsumer
+from clawhub.gateway.handoff import HandoffSettings, decode, encode, handoff_state
+from clawhub.usage.models import UsageDaily
+from tests.conversations.conftest import make_record, user
+from tests.factories import make_key
+
+
+def counter(name: str, **labels) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def stream(tmp_path):
+    """A capture stream of this test's own on the test Redis, with two tries per failing record."""
+    cfg = HandoffSettings.from_settings(stream=f"test-capture:{uuid.uuid4().hex}", spool_dir=tmp_path,
+                                        max_attempts=2)
+    client = redis.Redis.from_url(cfg.redis_url)
+    yield cfg, client
+    client.delete(cfg.stream, cfg.dead_stream, cfg.bytes_key, cfg.stats_key)
+    client.close()
+
+
+def hand_off(cfg: HandoffSettings, client: redis.Redis, records) -> None:
+    """What the gateway's sender does: XADD each record and raise the byte counter."""
+    for record in records:
+        payload = encode(record)
+        client.xadd(cfg.stream, {"r": payload})
+        client.incrby(cfg.bytes_key, len(payload))
+
+
+def consume(consumer: CaptureConsumer, cfg: HandoffSettings, client: redis.Redis) -> None:
+    while client.xlen(cfg.stream):
+        consumer.run_once()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_record_that_fails_to_store_is_dead_lettered_with_a_metric_and_the_rest_stored(stream):
+    cfg, client = stream
+    key = make_key()[0]
+    good1 = make_record(key, [user("one")])
+    bad = make_record(key, [user("two")], model="m" * 500)  # longer than the column: the database refuses it
+    nul = make_record(key, [user("three\u0000")])  # PostgreSQL's jsonb refuses NUL characters
+    good2 = make_record(key, [user("four")])
+    dead = counter("clawhub_capture_failures_total", reason="dead_letter")
+    hand_off(cfg, client, [good1, bad, nul, good2])
+
+    consumer = CaptureConsumer(cfg)
+    consume(consumer, cfg, client)
+
+    assert set(Turn.objects.values_list("request_id", flat=True)) == {good1.request_id, good2.request_id}
+    letters = client.xrange(cfg.dead_stream)
+    assert sorted(decode(fields[b"r"]).request_id for _, fields in letters) == sorted(
+        [bad.request_id, nul.request_id])
+    reasons = [fields[b"reason"].decode() for _, fields in letters]
+    assert all(r.startswith("failed 2 times: DataError") for r in reasons), reasons
+    assert counter("clawhub_capture_failures_total", reason="dead_letter") == dead + 2
+    # Nothing waits or is pending: every record was either stored or dead-lettered, and /metrics says which.
+    state = handoff_state(cfg)
+    assert (state["backlog"], state["pending"], state["stored"], state["dead_letters"]) == (0, 0, 2, 2)
+    assert state["retries"] >= 2 and state["backlog_bytes"] == 0
+    # The dead-lettered requests were served all the same: their usage counts where it can be written (the
+    # record with the over-long model cannot be metered under that model either).
+    assert UsageDaily.objects.get(key=key, model=key.owner.tenant.model_id).requests == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_record_that_fails_once_is_retried_and_stored_once(stream):
+    """A deadlock or a statement timeout passes: the record is stored on its second try, not dead-lettered."""
+    cfg, client = stream
+    key = make_key()[0]
+    records = [make_record(key, [user(f"turn {i}")]) for i in range(3)]
+    flaky = records[1]
+    calls = []
+
+    def deadlocks_once(batch):
+        calls.append([r.request_id for r in batch])
+        if len(calls) == 1:
+            others = [r for r in batch if r is not flaky]
+            capture.capture_store(others)
+            raise capture.CaptureFailed([(flaky, OperationalError("deadlock detected"))])
+        capture.capture_store(batch)
+
+    hand_off(cfg, client, records)
+    consumer = CaptureConsumer(cfg, store=deadlocks_once)
+    consume(consumer, cfg, client)
+
+    assert calls[1:] == [[flaky.request_id]]  # the others were acknowledged after the first commit
+    assert sorted(Turn.objects.values_list("request_id", flat=True)) == sorted(r.request_id for r in records)
+    state = handoff_state(cfg)
+    assert (state["backlog"], state["pending"], state["stored"], state["dead_letters"]) == (0, 0, 3, 0)
