@@ -23,8 +23,16 @@ The rule, in order (every number behind it is stored on the version and shown on
    update moved probability towards tokens the teacher likes less than the parent did. Reject when the
    bootstrap lower bound of its mean over hinted turns exceeds KL_TOLERANCE nats per token. Needs
    MIN_PER_CLASS hinted turns. The raw change of the KL to T is reported beside it.
-4. Otherwise promote: "promote" when the margin rose, else "not_enough_evidence" with the reason recorded
-   ("not enough evidence yet: …"), which also promotes — a tenant's first updates must be able to ship.
+4. "promote" when the margin rose.
+5. Otherwise there is no evidence of a gain (too few turns of a class, or an interval that includes 0), and
+   the gate fails safe: with no gain to trade against, the candidate ships only when it is shown not to be
+   worse on anything measured. Every safety check must pass, each recorded in numbers["safety"]:
+     - degeneration (1.), and corpus perplexity within UNPROVEN_PERPLEXITY_RATIO of the parent's;
+     - each class the tenant did judge, even alone: positively judged held-out replies lose at most
+       UNPROVEN_FIT_DROP nats/token of mean log-prob, negatively judged ones gain at most that much;
+     - the KL rule (3.) on 1 to MIN_PER_CLASS - 1 hinted turns by their mean (too few for an interval).
+   All pass: "not_enough_evidence", which promotes (a tenant's first updates must be able to ship), with
+   the reason saying so ("…; every safety check passed: …"). One fails: "reject", naming it.
 
 The style rule (``style_reward``) is no longer part of the gate; it stays as an optional reward for the
 benchmark's personas.
@@ -40,6 +48,9 @@ MAX_REPETITION = 0.15
 MAX_REPETITION_RISE = 0.1
 MAX_PERPLEXITY_RATIO = 1.5
 KL_TOLERANCE = 0.02
+# Without evidence of a gain, nothing may get measurably worse: a bound at the noise level of a small update.
+UNPROVEN_PERPLEXITY_RATIO = 1.1
+UNPROVEN_FIT_DROP = 0.05
 
 PROMOTE, REJECT, NOT_ENOUGH = "promote", "reject", "not_enough_evidence"
 
@@ -177,7 +188,54 @@ def decide(
         m = numbers["margin"]
         return Decision(PROMOTE, f"the preference margin rose: delta {_fmt(m['delta'])} nats/token, "
                         f"{confidence:.0%} interval [{_fmt(m['low'])}, {_fmt(m['high'])}]", numbers)
-    return Decision(NOT_ENOUGH, f"not enough evidence yet: {why_not}", numbers)
+
+    # 5. No evidence of a gain: fail safe.
+    checks = _safety_checks(candidate, parent, pos=pos, neg=neg, away=away)
+    numbers["safety"] = checks
+    failed = next((c for c in checks if not c["passed"]), None)
+    if failed is not None:
+        return Decision(REJECT, f"not enough evidence of a gain ({why_not}) and a safety check failed: "
+                        f"{failed['detail']}", numbers)
+    passed = "; ".join(c["detail"] for c in checks)
+    return Decision(NOT_ENOUGH, f"not enough evidence yet: {why_not}; promoted because every safety check "
+                    f"passed: {passed}", numbers)
+
+
+def _safety_checks(candidate: dict, parent: dict, *, pos: list[float], neg: list[float],
+                   away: list[float]) -> list[dict]:
+    """What a candidate without a measured gain must show (rule 5): each check as {"check", "passed",
+    "detail"}, in the order they are read. Degeneration's standard bounds have passed already (rule 1)."""
+    checks = [{"check": "canaries", "passed": True, "detail": "canary replies neither empty nor repetitive"}]
+    cp, pp = candidate.get("perplexity"), parent.get("perplexity")
+    if cp is not None and pp is not None:
+        checks.append({
+            "check": "perplexity", "passed": cp <= UNPROVEN_PERPLEXITY_RATIO * pp,
+            "detail": f"corpus perplexity {pp:.2f} -> {cp:.2f} (at most x{UNPROVEN_PERPLEXITY_RATIO})",
+        })
+    if pos:
+        drop = _mean(pos)
+        checks.append({
+            "check": "liked replies", "passed": drop >= -UNPROVEN_FIT_DROP,
+            "detail": f"{len(pos)} positively judged held-out replies {drop:+.3f} nats/token (may fall by "
+                      f"at most {UNPROVEN_FIT_DROP})",
+        })
+    if neg:
+        rise = _mean(neg)
+        checks.append({
+            "check": "disliked replies", "passed": rise <= UNPROVEN_FIT_DROP,
+            "detail": f"{len(neg)} negatively judged held-out replies {rise:+.3f} nats/token (may rise by "
+                      f"at most {UNPROVEN_FIT_DROP})",
+        })
+    if 0 < len(away) < MIN_PER_CLASS:
+        checks.append({
+            "check": "hint-teacher", "passed": _mean(away) <= KL_TOLERANCE,
+            "detail": f"KL growth away from the hint-teacher {_mean(away):.3f} nats/token on {len(away)} "
+                      f"hinted turns (at most {KL_TOLERANCE})",
+        })
+    elif away:
+        checks.append({"check": "hint-teacher", "passed": True,
+                       "detail": f"KL to the hint-teacher within tolerance on {len(away)} hinted turns"})
+    return checks
 
 
 def _pair_accuracy(logprob: dict[str, float], rewards: dict[str, int]) -> float | None:

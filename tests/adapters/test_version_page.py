@@ -20,8 +20,11 @@ def test_decisions_reasons_and_numbers_are_on_the_version_page(db, client):
     services.adapter_evaluation_start(version=v1)
     services.adapter_record_decision(
         version=v1,
-        decision=Decision(NOT_ENOUGH, "not enough evidence yet: 1 positive and 0 negative held-out turns",
-                          {"held_out": 1, "positives": 1, "negatives": 0, "hinted": 0, "confidence": 0.9}),
+        decision=Decision(NOT_ENOUGH, "not enough evidence yet: 1 positive and 0 negative held-out turns; "
+                          "promoted because every safety check passed: …",
+                          {"held_out": 1, "positives": 1, "negatives": 0, "hinted": 0, "confidence": 0.9,
+                           "safety": [{"check": "liked replies", "passed": True,
+                                       "detail": "1 positively judged held-out replies +0.010 nats/token"}]}),
     )
     v2 = make_version(user.tenant, 2, parent=v1, metrics={"optimizer_resumed_at": 3})
     services.adapter_evaluation_start(version=v2)
@@ -42,6 +45,8 @@ def test_decisions_reasons_and_numbers_are_on_the_version_page(db, client):
     assert AdapterVersion.objects.get(pk=v2.pk).state == AdapterVersion.State.REJECTED
     html = page(client, user)
     assert "promote: not enough evidence yet" in html and "1 positive and 0 negative" in html
+    assert "promoted because every safety check passed" in html
+    assert "passed: 1 positively judged held-out replies +0.010 nats/token" in html
     assert "the preference margin fell" in html
     assert "-0.250 nats/token" in html and "[-0.400, -0.100]" in html  # the margin and its interval
     assert "repeated 3-grams 0.10" in html and "corpus perplexity 5.10" in html

@@ -92,8 +92,33 @@ def test_too_little_held_out_data_says_so(tiny_model_dir, tmp_path, tenant):
     negatives = [s for s in tenant["heldout"] if s.reward < 0]
     few = negatives[:1] + [s for s in tenant["heldout"] if s.reward > 0][:2]
     decision = gate(tiny_model_dir, adapter, few)
-    assert decision.outcome == NOT_ENOUGH and decision.passed
+    assert decision.outcome == NOT_ENOUGH and decision.passed, decision.reason
     assert decision.reason.startswith("not enough evidence yet: 2 positive and 1 negative")
+    assert "promoted because every safety check passed" in decision.reason
+    assert [c["check"] for c in decision.numbers["safety"]] == [
+        "canaries", "perplexity", "liked replies", "disliked replies", "hint-teacher"]  # the one hinted turn
+
+
+def test_with_one_held_out_class_a_degenerate_candidate_is_refused(tiny_model_dir, tmp_path, tenant, prompts):
+    """A mostly positive tenant: its held-out turns are all positively judged, so there is no margin to
+    measure. A candidate drifting towards "the the the ..." (not yet far enough for the standard perplexity
+    bound, x1.5) used to ship as "not enough evidence yet"; without a gain to trade against, the liked replies
+    it made less likely and its corpus perplexity refuse it."""
+    loop = [
+        TrainSample(sample_id=i, messages=p, response_text="the the the the the the the the the the the " * 4,
+                    reward=1)
+        for i, p in enumerate(prompts[:16])
+    ]
+    adapter = candidate(tiny_model_dir, tmp_path, loop, lr=5e-3, epochs=2)
+    liked = [s for s in tenant["heldout"] if s.reward > 0]
+    decision = gate(tiny_model_dir, adapter, liked)
+    print("one class, degenerate:", decision.outcome, decision.reason)
+    canary = decision.numbers["canary"]["perplexity"]
+    assert canary["candidate"] < 1.5 * canary["parent"]  # the standard degeneration rule lets it through
+    assert decision.outcome == REJECT and not decision.passed
+    assert decision.reason.startswith(f"not enough evidence of a gain ({len(liked)} positive and 0 negative")
+    failed = {c["check"] for c in decision.numbers["safety"] if not c["passed"]}
+    assert "liked replies" in failed, decision.numbers["safety"]
 
 
 def test_repetition_share_counts_repeated_trigrams():
