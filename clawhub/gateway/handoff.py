@@ -6,17 +6,18 @@ through without this module changing; unknown fields are ignored on the way back
 defaults):
 
 - **Redis Stream** (production, whenever ``REDIS_URL`` is set). The gateway XADDs each finished record (one
-  pipelined round trip for whatever finished in the same moment), capped by ``MAXLEN ~`` as a last resort. The
-  consumer reads it in a consumer group, writes to the database idempotently by request id, and only then
-  XACKs and XDELs, so the stream's length *is* the backlog and a crashed consumer's entries are claimed again.
+  pipelined round trip for whatever finished in the same moment). The consumer reads it in a consumer group,
+  writes to the database idempotently by request id, and only then XACKs and XDELs, so the stream's length
+  *is* the backlog and a crashed consumer's entries are claimed again. Hence no ``MAXLEN`` and no trim: every
+  entry is a turn not yet stored.
   Chosen over a spool on every host because it is shared: any consumer replica drains any gateway pod, a pod
   that is deleted takes nothing with it, and Redis is already on every request's path (quotas). It needs AOF
   persistence (deploy/ runs Redis with ``--appendonly yes``). The stream is bounded by *bytes* too: a counter
   next to it (``<stream>:bytes``) is raised by every XADD and lowered by every acknowledgement, and while it
-  is above ``CAPTURE_MAX_BYTES`` the gateway spools locally instead (4 MiB bodies make a count bound
-  meaningless).
+  is above ``CAPTURE_MAX_BYTES`` (or the stream longer than ``CAPTURE_STREAM_MAXLEN`` entries) the gateway
+  spools locally instead (4 MiB bodies make a count bound alone meaningless).
 - **Spool** (the embedded default, no Redis; and every gateway's fallback while Redis is unreachable or over
-  its byte bound). Append-only segment files in ``CAPTURE_SPOOL_DIR``, one writer process per file, frames of
+  its bound). Append-only segment files in ``CAPTURE_SPOOL_DIR``, one writer process per file, frames of
   ``length, crc32, time, payload``. Chosen over a SQLite spool because an append is one ``write()`` on the
   event loop (tens of microseconds even for a 90 KB body, no lock shared with the consumer or the main SQLite
   database) and a torn last frame after a crash is recognised by its length and checksum. A ``write()`` is in
@@ -89,7 +90,7 @@ class HandoffSettings:
     stream: str
     spool_dir: Path
     max_bytes: int  # the stream's byte bound; above it the gateway spools
-    maxlen: int  # the stream's count bound (MAXLEN ~), far above what max_bytes allows for typical records
+    maxlen: int  # the stream's count bound (spool above it; never a trim), far above what max_bytes allows
     spool_max_bytes: int  # above this a record is dropped and counted: the only way capture loses a turn
     alarm_ratio: float  # backlog above this share of a bound is logged and shown as an alarm in /metrics
     redis_timeout: float  # every Redis call of the hand-off

@@ -6,7 +6,8 @@ On the event loop, per request: ``begin(request_id)`` at admission and, when the
 ``submit(record)``: one orjson encode and an append to an outbox. A sender task pipelines the outbox into the
 Redis Stream (one round trip for everything that finished meanwhile) and only then closes the request's entry
 in the in-flight journal. When Redis does not answer within CAPTURE_REDIS_TIMEOUT, or the stream is over its
-byte bound, records go to the local spool instead (one ``write()``), and a housekeeping task forwards them
+byte or count bound (never trimmed: every entry in it is a turn not yet stored), records go to the local spool
+instead (one ``write()``), and a housekeeping task forwards them
 once Redis is back. Without Redis the spool is the log. A record is dropped only when the spool itself is full
 (counted, alarmed at 80 %).
 
@@ -98,7 +99,6 @@ class CaptureWriter:
         self._store = store
         self.spool = Spool(cfg.spool_dir, max_bytes=cfg.spool_max_bytes)
         self._redis = None
-        self._xadd_args = {"maxlen": cfg.maxlen, "approximate": True}
         self._outbox: deque[tuple[str, bytes]] = deque()
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -291,25 +291,28 @@ class CaptureWriter:
         cfg = self.cfg
         pipe = self._redis.pipeline(transaction=False)
         for _, payload in items:
-            pipe.xadd(cfg.stream, {"r": payload}, **self._xadd_args)
+            pipe.xadd(cfg.stream, {"r": payload})
         pipe.incrby(cfg.bytes_key, size)
+        pipe.xlen(cfg.stream)
         try:
             results = await asyncio.wait_for(pipe.execute(), cfg.redis_timeout * 2)
         except Exception as exc:
             self._redis_failed(exc)
             return False
-        total = int(results[-1])
-        self._note_bytes(total)
+        self._note_bytes(int(results[-2]), int(results[-1]))
         return True
 
-    def _note_bytes(self, total: int) -> None:
+    def _note_bytes(self, total: int, length: int) -> None:
+        # The stream is never trimmed (XADD MAXLEN would drop turns no consumer has stored): past either bound
+        # the next records wait in the local spool until the backlog is well under it again.
         cfg = self.cfg
-        over = total > cfg.max_bytes
+        over = total > cfg.max_bytes or length > cfg.maxlen
         if over != self._over_bytes:
             self._over_bytes = over
             if over:
-                logger.error("capture stream %s holds %d bytes, over its %d-byte bound: spooling locally",
-                             cfg.stream, total, cfg.max_bytes)
+                logger.error("capture stream %s holds %d records and %d bytes, over its bound (%d records, "
+                             "%d bytes): spooling locally", cfg.stream, length, total, cfg.maxlen,
+                             cfg.max_bytes)
         alarm = total > cfg.max_bytes * cfg.alarm_ratio
         if alarm and not self._alarmed:
             logger.warning("capture stream %s backlog is %d bytes (alarm at %.0f%% of %d): is the capture "
@@ -350,14 +353,18 @@ class CaptureWriter:
                 logger.exception("capture housekeeping failed")
 
     async def _refresh_bytes(self) -> None:
+        cfg = self.cfg
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.get(cfg.bytes_key)
+        pipe.xlen(cfg.stream)
         try:
-            raw = await asyncio.wait_for(self._redis.get(self.cfg.bytes_key), self.cfg.redis_timeout * 2)
+            raw, length = await asyncio.wait_for(pipe.execute(), cfg.redis_timeout * 2)
             total = int(raw or 0)
         except Exception as exc:
             self._redis_failed(exc)
             return
         # Hysteresis: spool until the backlog is well under the bound again.
-        self._over_bytes = total > self.cfg.max_bytes * 0.9
+        self._over_bytes = total > cfg.max_bytes * 0.9 or int(length) > cfg.maxlen * 0.9
         self._alarmed = total > self.cfg.max_bytes * self.cfg.alarm_ratio
 
     async def _forward_spool(self, final: bool = False) -> None:
@@ -399,10 +406,11 @@ class CaptureWriter:
                 if frame.payload is None:
                     pipe.xadd(cfg.dead_stream, {"r": frame.raw, "reason": "damaged spool frame"})
                     continue
-                pipe.xadd(cfg.stream, {"r": frame.payload}, **self._xadd_args)
+                pipe.xadd(cfg.stream, {"r": frame.payload})
                 size += len(frame.payload)
             pipe.incrby(cfg.bytes_key, size)
             pipe.hincrby(cfg.stats_key, "forwarded", len(frames))
+            pipe.xlen(cfg.stream)
             try:
                 results = await asyncio.wait_for(pipe.execute(), cfg.redis_timeout * 4)
             except Exception as exc:
@@ -410,7 +418,7 @@ class CaptureWriter:
                 return False
             self.spool.ack(segment, frames[-1].end)
             STATS["forwarded"] += len(frames)
-            self._note_bytes(int(results[-2]))
+            self._note_bytes(int(results[-3]), int(results[-1]))
 
     async def _report_lost(self, instance: str, lost: list[str]) -> None:
         from clawhub.gateway.consumer import report_lost

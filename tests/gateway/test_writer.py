@@ -1,0 +1,83 @@
+"""The gateway's capture writer on the real Redis: a full stream is never trimmed (records spool instead), a
+shutdown hands every record to the log whatever failed before it, and a cancelled sender gives back the batch
+it had taken. In-process: the writer is what is under test, not the server around it."""
+
+import asyncio
+import time
+import uuid
+
+import pytest
+import redis
+
+from clawhub.gateway.consumer import CaptureConsumer
+from clawhub.gateway.handoff import HandoffSettings, Spool, decode
+from clawhub.gateway.records import TurnRecord
+from clawhub.gateway.writer import STATS, CaptureWriter
+
+
+def record(request_id: str) -> TurnRecord:
+    return TurnRecord(request_id=request_id, route="chat", key_id=1, user_id=1, tenant_id=1, group_id=None,
+                      model="base", upstream_model="tiny", adapter_version_id=None, upstream="u",
+                      status="complete", http_status=200, started_at=1.0, latency_ms=2.0,
+                      request={"messages": [{"role": "user", "content": "hi"}]})
+
+
+@pytest.fixture
+def log(tmp_path):
+    """A capture stream and spool folder of this test's own; no consumer runs until the test starts one."""
+    cfg = HandoffSettings.from_settings(stream=f"test-capture:{uuid.uuid4().hex}",
+                                        spool_dir=tmp_path / "spool", in_process=False)
+    client = redis.Redis.from_url(cfg.redis_url)
+    yield cfg, client
+    client.delete(cfg.stream, cfg.dead_stream, cfg.bytes_key, cfg.stats_key)
+    client.close()
+
+
+async def until(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def delivered(cfg: HandoffSettings, client: redis.Redis) -> list[str]:
+    """Every request id a consumer takes off the stream, until it is empty."""
+    stored: list[TurnRecord] = []
+    consumer = CaptureConsumer(cfg, store=stored.extend)
+    while client.xlen(cfg.stream):
+        consumer.run_once()
+    consumer.close()
+    return [r.request_id for r in stored]
+
+
+def spooled(cfg: HandoffSettings) -> list[str]:
+    spool = Spool(cfg.spool_dir, max_bytes=cfg.spool_max_bytes)
+    return [decode(frame.payload).request_id
+            for instance in spool.instances() for segment in instance.segments
+            for frame in spool.read(segment, spool.acked(segment), max_records=10**6, max_bytes=10**9)]
+
+
+def test_a_stream_over_its_count_bound_spools_and_never_trims_unread_records(log):
+    """Before: XADD MAXLEN ~ 50 dropped whole 100-entry nodes of records no consumer had read."""
+    cfg, client = log
+    cfg.maxlen = 50
+    ids = [f"r{i}" for i in range(400)]
+
+    async def scenario():
+        writer = CaptureWriter(handoff=cfg)
+        writer.start()
+        spooled_before = STATS["spooled"]
+        for rid in ids[:300]:
+            writer.submit(record(rid))
+        await until(lambda: not writer._outbox and not writer._sending)
+        assert client.xlen(cfg.stream) == 300  # one pipeline went over the bound; nothing was trimmed
+        for rid in ids[300:]:
+            writer.submit(record(rid))  # the stream is full: these wait in the spool
+        await until(lambda: not writer._outbox and not writer._sending)
+        assert STATS["spooled"] - spooled_before == 100 and len(spooled(cfg)) == 100
+        assert client.xlen(cfg.stream) == 300
+        await writer.aclose()  # a clean stop forwards the spool
+
+    asyncio.run(scenario())
+    got = delivered(cfg, client)
+    assert sorted(got) == sorted(ids), f"{len(set(ids) - set(got))} records lost"
