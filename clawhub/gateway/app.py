@@ -66,6 +66,7 @@ CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocol
 # went nowhere. Retried once on a fresh connection, without holding it against the upstream.
 STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+ADMIT_LOOKUPS = 3  # fresh lookups of a key whose generation moved before admission gives up (503)
 
 
 @dataclass(slots=True)
@@ -277,13 +278,22 @@ class Gateway:
                 GATEWAY_REQUESTS.labels(route=served.route, model=model, status=str(status)).inc()
                 GATEWAY_REQUEST_DURATION.labels(route=served.route, model=model).observe(perf_counter() - t0)
 
-    async def _authenticate(self, headers: dict[bytes, bytes]):
+    async def _authenticate(self, headers: dict[bytes, bytes], *, check_generation: bool = True):
+        """The presented key's cached lookup. ``check_generation``: compare the generation it was looked up
+        under with the current one first (one read of it); completions leave it to admission, which reads it
+        in the same round trip as the quotas."""
         secret = presented_secret(headers)
         if not secret:
             raise invalid_key("Missing API key: send 'Authorization: Bearer <key>'.")
         digest, entry = await self.keys.lookup(secret)
         if entry.info is None:
             raise invalid_key()
+        if check_generation and await self.limiter.generation_moved(entry.info, entry.generation):
+            # Revoked, rotated or changed since it was cached: look it up again.
+            self.keys.forget(digest)
+            digest, entry = await self.keys.lookup(secret)
+            if entry.info is None:
+                raise invalid_key()
         return secret, digest, entry
 
     async def _models(self, headers: dict[bytes, bytes], send, model_id: str | None) -> None:
@@ -301,18 +311,20 @@ class Gateway:
 
     async def _admit(self, secret: str, digest: str, entry, request_id: str, model: str, *, reserve: int,
                      adapter: str | None) -> KeyInfo:
-        admitted, generation = await self._admit_once(entry.info, request_id, entry.generation, reserve,
-                                                      adapter)
-        if not admitted:
+        for _ in range(ADMIT_LOOKUPS):
+            admitted, _generation = await self._admit_once(entry.info, request_id, entry.generation, reserve,
+                                                           adapter)
+            if admitted:
+                return entry.info
             # The key was revoked, rotated or changed since it was cached: look it up again.
             self.keys.forget(digest)
             _, entry = await self.keys.lookup(secret)
             if entry.info is None:
                 raise invalid_key()
             check_model(entry.info, model)
-            admitted, generation = await self._admit_once(entry.info, request_id, None, reserve, adapter)
-        entry.generation = generation
-        return entry.info
+        # Changed again after each fresh lookup: somebody is changing it right now.
+        raise GatewayError(503, "This API key is being changed; try again.", type="api_error",
+                           code="service_unavailable", retry_after=1)
 
     async def _admit_once(self, info: KeyInfo, request_id: str, generation: str | None, reserve: int,
                           adapter: str | None):
@@ -328,7 +340,7 @@ class Gateway:
     async def _completion(self, scope, receive, send, route: str, headers: dict[bytes, bytes], served: Served,
                           trace_id: str) -> None:
         started_wall, t0 = time.time(), perf_counter()
-        secret, digest, entry = await self._authenticate(headers)
+        secret, digest, entry = await self._authenticate(headers, check_generation=False)
         chat = route == "chat"
         raw = await read_body(receive, headers, self.config.max_body_bytes)
         body = parse_request(raw, chat)

@@ -1,8 +1,11 @@
-"""API key lookup for /v1: one indexed query in a worker thread, then a few seconds in an in-process cache.
+"""API key lookup for /v1: an indexed query in a worker thread, then a few seconds in an in-process cache.
 
-The cache is keyed by the secret's SHA-256 digest (never the secret). A revoke or rotate bumps the key's
-generation in Redis (clawhub.keys.cache); the quota script reads it in the same round trip as admission, and
-a changed generation sends the request back here for a fresh lookup.
+The cache is keyed by the secret's SHA-256 digest (never the secret). A revoke, rotate or change bumps the
+key's generation in the shared cache (clawhub.keys.cache: Redis, or the embedded stack's file cache); each
+lookup records the generation it was made under, and every /v1 request compares it with the current one
+before trusting the copy: completions in the quota check's own round trip (the admission script with Redis,
+LocalLimiter without), /v1/models and /v1/feedback with one read of it. A changed generation sends the
+request back here for a fresh lookup, so a revocation holds from the next request on, in every mode.
 
 While the database is unreachable, keys seen recently are served from their last good lookup (and a key whose
 generation moved on is forgotten first, so a revocation is never served stale); a key never seen gets 503 with
@@ -46,15 +49,26 @@ def presented_secret(headers: dict[bytes, bytes]) -> str | None:
     return key.strip().decode("latin-1") if key else None
 
 
-def resolve_key_blocking(secret: str) -> KeyInfo | None:
-    """Runs in a worker thread: the one-query key resolve, flattened into plain fields."""
+def resolve_key_blocking(secret: str) -> tuple[KeyInfo | None, str | None]:
+    """Runs in a worker thread: the key resolve, flattened into plain fields, and the generation it holds for.
+
+    The generation is read between two resolves: a change committed before the read is seen by the second
+    resolve, one after it moves the generation away from the one recorded. (One resolve then a read would miss
+    a revocation committed between the two, and serve it until the cache entry expires.) Two indexed queries
+    per cache miss, none per request.
+    """
     from django.core.cache import cache
 
+    from clawhub.keys.cache import key_cache_generation
     from clawhub.keys.selectors import key_resolve
 
+    first = key_resolve(secret=secret)
+    if first is None:
+        return None, None
+    generation = key_cache_generation(key_id=first.key.pk)
     resolved = key_resolve(secret=secret)
     if resolved is None:
-        return None
+        return None, None
     key = resolved.key
     model_id = naming.tenant_model_id(group_slug=key.group.slug if key.group_id else None)
     return KeyInfo(
@@ -69,13 +83,13 @@ def resolve_key_blocking(secret: str) -> KeyInfo | None:
         concurrency=key.concurrency_limit,
         expires_at=key.expires_at.timestamp() if key.expires_at else None,
         generation_key=cache.make_key(f"keygen:{key.pk}"),
-    )
+    ), generation
 
 
 @dataclass(slots=True)
 class CachedKey:
     info: KeyInfo | None
-    generation: str | None = None  # as last seen in Redis; None until the first admission reports it
+    generation: str | None = None  # what the lookup was made under; None only for an unknown secret
 
 
 class KeyCache:
@@ -84,7 +98,7 @@ class KeyCache:
         self._cache = CachedLoader(self._load, ttl=ttl, what="key")
 
     async def _load(self, secret: str) -> CachedKey:
-        return CachedKey(await self._db.run(resolve_key_blocking, secret))
+        return CachedKey(*await self._db.run(resolve_key_blocking, secret))
 
     async def lookup(self, secret: str) -> tuple[str, CachedKey]:
         digest = hashlib.sha256(secret.encode()).hexdigest()

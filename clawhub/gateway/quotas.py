@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from clawhub.core.metrics import QUOTA_REJECTIONS, REDIS_FAILURES
 from clawhub.gateway.auth import KeyInfo
 from clawhub.gateway.errors import rate_limited
+from clawhub.keys.cache import ABSENT
 
 WINDOW_TTL = 120  # a minute's counters live a little longer than their minute
 REDIS_RETRY_AFTER = 1.0
@@ -45,7 +46,7 @@ DEFAULT_OUTPUT_RESERVE = 4096  # a request without max_tokens may write up to th
 logger = logging.getLogger("clawhub.gateway.quotas")
 
 _ADMIT = """
-local gen = redis.call('GET', KEYS[7]) or '0'
+local gen = redis.call('GET', KEYS[7]) or '0'  -- clawhub.keys.cache.ABSENT
 if ARGV[1] ~= '' and ARGV[1] ~= gen then return {-1, gen} end
 local now = tonumber(ARGV[9])
 local expires = now + tonumber(ARGV[11])
@@ -259,6 +260,18 @@ class RedisLimiter(_Leases):
             self._failed("quota", exc)
             return True, expected_generation or ""
 
+    async def generation_moved(self, info: KeyInfo, expected_generation: str | None) -> bool:
+        """Whether the key's cache generation differs from the one its lookup was made under (one GET, for
+        the routes that take no admission). Redis not answering says no (fail open, counted)."""
+        if expected_generation is None or time.monotonic() < self._down_until:
+            return False
+        try:
+            value = await asyncio.wait_for(self._redis.get(info.generation_key), self._timeout * 2)
+        except (TimeoutError, OSError, self._errors()) as exc:
+            self._failed("quota", exc)
+            return False
+        return (value.decode() if value is not None else ABSENT) != expected_generation
+
     @staticmethod
     def _errors() -> type[Exception]:
         import redis
@@ -336,7 +349,8 @@ class RedisLimiter(_Leases):
 
 
 class LocalLimiter(_Leases):
-    """The same rules for a single process without Redis. Generations are not tracked: key lookups expire."""
+    """The same rules for a single process without Redis. Key generations are read from Django's cache (the
+    embedded stack's file cache, which every process of it shares): one small file read per request."""
 
     def __init__(self, group: GroupLimits, *, slot_ttl: float | None = None,
                  lease_seconds: float = DEFAULT_LEASE_SECONDS):
@@ -359,7 +373,9 @@ class LocalLimiter(_Leases):
         return slots
 
     async def admit(self, info: KeyInfo, request_id: str, expected_generation: str | None, *,
-                    reserve: int = 0, adapter: str | None = None) -> tuple[bool, None]:
+                    reserve: int = 0, adapter: str | None = None) -> tuple[bool, str | None]:
+        if await self.generation_moved(info, expected_generation):
+            return False, None
         now = time.time()
         minute = int(now // 60)
         if minute != self._minute:  # old windows can go
@@ -394,6 +410,12 @@ class LocalLimiter(_Leases):
                                         tpm_keys=tuple(f"{n}:tpm:{minute}" for n in names), reserve=reserve,
                                         group=bool(info.group_id), adapter_key=busy)
         return True, None
+
+    async def generation_moved(self, info: KeyInfo, expected_generation: str | None) -> bool:
+        from clawhub.keys.cache import key_cache_generation_now
+
+        return expected_generation is not None and key_cache_generation_now(key_id=info.key_id) != (
+            expected_generation)
 
     async def release(self, info: KeyInfo, request_id: str, tokens: int) -> None:
         lease = self.leases.pop(request_id, None)

@@ -133,7 +133,7 @@ def serve_gateway(upstream_urls: list[str], *, max_adapters: int = 8, real_captu
         upstreams=[{"url": u, "base_model": "tiny", "max_adapters": max_adapters, "api_key": ""}
                    for u in upstream_urls],
         health_interval=overrides.pop("health_interval", 0.5),
-        redis_url=settings.REDIS_URL,
+        redis_url=overrides.pop("redis_url", settings.REDIS_URL),  # "": quotas in the process, as embedded
         **overrides,
     )
     app = Gateway(config, store=None if real_capture else spy)

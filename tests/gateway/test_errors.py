@@ -6,6 +6,7 @@ from datetime import timedelta
 import httpx
 import openai
 import pytest
+from django.test import override_settings
 from django.utils import timezone
 
 from clawhub.gateway.quotas import GroupLimits
@@ -104,6 +105,36 @@ def test_missing_unknown_revoked_expired_and_rotated_keys_are_401(gateway, setti
     still_serving(gateway, new)
     # x-api-key works as well as the bearer header.
     assert post(gateway, None, chat(), headers={"x-api-key": new}).status_code == 200
+
+
+@pytest.mark.parametrize("quotas", ["redis", "embedded"])
+def test_a_revoked_key_is_refused_on_every_v1_route_from_the_next_request(gateway_factory, fake, quotas):
+    """Finding N12: the cached lookup (GATEWAY_KEY_CACHE_SECONDS, 10 s) is checked against the key's
+    generation on every route, with Redis and without it (the embedded stack's in-process quotas)."""
+    gateway = gateway_factory([fake.url], **({"redis_url": ""} if quotas == "embedded" else {}))
+    owner = make_user()
+    requests = {
+        "chat": lambda secret: post(gateway, secret, chat()),
+        "completions": lambda secret: post(gateway, secret, {"model": "clawhub-personal", "prompt": "hi"},
+                                           path="/completions"),
+        "models": lambda secret: httpx.get(f"{gateway.v1}/models", timeout=30,
+                                           headers={"Authorization": f"Bearer {secret}"}),
+        "feedback": lambda secret: post(gateway, secret, {"completion_id": "chatcmpl-none", "thumb": "up"},
+                                        path="/feedback"),
+    }
+    for route, send in requests.items():
+        key, secret = make_key(owner, name=route)
+        for _ in range(2):  # looked up, then served from the gateway's cache
+            assert send(secret).status_code == (404 if route == "feedback" else 200), route
+        key_revoke(key=key, actor=owner)
+        assert_error(send(secret), 401, code="invalid_api_key")
+    # A rotation without grace ends the old secret at once on the cheap routes too.
+    rotated, old = make_key(owner, name="rotated")
+    assert requests["models"](old).status_code == 200
+    with override_settings(KEY_ROTATION_GRACE=timedelta(0)):
+        new = key_rotate(key=rotated, actor=owner)
+    assert_error(requests["models"](old), 401, code="invalid_api_key")
+    assert requests["models"](new).status_code == 200
 
 
 def test_models_the_key_may_not_use_are_403(gateway):

@@ -6,7 +6,7 @@ from django.utils import timezone
 from clawhub.accounts.models import AuditLog
 from clawhub.core.exceptions import Conflict, NotFound, PermissionDenied, ValidationFailed
 from clawhub.groups.models import Role
-from clawhub.keys.cache import key_cache_generation
+from clawhub.keys.cache import ABSENT, key_cache_generation, key_cache_generation_now
 from clawhub.keys.models import ApiKey, ApiKeySecret
 from clawhub.keys.selectors import key_resolve, secret_digest
 from clawhub.keys.services import key_create, key_revoke, key_rotate, key_update
@@ -96,7 +96,7 @@ def test_update_changes_given_fields_audits_and_invalidates_the_gateway_cache(
     assert (key.name, key.allowed_models, key.rpm_limit, key.tpm_limit, key.concurrency_limit) == (
         "renamed", ["clawhub-personal"], None, 1000, 2)  # tpm_limit was not given, so it stayed
     assert key.expires_at == expiry
-    assert key_cache_generation(key_id=key.pk) == before + 1
+    assert key_cache_generation_now(key_id=key.pk) != before
     log = AuditLog.objects.get(action="key.update", target_id=str(key.pk))
     assert log.actor == owner
     assert set(log.data["changes"]) == {"name", "allowed_models", "rpm_limit", "concurrency_limit",
@@ -161,7 +161,7 @@ def test_rotate_keeps_the_id_audits_and_invalidates(django_capture_on_commit_cal
     key, old = make_key(owner)
     with django_capture_on_commit_callbacks(execute=True):
         new = key_rotate(key=key, actor=owner)
-    assert key_cache_generation(key_id=key.pk) == 1
+    assert key_cache_generation_now(key_id=key.pk) != ABSENT
     key.refresh_from_db()
     assert key.display == f"{new[:8]}…{new[-4:]}"
     old_row = ApiKeySecret.objects.get(digest=secret_digest(old))
@@ -225,7 +225,7 @@ def test_who_may_revoke_a_group_key(actor_role, allowed, django_capture_on_commi
     with django_capture_on_commit_callbacks(execute=True):
         key_revoke(key=key, actor=actor, reason="left the team")
     assert key_resolve(secret=secret) is None
-    assert key_cache_generation(key_id=key.pk) == 1
+    assert key_cache_generation_now(key_id=key.pk) != ABSENT
     log = AuditLog.objects.get(action="key.revoke", target_id=str(key.pk))
     assert log.actor == actor and log.subject_user == key_owner and log.group == group
     assert log.data["reason"] == "left the team"
