@@ -186,12 +186,18 @@ class Gateway:
         if not self._started:
             return
         self._started = False
-        await self.pool.stop()
-        for client in (*self.clients, self.fresh_client):
-            await client.aclose()
-        await self.limiter.close()
-        await asyncio.to_thread(self.writer.stop)  # flushes queued turns
-        await asyncio.to_thread(self.db.close)
+        # Each part closes on its own: one that raises must neither keep the writer from handing off the turns
+        # it holds (they were served) nor the other parts from closing.
+        closes = [("upstream pool", self.pool.stop),
+                  *(("upstream client", client.aclose) for client in (*self.clients, self.fresh_client)),
+                  ("quota limiter", self.limiter.close),
+                  ("capture writer", lambda: asyncio.to_thread(self.writer.stop)),  # flushes queued turns
+                  ("database runner", lambda: asyncio.to_thread(self.db.close))]
+        for name, close in closes:
+            try:
+                await close()
+            except Exception:
+                logger.exception("gateway shutdown: closing the %s failed", name)
 
     async def _load_adapter(self, tenant_id: int) -> ActiveAdapter | None:
         return await self.db.run(active_adapter_blocking, tenant_id)

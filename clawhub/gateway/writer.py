@@ -187,13 +187,17 @@ class CaptureWriter:
 
     async def _shutdown_tasks(self) -> None:
         if self._tasks:
-            self._tasks[1].cancel()  # housekeeping
+            tasks, self._tasks = self._tasks, []
+            tasks[1].cancel()  # housekeeping
+            try:
+                await self._flush_outbox(final=True)
+                if self._redis is not None and time.monotonic() >= self._redis_down_until:
+                    await self._forward_spool(final=True)
+            finally:
+                tasks[0].cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            # What the sender had taken when it was cancelled is back in the outbox.
             await self._flush_outbox(final=True)
-            if self._redis is not None and time.monotonic() >= self._redis_down_until:
-                await self._forward_spool(final=True)
-            self._tasks[0].cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            self._tasks = []
         if self._redis is not None:
             try:
                 await self._redis.aclose()
@@ -276,7 +280,15 @@ class CaptureWriter:
                     for rid, payload in taken:
                         self._spool_one(rid, payload)
                     continue
-                if not await self._xadd(taken, size):
+                try:
+                    sent = await self._xadd(taken, size)
+                except asyncio.CancelledError:
+                    # Cancelled mid-call (shutdown): the batch goes back to the front of the outbox, to be
+                    # handed off again or spooled by stop(). It may have reached the stream as well: stored
+                    # once all the same (by request id), where dropping it could lose it.
+                    self._outbox.extendleft(reversed(taken))
+                    raise
+                if not sent:
                     for rid, payload in taken:
                         self._spool_one(rid, payload)
                     continue

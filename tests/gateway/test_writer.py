@@ -81,3 +81,63 @@ def test_a_stream_over_its_count_bound_spools_and_never_trims_unread_records(log
     asyncio.run(scenario())
     got = delivered(cfg, client)
     assert sorted(got) == sorted(ids), f"{len(set(ids) - set(got))} records lost"
+
+
+def logged(cfg: HandoffSettings, client: redis.Redis) -> list[str]:
+    """The request ids in the log: the stream and the spool."""
+    return [decode(fields[b"r"]).request_id for _, fields in client.xrange(cfg.stream)] + spooled(cfg)
+
+
+def test_a_cancelled_sender_gives_back_the_batch_it_had_taken(log):
+    """Before: the records the sender had popped for its XADD were in neither the outbox nor the log."""
+    cfg, client = log
+
+    async def scenario():
+        writer = CaptureWriter(handoff=cfg)
+        writer.start()
+        taken = asyncio.Event()
+
+        async def hanging_xadd(items, size):  # Redis stalls mid-call
+            taken.set()
+            await asyncio.Event().wait()
+
+        writer._xadd = hanging_xadd
+        writer.submit(record("r1"))
+        writer.submit(record("r2"))
+        await asyncio.wait_for(taken.wait(), 5)
+        assert not writer._outbox  # the sender holds both
+        sender = writer._tasks[0]
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        del writer._xadd  # Redis answers again
+        await writer.aclose()
+
+    asyncio.run(scenario())
+    assert sorted(logged(cfg, client)) == ["r1", "r2"]
+
+
+def test_gateway_shutdown_hands_off_every_turn_when_an_earlier_close_raises(log, settings):
+    """Before: the upstream pool's stop raising skipped writer.stop(), and the queued turn was lost."""
+    from clawhub.gateway.app import Gateway
+    from clawhub.gateway.config import GatewayConfig
+
+    cfg, client = log
+    settings.CAPTURE_STREAM, settings.CAPTURE_SPOOL_DIR = cfg.stream, str(cfg.spool_dir)
+    settings.CAPTURE_CONSUMER_IN_PROCESS = False
+
+    async def scenario():
+        gateway = Gateway(GatewayConfig.from_settings(
+            upstreams=[{"url": "http://127.0.0.1:9", "base_model": "tiny", "api_key": ""}],
+            redis_url=settings.REDIS_URL))
+        await gateway.startup()
+
+        async def broken_stop():
+            raise RuntimeError("the upstream pool could not stop cleanly")
+
+        gateway.pool.stop = broken_stop
+        gateway.writer.submit(record("served-1"))
+        await gateway.shutdown()
+        assert not gateway.writer._outbox
+
+    asyncio.run(scenario())
+    assert logged(cfg, client) == ["served-1"]
