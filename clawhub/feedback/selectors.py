@@ -113,9 +113,12 @@ def train_sample_with_feedback(train: Any, *, judgment: Judgment) -> Any:
 def turn_for_rating(*, actor: User, turn_id: int | None = None, request_id: str | None = None,
                     key_id: int | None = None) -> Turn:
     """The turn ``actor`` may rate: their own, or one of a tenant they review (their personal tenant; a group
-    they own or administer; every tenant for staff). Through a key on /v1 (``key_id``), only the turns that
-    key served. Anything else is "no such turn", so other tenants' turns do not leak."""
-    turns = Turn.objects.select_related("tenant", "user", "key")
+    they own or administer; every tenant for staff). One's own turn of a group counts only while one may
+    still steer the group's adapter (member or above, what a key bound to it needs): someone removed, gone or
+    made a viewer adds no sample to it. Through a key on /v1 (``key_id``), only the turns that key served (a
+    group key dies with its owner's membership). Anything else is "no such turn", so other tenants' turns do
+    not leak."""
+    turns = Turn.objects.select_related("tenant__group", "user", "key")
     turn = (turns.filter(pk=turn_id) if turn_id is not None else turns.filter(request_id=request_id)).first()
     if turn is None:
         raise NotFound("No such turn.")
@@ -123,7 +126,10 @@ def turn_for_rating(*, actor: User, turn_id: int | None = None, request_id: str 
         if turn.key_id != key_id:
             raise NotFound("No such turn.")
         return turn
-    if turn.user_id != actor.pk and not managed_tenants(actor=actor).filter(pk=turn.tenant_id).exists():
+    own = turn.user_id == actor.pk and (
+        turn.tenant.kind == Tenant.Kind.USER
+        or has_role(group=turn.tenant.group, user=actor, at_least=Role.MEMBER))
+    if not own and not managed_tenants(actor=actor).filter(pk=turn.tenant_id).exists():
         raise NotFound("No such turn.")
     return turn
 

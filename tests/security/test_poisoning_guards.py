@@ -11,11 +11,13 @@ from clawhub.accounts.models import AuditLog
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.services import adapter_rollback
 from clawhub.core.exceptions import Conflict
+from clawhub.feedback.models import ExplicitFeedback
 from clawhub.groups.models import Role
+from clawhub.groups.services import membership_change_role, membership_leave, membership_remove
 from clawhub.review.models import Sample
 from clawhub.tenants.access import tenant_access
 from tests.factories import add_member, make_group, make_user
-from tests.review.conftest import ApiAs, make_sample, old_key
+from tests.review.conftest import ApiAs, make_sample, make_turn, old_key
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +72,31 @@ def test_rollback_to_a_version_the_gate_rejected_is_refused(crew, sent):
     # A version that was active before is still a valid rollback, audited.
     assert ApiAs(owner).post(f"/api/adapters/versions/{retired.pk}/rollback/").status_code == 202
     assert AuditLog.objects.filter(action="adapter.rollback_requested", target_id=str(retired.pk)).exists()
+
+
+@pytest.mark.parametrize("how", ["removed", "left", "made_viewer"])
+def test_someone_no_longer_a_member_cannot_rate_their_old_group_turns(how):
+    """Finding N7: a member removed from a group rated an old group turn with a demonstration, which made a
+    hinted group sample. Rating one's own turn of a group needs what steering the group's adapter needs: being
+    a member or above now."""
+    owner = make_user()
+    group = make_group(owner)
+    member = add_member(group, make_user(), Role.MEMBER)
+    turn = make_turn(member, key=old_key(member, group=group))
+    personal = make_turn(member)
+    url = f"/api/turns/{turn.pk}/feedback/"
+    demonstration = {"thumb": "down", "demonstration": "The reply the group's adapter should learn."}
+    if how == "removed":
+        membership_remove(actor=owner, group=group, user=member)
+    elif how == "left":
+        membership_leave(actor=member, group=group)
+    else:
+        membership_change_role(actor=owner, group=group, user=member, role=Role.VIEWER)
+    api = ApiAs(member)
+    assert api.post(url, demonstration).status_code == 404
+    assert api.post(f"/conversations/turns/{turn.pk}/feedback/", demonstration).status_code == 404
+    assert not ExplicitFeedback.objects.filter(turn=turn).exists()
+    assert not Sample.objects.filter(turn=turn).exists()
+    # Their personal turns are still theirs to rate, and the group's admins still rate the group's turn.
+    assert api.post(f"/api/turns/{personal.pk}/feedback/", {"thumb": "up"}).status_code == 201
+    assert ApiAs(owner).post(url, {"thumb": "up"}).status_code == 201
