@@ -7,7 +7,8 @@ The rule, in order (every number behind it is stored on the version and shown on
 1. Degeneration, measured on canary prompts and the tiny model's corpus (needs no feedback): reject when the
    candidate's empty replies exceed the parent's by more than MAX_EMPTY_RISE, its repeated-3-gram share
    exceeds both MAX_REPETITION and the parent's + MAX_REPETITION_RISE, or its corpus perplexity exceeds
-   MAX_PERPLEXITY_RATIO times the parent's.
+   MAX_PERPLEXITY_RATIO times the parent's — and the same bounds against the base model, so that drift
+   cannot compound across versions (each within the bound of its parent, and the lineage far from the base).
 2. Preference margin on the tenant's held-out judged turns (never trained on): for each turn, d = the
    candidate's mean log-prob per token of the reply minus the parent's; delta = mean d over positively judged
    turns - mean d over negatively judged ones (the candidate made liked replies more likely relative to the
@@ -105,31 +106,28 @@ def decide(
     *,
     candidate: dict,
     parent: dict,
+    base: dict | None = None,
     rewards: dict[str, int],
     min_samples: int,
     confidence: float,
     resamples: int,
     seed: int = 0,
 ) -> Decision:
-    """``candidate`` / ``parent``: ModelScores.to_dict() of each; ``rewards``: the held-out turns' judged
+    """``candidate`` / ``parent`` / ``base``: ModelScores.to_dict() of each (``base`` only needs the canary
+    and perplexity numbers; None when the parent is the base model); ``rewards``: the held-out turns' judged
     rewards by sample id (str)."""
     numbers: dict = {"confidence": confidence, "held_out": len(rewards)}
 
-    # 1. Degeneration.
+    # 1. Degeneration, against the parent and against the base.
     numbers["canary"] = {
-        k: {"candidate": candidate.get(k), "parent": parent.get(k)}
+        k: {"candidate": candidate.get(k), "parent": parent.get(k),
+            **({"base": base.get(k)} if base is not None else {})}
         for k in ("empty", "repetition", "perplexity")
     }
-    if candidate["empty"] > parent["empty"] + MAX_EMPTY_RISE:
-        return Decision(REJECT, f"canary replies came back empty ({candidate['empty']:.0%} vs "
-                        f"{parent['empty']:.0%} for the parent)", numbers)
-    if candidate["repetition"] > max(MAX_REPETITION, parent["repetition"] + MAX_REPETITION_RISE):
-        return Decision(REJECT, f"canary replies degenerated into repetition ({candidate['repetition']:.0%} "
-                        f"repeated 3-grams vs {parent['repetition']:.0%} for the parent)", numbers)
-    cp, pp = candidate.get("perplexity"), parent.get("perplexity")
-    if cp is not None and pp is not None and cp > MAX_PERPLEXITY_RATIO * pp:
-        why = f"perplexity on the model's own corpus rose from {pp:.2f} to {cp:.2f}"
-        return Decision(REJECT, why, numbers)
+    for reference, name in ((parent, "the parent"), (base, "the base model")):
+        why = _degenerated(candidate, reference, name) if reference is not None else None
+        if why is not None:
+            return Decision(REJECT, why, numbers)
 
     # 2. Preference margin.
     diffs = {k: candidate["logprob"][k] - parent["logprob"][k] for k in rewards if k in candidate["logprob"]}
@@ -199,6 +197,21 @@ def decide(
     passed = "; ".join(c["detail"] for c in checks)
     return Decision(NOT_ENOUGH, f"not enough evidence yet: {why_not}; promoted because every safety check "
                     f"passed: {passed}", numbers)
+
+
+def _degenerated(candidate: dict, reference: dict, name: str) -> str | None:
+    """Why the candidate's canaries or corpus perplexity degenerated relative to ``reference`` (or None)."""
+    if candidate["empty"] > reference["empty"] + MAX_EMPTY_RISE:
+        return (f"canary replies came back empty ({candidate['empty']:.0%} vs {reference['empty']:.0%} for "
+                f"{name})")
+    if candidate["repetition"] > max(MAX_REPETITION, reference["repetition"] + MAX_REPETITION_RISE):
+        return (f"canary replies degenerated into repetition ({candidate['repetition']:.0%} repeated 3-grams "
+                f"vs {reference['repetition']:.0%} for {name})")
+    cp, rp = candidate.get("perplexity"), reference.get("perplexity")
+    if cp is not None and rp is not None and cp > MAX_PERPLEXITY_RATIO * rp:
+        return (f"perplexity on the model's own corpus rose from {rp:.2f} to {cp:.2f}"
+                + ("" if name == "the parent" else f" against {name}: drift compounded across versions"))
+    return None
 
 
 def _safety_checks(candidate: dict, parent: dict, *, pos: list[float], neg: list[float],

@@ -159,6 +159,20 @@ def test_a_versions_canaries_are_measured_once_and_the_numbers_stay_the_same(tin
     assert second == afresh
     assert resident.stats()["loads"] == 1 and resident.stats()["previous_adapter_freed"]
 
+    # The base model as the third model of a later gate (degeneration against it too): only its canary and
+    # perplexity numbers are measured, the same as when it was gate 1's parent, and read back afterwards.
+    for _ in range(2):
+        timings = {}
+        scores = score_versions(base_model=str(tiny_model_dir), samples=heldout, device="cpu",
+                                timings=timings, adapters={"candidate": v2, "parent": v1, "base": None},
+                                fixed_only=("base",))
+    assert "base" in timings["reused"] and "base.canaries" not in timings
+    base = scores["base"].to_dict()
+    assert base["logprob"] == {} and base["kl"] == {} and base["away"] == {}
+    assert base["canaries"] == first["parent"]["canaries"]
+    assert base["perplexity"] == first["parent"]["perplexity"]
+    assert scores["candidate"].to_dict() == afresh["candidate"]
+
     # Numbers written for other weights (or tampered with) are not used; v2's own, from gate 2, are.
     stored = tmp_path / "v1" / FIXED_SCORES_FILE
     stored.write_text(stored.read_text().replace('"key": "', '"key": "x'))

@@ -542,15 +542,20 @@ def _gate(version: AdapterVersion) -> bool:
     limit = settings.CLAWHUB_GATE_MAX_SAMPLES
     samples = [train_sample(s) for s in heldout_samples(tenant=version.tenant, limit=limit)]
     parent = version.parent
+    adapters = {"candidate": version.artifact_path, "parent": parent.artifact_path if parent else None}
+    if parent is not None:
+        adapters["base"] = None  # degeneration against the base too: drift must not compound across versions
     scores = score_versions(
         base_model=run.base_model if run else settings.CLAWHUB_TRAIN_BASE_MODEL,
-        adapters={"candidate": version.artifact_path, "parent": parent.artifact_path if parent else None},
+        adapters=adapters,
         samples=samples,
         max_seq_len=int((run.config if run else {}).get("max_seq_len") or 2048),
+        fixed_only=("base",),
     )
     decision = decide(
         candidate=scores["candidate"].to_dict(),
         parent=scores["parent"].to_dict(),
+        base=scores["base"].to_dict() if "base" in scores else None,
         rewards={str(s.sample_id): s.reward for s in samples if s.reward != 0},
         min_samples=settings.CLAWHUB_GATE_MIN_SAMPLES,
         confidence=settings.CLAWHUB_GATE_CONFIDENCE,

@@ -123,8 +123,11 @@ def score_versions(
     seed: int = 0,
     timings: dict[str, Any] | None = None,
     reuse: bool = True,
+    fixed_only: tuple[str, ...] = (),
 ) -> dict[str, ModelScores]:
-    """Scores of each named adapter directory (None = the base model) on the same held-out samples.
+    """Scores of each named adapter directory (None = the base model) on the same held-out samples; the
+    models named in `fixed_only` get only their canary and perplexity numbers (the base model, which the gate
+    checks degeneration against besides the parent: once measured, they are read back at no cost).
 
     `timings`, when given, is filled with the seconds each part took and which models' canary and perplexity
     numbers were read back. `reuse=False` measures everything afresh on a private copy of the base (what the
@@ -163,6 +166,7 @@ def score_versions(
         lap("adapters")
         scores = _score(model, tokenizer, dev, adapters=adapters, samples=samples, corpus=corpus,
                         max_seq_len=max_seq_len, max_new_tokens=max_new_tokens, seed=seed,
+                        fixed_only=fixed_only,
                         key=_fixed_key(base_model, dev, corpus, max_seq_len, max_new_tokens, seed) if reuse
                         else None, lap=lap, timings=timings)
         log.info("gate scoring took %.1f s (resident base: %s, canaries read back for: %s)",
@@ -179,7 +183,7 @@ def score_versions(
 def _score(
     model: Any, tokenizer: Any, dev: torch.device, *, adapters: dict[str, str | None],
     samples: list[TrainSample], corpus: Path, max_seq_len: int, max_new_tokens: int, seed: int,
-    key: str | None, lap: Any, timings: dict[str, Any],
+    key: str | None, lap: Any, timings: dict[str, Any], fixed_only: tuple[str, ...] = (),
 ) -> dict[str, ModelScores]:
     scorer = _Scorer(model, tokenizer, dev, max_seq_len)
     encoded, _ = encode_batch(tokenizer, samples, max_seq_len=max_seq_len)
@@ -202,9 +206,10 @@ def _score(
     for name, path in adapters.items():
         with _adapter(model, name if path is not None else None):
             result = ModelScores()
-            result.logprob = {k: v for k, (v, _) in scorer.mean_logprobs(encoded).items()}
+            held_out = [] if name in fixed_only else encoded
+            result.logprob = {k: v for k, (v, _) in scorer.mean_logprobs(held_out).items()}
             lap(f"{name}.logprob")
-            for e in hinted:
+            for e in [] if name in fixed_only else hinted:
                 key_ = str(e.sample.sample_id)
                 logp, mask, _ = scorer.logits([(e.prompt_ids, e.response_ids)])
                 policy = logp[0, : int(mask[0].sum())]

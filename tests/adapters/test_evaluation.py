@@ -1,0 +1,92 @@
+"""The gate's decision rule on hand-written scores (clawhub.adapters.evaluation.decide: plain arithmetic, no
+model): drift that compounds across versions is caught against the base model, and the promote task hands
+the base model's numbers to the rule."""
+
+import pytest
+
+from clawhub.adapters import services
+from clawhub.adapters.evaluation import PROMOTE, REJECT, decide
+from clawhub.adapters.models import AdapterVersion
+from tests.adapters.conftest import make_version
+from tests.factories import make_user
+
+RULE = {"min_samples": 6, "confidence": 0.9, "resamples": 500}
+# Three liked and three disliked held-out turns; every candidate below gains 0.2 nats/token on the liked ones:
+# the margin rises, so only the degeneration rule can stop it.
+REWARDS = {"p1": 1, "p2": 1, "p3": 1, "n1": -1, "n2": -1, "n3": -1}
+
+
+def scores(perplexity: float, *, gain: float) -> dict:
+    return {
+        "logprob": {k: (gain if r > 0 else 0.0) + 0.01 * i for i, (k, r) in enumerate(REWARDS.items())},
+        "kl": {}, "away": {}, "canaries": [], "empty": 0.0, "repetition": 0.02, "perplexity": perplexity,
+    }
+
+
+def test_drift_compounding_across_three_versions_is_caught_against_the_base():
+    """Each version's corpus perplexity is x1.2 its parent's (within the per-parent bound, x1.5); v3's is
+    x1.73 the base model's."""
+    base = scores(10.0, gain=0.0)
+    v1, v2, v3 = (scores(10.0 * 1.2**k, gain=0.2 * k) for k in (1, 2, 3))
+    first = decide(candidate=v1, parent=base, base=None, rewards=REWARDS, **RULE)  # its parent is the base
+    second = decide(candidate=v2, parent=v1, base=base, rewards=REWARDS, **RULE)
+    third = decide(candidate=v3, parent=v2, base=base, rewards=REWARDS, **RULE)
+    assert (first.outcome, second.outcome) == (PROMOTE, PROMOTE), (first.reason, second.reason)
+    assert third.outcome == REJECT
+    assert third.reason == ("perplexity on the model's own corpus rose from 10.00 to 17.28 against the base "
+                            "model: drift compounded across versions")
+    assert third.numbers["canary"]["perplexity"] == {
+        "candidate": pytest.approx(17.28), "parent": pytest.approx(14.4), "base": 10.0}
+    # Against its parent alone, v3 would have passed: this is what the base check adds.
+    assert decide(candidate=v3, parent=v2, rewards=REWARDS, **RULE).outcome == PROMOTE
+
+
+def test_canaries_that_drifted_into_repetition_are_caught_against_the_base():
+    base = scores(10.0, gain=0.0)
+    parent = {**scores(10.0, gain=0.1), "repetition": 0.12}
+    candidate = {**scores(10.0, gain=0.3), "repetition": 0.2}  # +0.08 on its parent, +0.18 on the base
+    decision = decide(candidate=candidate, parent=parent, base=base, rewards=REWARDS, **RULE)
+    assert decision.outcome == REJECT and decision.reason.endswith("vs 2% for the base model)")
+
+
+def test_the_promote_task_checks_the_candidate_against_the_base_model(db, monkeypatch, settings):
+    """The train worker's gate (workers.tasks.training._gate) asks for the base model's numbers besides the
+    parent's (canaries and perplexity only) and the rule reads them: v3 of the drift above is rejected."""
+    import sys
+    import types
+
+    import workers.tasks.training as task
+
+    user = make_user()
+    v2 = make_version(user.tenant, 2, AdapterVersion.State.ACTIVE)
+    v3 = make_version(user.tenant, 3, parent=v2)
+    by_path = {None: scores(10.0, gain=0.0), v2.artifact_path: scores(14.4, gain=0.4),
+               v3.artifact_path: scores(17.28, gain=0.6)}
+    asked = {}
+
+    class Scores:  # workers.trainer.gate.ModelScores as the task reads it
+        def __init__(self, numbers):
+            self.numbers, self.canaries = numbers, numbers["canaries"]
+
+        def to_dict(self):
+            return self.numbers
+
+    def score_versions(*, adapters, fixed_only=(), **_):
+        asked.update(adapters=adapters, fixed_only=fixed_only)
+        return {name: Scores(by_path[path]) for name, path in adapters.items()}
+
+    # The measuring module, replaced (importing it would import torch): the rule and the wiring are tested.
+    fake = types.ModuleType("workers.trainer.gate")
+    fake.score_versions = score_versions
+    monkeypatch.setitem(sys.modules, "workers.trainer.gate", fake)
+    monkeypatch.setattr(task, "train_sample", lambda s: s)
+    monkeypatch.setattr(task, "heldout_samples", lambda **_: [
+        type("Held", (), {"sample_id": k, "reward": r}) for k, r in REWARDS.items()])
+    assert task._gate(v3) is False
+    assert asked == {"adapters": {"candidate": v3.artifact_path, "parent": v2.artifact_path, "base": None},
+                     "fixed_only": ("base",)}
+    v3.refresh_from_db()
+    assert v3.state == AdapterVersion.State.REJECTED
+    assert "against the base model: drift compounded" in v3.decision_reason
+    assert v3.metrics["eval"]["numbers"]["canary"]["perplexity"]["base"] == 10.0
+    assert services.adapter_parent_is_current(version=v3)
