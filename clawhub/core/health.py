@@ -1,4 +1,5 @@
-"""Operational endpoints: /healthz (liveness), /readyz (readiness), /metrics (Prometheus).
+"""Operational endpoints: /healthz (liveness), /readyz (the web app's readiness), /readyz/gateway (the /v1
+gateway's readiness: what the probe of pods that serve /v1 asks), /metrics (Prometheus).
 
 ``OpsEndpointsMiddleware`` answers these three paths before anything else runs. Probes and scrapers reach a
 pod by its IP, which is not in ALLOWED_HOSTS, and must not be redirected to HTTPS, touch the session or depend
@@ -43,20 +44,29 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def readyz(request: HttpRequest) -> HttpResponse:
-    """Ready for traffic: database answers, broker reachable, at least one upstream healthy (if any), and the
-    capture hand-off able to take finished turns.
+    """The web app is ready for traffic: database answers, broker reachable, at least one upstream healthy (if
+    any), and the capture hand-off able to take finished turns.
 
     The body names each check and what failed, but no addresses or error texts: this endpoint is public. Those
     go to the log.
     """
-    checks = {
-        "database": _run_check("database", check_database),
-        "broker": _run_check("broker", check_broker),
-        "upstreams": _run_check("upstreams", check_upstreams),
-        "capture": _run_check("capture", check_capture),
-    }
-    failed = [name for name, result in checks.items() if not result["ok"]]
-    body = {"status": "unavailable" if failed else "ok", "checks": checks, "failed": failed}
+    return _readiness({"database": check_database, "broker": check_broker, "upstreams": check_upstreams,
+                       "capture": check_capture})
+
+
+@require_GET
+def readyz_gateway(request: HttpRequest) -> HttpResponse:
+    """The /v1 gateway is ready: at least one upstream healthy (if any) and the capture hand-off able to take
+    finished turns. Neither the database nor the broker: through their outage the gateway serves known keys
+    from its last good lookups and hands turns to the log, so a pod that serves /v1 must stay in the Service.
+    It never touches the database, so a database that hangs (rather than refuses) cannot stall the probe."""
+    return _readiness({"upstreams": check_upstreams, "capture": check_capture})
+
+
+def _readiness(checks: dict[str, Callable[[], dict[str, Any] | None]]) -> HttpResponse:
+    results = {name: _run_check(name, check) for name, check in checks.items()}
+    failed = [name for name, result in results.items() if not result["ok"]]
+    body = {"status": "unavailable" if failed else "ok", "checks": results, "failed": failed}
     return _no_store(JsonResponse(body, status=503 if failed else 200))
 
 
@@ -217,6 +227,7 @@ def metrics_allowed(request: HttpRequest) -> bool:
 OPS_VIEWS: dict[str, Callable[[HttpRequest], HttpResponse]] = {
     "/healthz": healthz,
     "/readyz": readyz,
+    "/readyz/gateway": readyz_gateway,
     "/metrics": metrics,
 }
 

@@ -8,5 +8,6 @@ from clawhub.core import health
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("readyz/gateway", health.readyz_gateway, name="readyz-gateway"),
     path("metrics", health.metrics, name="metrics"),
 ]

@@ -132,6 +132,27 @@ def test_readyz_fails_when_the_database_does(client, db, monkeypatch):
     assert response.status_code == 503 and response.json()["failed"] == ["database"]
 
 
+def test_gateway_readiness_never_touches_the_database_and_the_web_apps_does(client, healthy_upstream):
+    """A pod that serves /v1 stays ready through a database outage: the gateway serves known keys from its
+    last good lookups. No db fixture: pytest-django fails any query, as a refused or hanging database
+    would."""
+    upstream = {"url": healthy_upstream, "base_model": "tiny", "max_adapters": 8, "api_key": ""}
+    with override_settings(CLAWHUB_UPSTREAMS=[upstream]):
+        gateway = client.get("/readyz/gateway")
+        web = client.get("/readyz")
+    assert gateway.status_code == 200, gateway.json()
+    assert gateway["Cache-Control"] == "no-store"
+    assert set(gateway.json()["checks"]) == {"upstreams", "capture"}
+    assert web.status_code == 503 and web.json()["failed"] == ["database"]
+
+
+def test_gateway_readiness_needs_one_healthy_upstream(client, dead_port):
+    dead = {"url": f"http://127.0.0.1:{dead_port}", "base_model": "tiny", "max_adapters": 8, "api_key": ""}
+    with override_settings(CLAWHUB_UPSTREAMS=[dead]):
+        response = client.get("/readyz/gateway", HTTP_HOST="10.1.2.3:8000")  # by pod IP, as the kubelet asks
+    assert response.status_code == 503 and response.json()["failed"] == ["upstreams"]
+
+
 def test_readyz_needs_one_healthy_upstream(client, db, healthy_upstream, dead_port):
     dead = {"url": f"http://127.0.0.1:{dead_port}", "base_model": "tiny", "max_adapters": 8, "api_key": ""}
     alive = {**dead, "url": f"{healthy_upstream}/v1"}  # a /v1 suffix is tolerated: /health is at the root

@@ -107,6 +107,9 @@ def test_database_stopped_for_ten_seconds(stores, stack):
     stopped_at = time.monotonic()
     load.send_unseen.set()
     time.sleep(11)
+    # The pod stays in the Service: the gateway's readiness holds through the outage, the web app's does not.
+    gateway_ready = httpx.get(f"{stack['base']}/readyz/gateway", timeout=10)
+    web_ready = httpx.get(f"{stack['base']}/readyz", timeout=10)
     load.send_unseen.clear()
     outage = (stopped_at, time.monotonic())
     pg.start()
@@ -118,6 +121,8 @@ def test_database_stopped_for_ten_seconds(stores, stack):
     during = [s for s in known if outage[0] + 0.5 < s.started < outage[1]]
     statuses = sorted({s.status for s in load.sent})
     assert 500 not in statuses, [s.body for s in load.sent if s.status == 500][:3]
+    assert gateway_ready.status_code == 200, gateway_ready.text
+    assert web_ready.status_code == 503 and "database" in web_ready.json()["failed"]
     # Known keys (and their adapter) are served from the last good lookup all through the outage.
     assert len(during) >= 150 and all(s.status == 200 and s.done_at for s in during), \
         sorted({(s.status, s.error) for s in during if s.status != 200 or not s.done_at})

@@ -99,7 +99,7 @@ def nginx_location(uri: str, locations: list[dict]) -> dict:
 
 
 @pytest.mark.parametrize("uri", ["/metrics", "/metrics/", "/metrics//", "/metrics/x", "/METRICS/", "/readyz",
-                                 "/readyz/"])
+                                 "/readyz/", "/readyz/gateway"])
 def test_nginx_denies_every_spelling_of_the_private_endpoints(uri):
     chosen = nginx_location(uri, _server_locations())
     assert {"directive": "deny", "args": ["all"]} in [{k: d[k] for k in ("directive", "args")}
