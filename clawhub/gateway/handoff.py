@@ -42,6 +42,7 @@ import re
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,14 @@ def encode(record: TurnRecord) -> bytes:
 def decode(payload: bytes) -> TurnRecord:
     data = orjson.loads(payload)
     return TurnRecord(**{name: data[name] for name in _FIELDS if name in data})
+
+
+def without_content(record: TurnRecord) -> TurnRecord:
+    """The record less everything the user sent or was sent (its ids, timing and counts stay): what an
+    acknowledged record of a deleted account becomes in the spool. Each field is no longer than before."""
+    return replace(record, request={}, choices=[], token_ids=None, logprobs=None, prompt_token_ids=None,
+                   session_id=None if record.session_id is None else "",
+                   error=None if record.error is None else "", trace_id="")
 
 
 # --- settings -----------------------------------------------------------------------------------------------
@@ -395,6 +404,43 @@ class Spool:
         (self.folder / f"{instance.name}.lock").unlink(missing_ok=True)
         return list(open_ids)
 
+    def scrub_acknowledged(self, segment: Path, drop: Callable[[TurnRecord], bool]) -> int:
+        """Rewrites in place each acknowledged record of ``segment`` that ``drop`` picks, as the same record
+        without its content (``without_content``), padded to the frame's length with JSON whitespace under
+        a fresh checksum: offsets and acknowledgements stay as they are, and a replay (an acknowledgement
+        lost in a crash) reads a valid record with nothing in it. Only acknowledged frames: no reader reads
+        them again, and the writer only appends past them. Returns how many were rewritten."""
+        acked, offset, count = self.acked(segment), 0, 0
+        try:
+            fd = os.open(segment, os.O_RDWR)
+        except FileNotFoundError:
+            return 0
+        try:
+            while offset + FRAME.size <= acked:
+                length, crc, appended_at = FRAME.unpack(os.pread(fd, FRAME.size, offset))
+                start, end = offset + FRAME.size, offset + FRAME.size + length
+                if end > acked:
+                    break
+                offset = end
+                payload = os.pread(fd, length, start)
+                if len(payload) < length or zlib.crc32(payload) != crc:
+                    continue  # damaged: already dead-lettered as raw bytes, nothing to read a user from
+                try:
+                    record = decode(payload)
+                except (orjson.JSONDecodeError, TypeError):
+                    continue
+                if not drop(record):
+                    continue
+                blank = encode(without_content(record))
+                if len(blank) > length:  # never: every field is as short as or shorter than it was
+                    continue
+                blank = blank.ljust(length)
+                os.pwrite(fd, FRAME.pack(length, zlib.crc32(blank), appended_at) + blank, start - FRAME.size)
+                count += 1
+        finally:
+            os.close(fd)
+        return count
+
     def oldest_unacked(self) -> float | None:
         """Append time of the oldest record not yet acknowledged, across every writer (for the lag)."""
         oldest = None
@@ -406,6 +452,15 @@ class Spool:
                     oldest = t if oldest is None else min(oldest, t)
                     break
         return oldest
+
+
+def spool_scrub_user(folder: Path, user_id: int) -> int:
+    """Empties every acknowledged record of one user in the spool folder (an account deletion: a segment is
+    retired only once it is full, 64 MB, and read to its end). Records not yet acknowledged are left to the
+    consumer, which stores nothing of a user who is gone. Returns how many records were emptied."""
+    spool = Spool(folder, max_bytes=0)
+    return sum(spool.scrub_acknowledged(segment, lambda r: r.user_id == user_id)
+               for instance in spool.instances() for segment in instance.segments)
 
 
 # --- dead letters and stats without Redis -------------------------------------------------------------------

@@ -138,7 +138,24 @@ def user_delete(*, user: User, actor: User | None, ip: str | None = None) -> Del
                  target=None, ip=ip, user_id=pk, adapters=len(leftovers[0]), groups_kept=report.groups_kept)
     # Files and loaded adapters go once the rows are gone for good: a rolled-back deletion keeps them.
     transaction.on_commit(lambda: _remove_leftovers(*leftovers, report=report))
+    transaction.on_commit(lambda: _scrub_capture_spool(user_id=pk))
     return report
+
+
+def _scrub_capture_spool(*, user_id: int) -> None:
+    """Empties the user's turns already stored from this host's capture spool (the embedded stack's hand-off,
+    and a gateway's fallback while Redis is away), where they would otherwise stay until their segment fills
+    up. A spool on another host (a gateway replica's fallback) is not reached from here; records not yet
+    stored are left to the consumer, which stores nothing of a user who is gone."""
+    from clawhub.gateway.handoff import spool_scrub_user
+
+    try:
+        scrubbed = spool_scrub_user(Path(settings.CAPTURE_SPOOL_DIR), user_id)
+    except OSError:
+        logger.exception("account deletion: the capture spool could not be scrubbed of user %s", user_id)
+        return
+    if scrubbed:
+        logger.info("account deletion: %d captured turns of user %s emptied in the spool", scrubbed, user_id)
 
 
 def deletion_summary(report: DeletionReport) -> str:

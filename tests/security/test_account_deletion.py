@@ -15,6 +15,8 @@ from clawhub.accounts.services import audit_record
 from clawhub.adapters import serving
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.services import artifact_dir
+from clawhub.gateway.handoff import Spool, decode, encode
+from clawhub.gateway.records import TurnRecord
 from clawhub.groups.models import Group, Membership, Role
 from clawhub.keys.selectors import key_resolve
 from clawhub.privacy.services import user_delete
@@ -157,3 +159,45 @@ def test_a_group_key_dies_when_its_owner_is_no_longer_a_member():
     # A viewer may not hold a group key either.
     Membership.objects.create(group=group, user=member, role=Role.VIEWER)
     assert key_resolve(secret=secret) is None
+
+
+def _record(user, n: int, secret_text: str) -> TurnRecord:
+    return TurnRecord(request_id=f"spool-{user.pk}-{n}", route="chat", key_id=1, user_id=user.pk,
+                      tenant_id=user.tenant.pk, group_id=None, model="clawhub-personal",
+                      upstream_model="t1-v1",
+                      adapter_version_id=None, upstream="http://vllm", status="complete", http_status=200,
+                      started_at=1.0, latency_ms=5.0, session_id=f"session of {secret_text}",
+                      request={"messages": [{"role": "user", "content": secret_text}]},
+                      choices=[{"message": {"role": "assistant", "content": f"about {secret_text}"}}],
+                      token_ids=[1, 2], logprobs=[-0.1, -0.2], prompt_token_ids=[3, 4], trace_id="trace-1")
+
+
+@pytest.mark.django_db
+def test_deletion_empties_the_users_stored_turns_in_the_capture_spool(settings, tmp_path,
+                                                                    django_capture_on_commit_callbacks):
+    """Finding N10: the acknowledged records stayed in the spool segment until it reached 64 MB. Acknowledged
+    ones are emptied in place (same frame lengths, valid checksums, so offsets and acknowledgements hold);
+    another user's records, and the deleted user's not yet stored, are left to the consumer."""
+    settings.CAPTURE_SPOOL_DIR = str(tmp_path / "spool")
+    leaving, staying = make_user(), make_user()
+    spool = Spool(tmp_path / "spool", max_bytes=10**9)
+    spool.open_writer("gw1")
+    for n, (user, text) in enumerate([(leaving, "my secret diary"), (staying, "a staying prompt"),
+                                      (leaving, "my second secret")]):
+        spool.append(encode(_record(user, n, text)))
+    spool.append(encode(_record(leaving, 9, "not stored yet")))
+    segment = spool.instances()[0].segments[0]
+    frames = spool.read(segment, 0, max_records=10, max_bytes=10**9)
+    spool.ack(segment, frames[2].end)  # the consumer has stored the first three
+    with django_capture_on_commit_callbacks(execute=True):
+        user_delete(user=leaving, actor=leaving)
+    data = segment.read_bytes()
+    assert b"secret" not in data and b"session of my" not in data
+    assert b"a staying prompt" in data and b"not stored yet" in data
+    after = spool.read(segment, 0, max_records=10, max_bytes=10**9)
+    assert [f.end for f in after] == [f.end for f in frames] and all(f.payload for f in after)
+    emptied = decode(after[0].payload)
+    assert (emptied.request_id, emptied.user_id, emptied.request, emptied.choices, emptied.token_ids) == (
+        f"spool-{leaving.pk}-0", leaving.pk, {}, [], None)
+    assert decode(after[1].payload) == _record(staying, 1, "a staying prompt")
+    spool.close_writer()
