@@ -449,10 +449,10 @@ CLAWHUB_TRAIN_SOFT_TIME_LIMIT = env.int("CLAWHUB_TRAIN_SOFT_TIME_LIMIT", default
 CLAWHUB_TRAIN_TIME_LIMIT = env.int("CLAWHUB_TRAIN_TIME_LIMIT", default=3300)
 # How often celery beat looks for tenants with a full batch ("clawhub.train.kick").
 CLAWHUB_TRAIN_KICK_SECONDS = env.float("CLAWHUB_TRAIN_KICK_SECONDS", default=30.0)
-# The promotion gate (clawhub.adapters.evaluation): every Nth sample of a batch is held out (never trained on;
-# 0 = none); candidate and parent are compared on the tenant's held-out judged turns, deciding with a
-# one-sided bootstrap interval at this confidence; with fewer held-out pairs than the minimum (or no measured
-# gain) a candidate promotes only when every safety check passes, with the reason "not enough evidence yet".
+# The promotion gate (clawhub.adapters.evaluation): every Nth session of a batch is held out, all its samples
+# (never trained on; 0 = none); candidate and parent are compared on the tenant's held-out judged turns,
+# deciding with a bootstrap interval at this confidence; with fewer held-out pairs than the minimum (or no
+# measured gain) a candidate promotes only when every safety check passes ("not enough evidence yet").
 CLAWHUB_GATE_HOLDOUT_EVERY = env.int("CLAWHUB_GATE_HOLDOUT_EVERY", default=4)
 CLAWHUB_GATE_MIN_SAMPLES = env.int("CLAWHUB_GATE_MIN_SAMPLES", default=6)
 CLAWHUB_GATE_MAX_SAMPLES = env.int("CLAWHUB_GATE_MAX_SAMPLES", default=64)

@@ -179,8 +179,7 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
                     available=len(claimed),
                     batch_size=batch_size,
                 )
-            every = settings.CLAWHUB_GATE_HOLDOUT_EVERY
-            heldout = [pk for i, pk in enumerate(claimed, start=1) if every and i % every == 0]
+            heldout = heldout_by_session(claimed, every=settings.CLAWHUB_GATE_HOLDOUT_EVERY)
             run = TrainingRun.objects.create(
                 tenant=tenant,
                 backend=backend_for(ts),
@@ -219,6 +218,20 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
             "A training run of this tenant is already queued or running.", code="run_in_progress"
         ) from None
     return run
+
+
+def heldout_by_session(claimed: list[int], *, every: int) -> list[int]:
+    """The eval gate's held-out slice of a claimed batch: every `every`-th session of the batch (in claim
+    order), with all of its claimed samples (0 = none). Whole sessions, so that no held-out turn shares a
+    session with a turn trained in the same batch: a held-out reply next to its own session's trained turns
+    would score the update on what it was just trained on, and the gate's interval would be over-confident."""
+    if not every:
+        return []
+    session_of = dict(Sample.objects.filter(pk__in=claimed).values_list("pk", "turn__session_id"))
+    order: dict[int, int] = {}
+    for pk in claimed:
+        order.setdefault(session_of[pk], len(order) + 1)
+    return [pk for pk in claimed if order[session_of[pk]] % every == 0]
 
 
 def _task_id_record(run_id: int, task_id: str) -> None:

@@ -233,3 +233,24 @@ def test_settings_backend_is_staff_only_and_config_is_validated(db, team):
     member_access = tenant_access(actor=team["member"], tenant_id=group_tenant.pk)
     with pytest.raises(PermissionDenied):
         services.training_settings_update(access=member_access, method="opd")
+
+
+def test_the_held_out_slice_is_whole_sessions_never_beside_a_trained_turn_of_the_batch(db, sent, settings):
+    """Every second session of the batch is held out with all its turns (the old rule took every second
+    sample, so sessions a, c and d had a held-out turn beside trained ones)."""
+    from clawhub.conversations.models import Turn
+
+    settings.CLAWHUB_GATE_HOLDOUT_EVERY = 2
+    settings.CLAWHUB_TRAINING_BATCH_SIZE = 16
+    user = make_user()
+    samples = approved_samples(user, 8)
+    sessions = {"a": samples[0:3], "b": samples[3:4], "c": samples[4:6], "d": samples[6:8]}
+    for members in sessions.values():
+        for index, sample in enumerate(members):  # the later turns join the first turn's session
+            Turn.objects.filter(pk=sample.turn_id).update(session=members[0].turn.session, index=index)
+    run = services.run_start(tenant=user.tenant, access=access_of(user))
+    assert sorted(run.heldout_ids) == sorted(s.pk for s in sessions["b"] + sessions["d"])
+    assert sorted(run.sample_ids) == sorted(s.pk for s in sessions["a"] + sessions["c"])
+    session_of = dict(Sample.objects.values_list("pk", "turn__session_id"))
+    trained = {session_of[pk] for pk in run.sample_ids}
+    assert not trained & {session_of[pk] for pk in run.heldout_ids}
