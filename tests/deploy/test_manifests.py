@@ -35,7 +35,7 @@ def test_manifest_is_valid_kubernetes(path, doc):
 
 
 def test_the_validator_rejects_a_broken_manifest():
-    broken = copy.deepcopy(by_name("Deployment", "clawhub-web"))
+    broken = copy.deepcopy(by_name("StatefulSet", "clawhub-web"))
     container(broken)["livenessProbes"] = container(broken).pop("livenessProbe")
     with pytest.raises(k8s.ValidationError):
         k8s.validate(broken, K8S_VERSION, strict=True)
@@ -51,7 +51,7 @@ def test_kustomization_lists_every_manifest_and_nothing_else():
 def test_the_topology_is_complete():
     kinds = {(doc["kind"], doc["metadata"]["name"]) for _, doc in DOCS}
     assert {
-        ("Deployment", "clawhub-web"),
+        ("StatefulSet", "clawhub-web"),
         ("Service", "clawhub-web"),
         ("HorizontalPodAutoscaler", "clawhub-web"),
         ("PodDisruptionBudget", "clawhub-web"),
@@ -81,8 +81,10 @@ def test_no_secret_values_in_the_repository():
 
 
 def test_app_pods_read_config_and_the_clawhub_secrets_secret():
-    for name in ("clawhub-web", "clawhub-worker-judge", "clawhub-worker-train", "clawhub-beat"):
-        refs = container(by_name("Deployment", name))["envFrom"]
+    for kind, name in (("StatefulSet", "clawhub-web"), ("Deployment", "clawhub-worker-judge"),
+                       ("Deployment", "clawhub-worker-train"), ("Deployment", "clawhub-beat"),
+                       ("Deployment", "clawhub-capture-consumer")):
+        refs = container(by_name(kind, name))["envFrom"]
         assert {"configMapRef": {"name": "clawhub-config"}} in refs
         assert {"secretRef": {"name": "clawhub-secrets"}} in refs
     assert {"secretRef": {"name": "clawhub-secrets"}} in container(by_name("Job", "clawhub-migrate"))[
@@ -91,7 +93,7 @@ def test_app_pods_read_config_and_the_clawhub_secrets_secret():
 
 
 def test_web_probes_and_migrations_first():
-    web = by_name("Deployment", "clawhub-web")
+    web = by_name("StatefulSet", "clawhub-web")
     c = container(web)
     # The gateway's readiness, which a database outage does not fail: /v1 keeps serving known keys through it.
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz/gateway"
@@ -100,6 +102,30 @@ def test_web_probes_and_migrations_first():
     assert "migrate --check" in " ".join(init["command"])
     # Long streams must be allowed to finish on shutdown.
     assert pod_spec(web)["terminationGracePeriodSeconds"] >= 600
+
+
+def test_the_capture_consumer_waits_for_migrations():
+    """Started before the migration Job has run, it would fail every record against the old schema."""
+    consumer = by_name("Deployment", "clawhub-capture-consumer")
+    init = pod_spec(consumer)["initContainers"][0]
+    assert "migrate --check" in " ".join(init["command"])
+    assert init["image"] == container(consumer)["image"] and init["envFrom"] == container(consumer)["envFrom"]
+
+
+def test_the_capture_spool_survives_a_pod_restart():
+    """The web pods' spool (turns waiting while Redis is down, the in-flight journals) is on a claim of each
+    replica's own, kept when a pod is deleted or the set scaled down, never on an emptyDir."""
+    web = by_name("StatefulSet", "clawhub-web")
+    data_dir = by_name("ConfigMap", "clawhub-config")["data"]["CLAWHUB_DATA_DIR"]
+    spool_dir = by_name("ConfigMap", "clawhub-config")["data"].get("CLAWHUB_CAPTURE_SPOOL_DIR",
+                                                                   f"{data_dir}/capture")
+    mount = next(m for m in container(web)["volumeMounts"] if m["mountPath"] == spool_dir)
+    assert not any(v["name"] == mount["name"] for v in pod_spec(web)["volumes"])  # not a pod volume
+    claim = next(t for t in web["spec"]["volumeClaimTemplates"] if t["metadata"]["name"] == mount["name"])
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert web["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain",
+                                                                   "whenScaled": "Retain"}
+    assert pod_spec(web)["securityContext"]["fsGroup"] == pod_spec(web)["securityContext"]["runAsUser"]
 
 
 def test_gpu_pods_land_on_gpu_nodes_and_share_the_adapters_volume_at_one_path():
@@ -158,16 +184,17 @@ def test_autoscalers_and_budgets_target_what_exists():
     for name in ("clawhub-web", "clawhub-worker-judge"):
         hpa = by_name("HorizontalPodAutoscaler", name)
         target = hpa["spec"]["scaleTargetRef"]
-        assert by_name(target["kind"], target["name"])
+        scaled = by_name(target["kind"], target["name"])
         # CPU utilisation needs CPU requests on the target's containers.
-        assert container(by_name("Deployment", name))["resources"]["requests"]["cpu"]
+        assert container(scaled)["resources"]["requests"]["cpu"]
         pdb = by_name("PodDisruptionBudget", name)
-        labels = by_name("Deployment", name)["spec"]["template"]["metadata"]["labels"]
+        labels = scaled["spec"]["template"]["metadata"]["labels"]
         assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
 
 
 def test_app_containers_run_as_non_root():
     for _, doc in DOCS:
-        if doc["kind"] in ("Deployment", "Job"):
+        if doc["kind"] in ("Deployment", "Job") or (doc["kind"], doc["metadata"]["name"]) == ("StatefulSet",
+                                                                                            "clawhub-web"):
             assert pod_spec(doc)["securityContext"]["runAsNonRoot"] is True
             assert pod_spec(doc)["securityContext"]["runAsUser"] != 0
