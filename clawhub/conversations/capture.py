@@ -31,12 +31,9 @@ from django.utils import timezone
 
 from clawhub.conversations.identity import (
     MAIN,
-    continuation_hash,
+    message_hashes,
     next_state_messages,
-    prefix_hashes_with_lengths,
-    prompt_hash,
     reply_message,
-    retry_hashes,
     turn_type_for,
 )
 from clawhub.conversations.links import FAILED, order_key, relink
@@ -209,15 +206,19 @@ def _item(record: TurnRecord) -> _Item:
         messages=messages,
         side_patterns=_compiled(tuple(settings.CONVERSATION_SIDE_PATTERNS)),
     )
+    if not messages:
+        return _Item(record=record, messages=messages, turn_type=turn_type, external_id=external_id,
+                     candidates=[], continuation="")
+    hashes = message_hashes(messages, reply_message(record.choices))
     return _Item(
         record=record,
         messages=messages,
         turn_type=turn_type,
         external_id=external_id,
-        candidates=prefix_hashes_with_lengths(messages) if messages else [],
-        continuation=continuation_hash(messages, reply_message(record.choices)) if messages else "",
-        prompt_hash=prompt_hash(messages) if messages else "",
-        retry_hashes=tuple(retry_hashes(messages)) if messages else (),
+        candidates=hashes.candidates,
+        continuation=hashes.continuation,
+        prompt_hash=hashes.prompt,
+        retry_hashes=tuple(hashes.retries),
     )
 
 

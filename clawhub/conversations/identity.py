@@ -15,6 +15,7 @@ turns it repeats (a regenerate), its ``parent_hash`` which turn's prompt + reply
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -113,6 +114,42 @@ def _encoded(message: Any) -> bytes:
     return orjson.dumps(canonical_message(message), option=orjson.OPT_SORT_KEYS) + b"\n"
 
 
+@dataclass(frozen=True)
+class MessageHashes:
+    """Every hash capture needs of one request, from one pass over its messages."""
+
+    candidates: list[tuple[str, int]]  # ``prefix_hashes_with_lengths``
+    prompt: str  # ``prompt_hash``
+    retries: list[str]  # ``retry_hashes``
+    continuation: str  # ``continuation_hash`` with the reply ("" without one)
+
+
+def message_hashes(messages: Sequence[Any], reply: dict | None = None) -> MessageHashes:
+    """Each message is canonicalised and encoded once, and every hash is a snapshot of one incremental hash:
+    the four hashes taken one by one cost four encodings of a history that grows with the conversation."""
+    # Retry prompts end inside the run of trailing user messages: after its first, up to before its last.
+    end = len(messages)
+    while end > 0 and isinstance(messages[end - 1], dict) and messages[end - 1].get("role") == "user":
+        end -= 1
+    retry_from, retry_to = (end + 1, len(messages) - 1) if len(messages) - end >= 2 else (0, -1)
+    hasher = hashlib.sha256()
+    candidates: list[tuple[str, int]] = []
+    retries: list[str] = []
+    for n, message in enumerate(messages, 1):
+        hasher.update(_encoded(message))
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            candidates.append((hasher.hexdigest(), n))
+        if retry_from <= n <= retry_to:
+            retries.append(hasher.hexdigest())
+    prompt = hasher.hexdigest()
+    continuation = ""
+    if reply is not None:
+        hasher.update(_encoded(reply))
+        continuation = hasher.hexdigest()
+    return MessageHashes(candidates=candidates[::-1][:MAX_PREFIX_CANDIDATES], prompt=prompt, retries=retries,
+                         continuation=continuation)
+
+
 def prefix_hashes(messages: Sequence[Any]) -> list[str]:
     """Hashes of every prefix of ``messages`` that ends right after an assistant message, newest first.
 
@@ -123,53 +160,25 @@ def prefix_hashes(messages: Sequence[Any]) -> list[str]:
 
 def prefix_hashes_with_lengths(messages: Sequence[Any]) -> list[tuple[str, int]]:
     """``prefix_hashes`` with the number of messages in each prefix."""
-    hasher = hashlib.sha256()
-    found = []
-    for n, message in enumerate(messages, 1):
-        hasher.update(_encoded(message))
-        if isinstance(message, dict) and message.get("role") == "assistant":
-            found.append((hasher.hexdigest(), n))
-    return found[::-1][:MAX_PREFIX_CANDIDATES]
+    return message_hashes(messages).candidates
 
 
 def prompt_hash(messages: Sequence[Any]) -> str:
     """The hash of a request's messages as they are: two requests with the same one ask the same thing (a
     regenerate or a retry of the other)."""
-    hasher = hashlib.sha256()
-    for message in messages:
-        hasher.update(_encoded(message))
-    return hasher.hexdigest()
+    return message_hashes(messages).prompt
 
 
 def retry_hashes(messages: Sequence[Any]) -> list[str]:
     """Prompt hashes of ``messages`` without one, two, … of its trailing user messages (all but the first of
     them). OpenClaw retries a failed turn with the failed user message kept in the history, so a retry's
     prompt is the failed turn's prompt plus more user messages."""
-    end = len(messages)
-    while end > 0 and isinstance(messages[end - 1], dict) and messages[end - 1].get("role") == "user":
-        end -= 1
-    trailing = len(messages) - end
-    if trailing < 2:
-        return []
-    hasher = hashlib.sha256()
-    for message in messages[: end + 1]:
-        hasher.update(_encoded(message))
-    out = [hasher.hexdigest()]
-    for message in messages[end + 1 : len(messages) - 1]:
-        hasher.update(_encoded(message))
-        out.append(hasher.hexdigest())
-    return out
+    return message_hashes(messages).retries
 
 
 def continuation_hash(messages: Sequence[Any], reply: dict | None) -> str:
     """The hash a request continuing this exchange will have for its prefix ending with ``reply``."""
-    if reply is None:
-        return ""
-    hasher = hashlib.sha256()
-    for message in messages:
-        hasher.update(_encoded(message))
-    hasher.update(_encoded(reply))
-    return hasher.hexdigest()
+    return message_hashes(messages, reply).continuation
 
 
 def reply_message(choices: Sequence[Any]) -> dict | None:

@@ -158,3 +158,23 @@ def test_configured_side_patterns():
         turn_type_for(explicit=None, route="chat", messages=[user("nightly [cron]")], side_patterns=patterns)
         == MAIN
     )
+
+
+def test_capture_encodes_each_message_of_a_record_once(monkeypatch):
+    """Capture takes four hashes of a record's history (prefixes, prompt, retries, continuation) in one pass:
+    each message canonicalised and encoded once, not once per hash (0.66 ms vs 0.24 ms on a 92 KB body)."""
+    from clawhub.conversations import capture, identity
+    from clawhub.gateway.records import TurnRecord
+
+    encoded = []
+    real = identity._encoded
+    monkeypatch.setattr(identity, "_encoded", lambda message: encoded.append(message) or real(message))
+    messages = [system(), user("a"), assistant("b"), user("c"), user("c, again"), user("and again")]
+    record = TurnRecord(request_id="r", route="chat", key_id=1, user_id=1, tenant_id=1, group_id=None,
+                        model="m", upstream_model="m", adapter_version_id=None, upstream="u",
+                        status="complete", http_status=200, started_at=1.0, latency_ms=1.0,
+                        request={"messages": messages},
+                        choices=[{"index": 0, "message": {"role": "assistant", "content": "d"}}])
+    item = capture._item(record)
+    assert len(encoded) == len(messages) + 1  # and the reply
+    assert item.candidates and item.prompt_hash and item.continuation and len(item.retry_hashes) == 2
