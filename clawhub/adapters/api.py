@@ -42,10 +42,24 @@ class VersionOutputSerializer(serializers.Serializer):
         return run.pk if run else None
 
 
+# Figures of the train worker that say how the base model was shared (how many runs, of every tenant, used
+# this load of it; how many tenants trained in the same pass; how long the base took): they tell a tenant
+# about the others, and nothing about their own adapter.
+STAFF_ONLY_METRICS = ("trainer",)
+
+
 class VersionDetailOutputSerializer(VersionOutputSerializer):
-    metrics = serializers.JSONField()
+    metrics = serializers.SerializerMethodField(
+        help_text="Training and evaluation figures; the train worker's (trainer) for site staff only.")
     artifact_path = serializers.SerializerMethodField(
         help_text="Where the weights are on the servers: site staff only (null for everyone else).")
+
+    def get_metrics(self, version) -> dict:
+        viewer = self.context.get("viewer")
+        metrics = version.metrics or {}
+        if viewer is not None and viewer.is_staff:
+            return metrics
+        return {name: value for name, value in metrics.items() if name not in STAFF_ONLY_METRICS}
 
     def get_artifact_path(self, version) -> str | None:
         # A server path tells a viewer about the operator's layout, and nothing they need.

@@ -40,6 +40,21 @@ def test_artifact_paths_are_shown_to_staff_only():
     assert ApiAs(make_user(is_staff=True)).get(url).json()["artifact_path"] == "/srv/clawhub/adapters/t9/v1"
 
 
+@pytest.mark.django_db
+def test_adapter_metrics_do_not_tell_a_tenant_about_other_tenants_runs():
+    """Finding N14: a version's metrics said how many runs (of every tenant) used the train worker's resident
+    base and how many tenants trained in the same pass. Site staff still see them."""
+    owner = make_user()
+    trainer = {"resident": {"loads": 1, "evictions": 0, "runs_on_this_load": 7}, "pass_tenants": 3,
+               "base_seconds": 0.0}
+    version = AdapterVersion.objects.create(tenant=owner.tenant, version=1, state="active",
+                                            metrics={"steps": 4, "samples": 16, "trainer": trainer})
+    url = f"/api/adapters/versions/{version.pk}/"
+    mine = ApiAs(owner).get(url).json()["metrics"]
+    assert mine == {"steps": 4, "samples": 16}
+    assert ApiAs(make_user(is_staff=True)).get(url).json()["metrics"]["trainer"] == trainer
+
+
 def _docs(name: str) -> list[dict]:
     return [d for d in yaml.safe_load_all((K8S / name).read_text()) if d]
 
