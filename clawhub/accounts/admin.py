@@ -7,15 +7,15 @@ from django.core.exceptions import ValidationError
 
 from clawhub.accounts.models import AuditLog, User
 from clawhub.accounts.services import audit_record, login_failed, user_insert
-from clawhub.accounts.throttle import login_failures_clear, login_throttle_check
+from clawhub.accounts.throttle import login_succeeded, login_throttle_check
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import RateLimited
 
 
 class ThrottledAdminLoginForm(AdminAuthenticationForm):
     """Django admin's login under the site login's brute-force throttle (clawhub.accounts.throttle): the same
-    counters per email and per IP, so guesses spread over both forms add up, and the same lock-out, the right
-    password included."""
+    counters (per account and address, per account, per address), so guesses spread over both forms add up,
+    and the same lock-out, the right password included."""
 
     def clean(self):
         email, ip = (self.cleaned_data.get("username") or "").strip().lower(), client_ip(self.request)
@@ -29,7 +29,7 @@ class ThrottledAdminLoginForm(AdminAuthenticationForm):
             if getattr(exc, "code", None) == "invalid_login":
                 login_failed(email=email, ip=ip)
             raise
-        login_failures_clear(email=email)
+        login_succeeded(email=email, ip=ip)
         return cleaned
 
 

@@ -29,9 +29,11 @@ from clawhub.accounts.selectors import (
     user_get_by_email,
 )
 from clawhub.accounts.throttle import (
+    IP,
     account_mail_allowed,
     login_failure_record,
     login_failures_clear,
+    login_succeeded,
     login_throttle_check,
 )
 from clawhub.core.api import client_ip
@@ -123,7 +125,8 @@ def user_login(*, request: HttpRequest, email: str, password: str) -> tuple[User
     """Checks the password under the brute-force throttle and starts a session. Returns the user and whether
     this is the account's first sign-in (sign-up does not sign in, so a new account's first page comes here).
 
-    Raises RateLimited while the email or the client IP is locked out (even for the right password), and
+    Raises RateLimited while a lock covers the email from the client's address (even for the right password;
+    clawhub.accounts.throttle), and
     AuthenticationFailed for wrong credentials or an address that still needs verifying.
     """
     email, ip = email_normalize(email), client_ip(request)
@@ -133,7 +136,7 @@ def user_login(*, request: HttpRequest, email: str, password: str) -> tuple[User
         login_failed(email=email, ip=ip)
         raise AuthenticationFailed("Wrong email or password.", code="invalid_credentials")
     # The password was right: whatever the outcome below, these were not guesses.
-    login_failures_clear(email=email)
+    login_succeeded(email=email, ip=ip)
     if settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION and user.email_verified_at is None:
         # Said only after the password matched, so it reveals nothing to someone guessing addresses.
         raise AuthenticationFailed(
@@ -156,7 +159,7 @@ def login_failed(*, email: str, ip: str | None) -> None:
 def _audit_lockout(*, email: str, ip: str | None, scope: str) -> None:
     user = user_get_by_email(email=email)
     audit_record(actor=None, action="auth.lockout", target=user, subject_user=user, ip=ip, scope=scope,
-                 email=email if scope == "email" else "")
+                 email=email if scope != IP else "")
 
 
 def user_logout(*, request: HttpRequest) -> None:
@@ -238,7 +241,7 @@ def password_reset_confirm(*, uidb64: str, token: str, new_password: str, revoke
         user.email_verified_at = timezone.now()
         fields.append("email_verified_at")
     user.save(update_fields=fields)
-    login_failures_clear(email=user.email)
+    login_failures_clear(email=user.email, ip=ip)
     revoked = 0
     if first_verification:
         revoked = _first_verification(user=user, ip=ip, how="password reset")

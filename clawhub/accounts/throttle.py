@@ -1,22 +1,36 @@
 """Brute-force protection for logins.
 
-Failed attempts are counted per email and per client IP in the shared cache (Redis in production and
-tests). When either counter reaches ``LOGIN_FAILURE_LIMIT`` within ``LOGIN_FAILURE_WINDOW``, that email or IP
-is locked for one window: every attempt is refused, the right password included, so that guessing cannot go
-on in the background. A successful login clears the email's counter; the IP's counter is left to expire,
-because one right password from an address does not make the other guesses from it harmless.
+Failed attempts are counted in the shared cache (Redis in production and tests) three ways, each with its own
+limit within ``LOGIN_FAILURE_WINDOW``; a counter at its limit locks for one window, and a lock refuses every
+attempt it covers, the right password included, so that guessing cannot go on in the background:
+
+- per account *and* address (``LOGIN_FAILURE_LIMIT``): whoever guesses at an account is stopped, and the
+  account's owner elsewhere, or someone else behind the same address, is not;
+- per account from every address (``LOGIN_FAILURE_ACCOUNT_LIMIT``, higher): guessing spread over many
+  addresses;
+- per address over every account (``LOGIN_FAILURE_IP_LIMIT``, higher still): spraying a few guesses at many
+  accounts. This lock spares the accounts that signed in from the address before (within
+  ``LOGIN_KNOWN_ADDRESS``): one person behind a shared address (a company's NAT, the embedded server's
+  127.0.0.1) must not lock out everyone behind it.
+
+A successful login clears its account's counters (and remembers the address for that account); the address's
+own counter is left to expire, because one right password from an address does not make the other guesses
+from it harmless. A limit of 0 turns its counter off.
 """
 
 import hashlib
 import math
 import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.cache import cache
 
 from clawhub.core.exceptions import RateLimited
 
-EMAIL, IP = "email", "ip"
+ACCOUNT_IP, ACCOUNT, IP = "account_ip", "account", "ip"
+EMAIL = "email"  # the account mail limits' scope
+LOGIN_KNOWN_ADDRESS = timedelta(days=30)
 
 
 def _key(kind: str, scope: str, value: str) -> str:
@@ -24,11 +38,17 @@ def _key(kind: str, scope: str, value: str) -> str:
     return f"login-fail:{kind}:{scope}:{hashlib.sha256(value.encode()).hexdigest()[:32]}"
 
 
-def _scopes(email: str, ip: str | None) -> list[tuple[str, str]]:
-    scopes = [(EMAIL, email.strip().lower())]
+def _pair(email: str, ip: str | None) -> str:
+    return f"{email.strip().lower()} {ip or ''}"
+
+
+def _scopes(email: str, ip: str | None) -> list[tuple[str, str, int]]:
+    """(scope, value, limit) of each counter a failure of this email from this address counts in."""
+    scopes = [(ACCOUNT_IP, _pair(email, ip), settings.LOGIN_FAILURE_LIMIT),
+              (ACCOUNT, email.strip().lower(), settings.LOGIN_FAILURE_ACCOUNT_LIMIT)]
     if ip:
-        scopes.append((IP, ip))
-    return scopes
+        scopes.append((IP, ip, settings.LOGIN_FAILURE_IP_LIMIT))
+    return [(scope, value, limit) for scope, value, limit in scopes if limit]
 
 
 def _window_seconds() -> int:
@@ -36,9 +56,12 @@ def _window_seconds() -> int:
 
 
 def login_throttle_check(*, email: str, ip: str | None) -> None:
-    """Raises RateLimited while the email or the IP is locked out."""
-    lock_keys = [_key("lock", scope, value) for scope, value in _scopes(email, ip)]
-    locked_until = [until for until in cache.get_many(lock_keys).values() if until]
+    """Raises RateLimited while a lock covers this email from this address."""
+    locks = {_key("lock", scope, value): scope for scope, value, _ in _scopes(email, ip)}
+    known = _key("known", ACCOUNT_IP, _pair(email, ip))
+    found = cache.get_many([*locks, known])
+    locked_until = [until for key, until in found.items()
+                    if key in locks and until and not (locks[key] == IP and found.get(known))]
     if not locked_until:
         return
     retry_after = max(1, math.ceil(max(locked_until) - time.time()))
@@ -50,10 +73,11 @@ def login_throttle_check(*, email: str, ip: str | None) -> None:
 
 
 def login_failure_record(*, email: str, ip: str | None) -> list[str]:
-    """Counts one failed attempt. Returns the scopes ("email", "ip") that this failure has just locked."""
+    """Counts one failed attempt. Returns the scopes (``ACCOUNT_IP``, ``ACCOUNT``, ``IP``) that this failure
+    has just locked."""
     window = _window_seconds()
     newly_locked = []
-    for scope, value in _scopes(email, ip):
+    for scope, value, limit in _scopes(email, ip):
         count_key = _key("count", scope, value)
         # add() starts the window at the first failure and incr() is atomic on Redis and keeps the key's
         # expiry, so parallel guesses are all counted and the window does not slide with each of them.
@@ -63,17 +87,28 @@ def login_failure_record(*, email: str, ip: str | None) -> list[str]:
         except ValueError:  # the window ended between add() and incr()
             cache.set(count_key, 1, timeout=window)
             count = 1
-        if count >= settings.LOGIN_FAILURE_LIMIT:
+        if count >= limit:
             # add() so that a lock is never extended by the attempts that race in after it.
             if cache.add(_key("lock", scope, value), time.time() + window, timeout=window):
                 newly_locked.append(scope)
     return newly_locked
 
 
-def login_failures_clear(*, email: str) -> None:
-    """Forgets the failures and any lock of one email (after a successful login or a password reset)."""
-    value = email.strip().lower()
-    cache.delete_many([_key("count", EMAIL, value), _key("lock", EMAIL, value)])
+def login_failures_clear(*, email: str, ip: str | None = None) -> None:
+    """Forgets the failures and locks of one account, from every address and from ``ip`` (after a password
+    reset, or a successful login)."""
+    keys = [_key(kind, scope, value) for kind in ("count", "lock")
+            for scope, value in ((ACCOUNT, email.strip().lower()), (ACCOUNT_IP, _pair(email, ip)))]
+    cache.delete_many(keys)
+
+
+def login_succeeded(*, email: str, ip: str | None) -> None:
+    """The right password from this address: the account's failures are forgotten, and the address is one the
+    account is known at (a lock of the whole address spares it)."""
+    login_failures_clear(email=email, ip=ip)
+    if ip:
+        cache.set(_key("known", ACCOUNT_IP, _pair(email, ip)), True,
+                  timeout=int(LOGIN_KNOWN_ADDRESS.total_seconds()))
 
 
 # Account mails (password reset, verification resend) -----------------------------------------------------

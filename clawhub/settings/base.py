@@ -123,7 +123,11 @@ LOGOUT_REDIRECT_URL = "login"
 
 # Accounts
 ACCOUNTS_REQUIRE_EMAIL_VERIFICATION = env.bool("CLAWHUB_REQUIRE_EMAIL_VERIFICATION", default=False)
+# Failed logins before a lock-out (clawhub/accounts/throttle.py): of one account from one address; of one
+# account from every address; from one address over every account (sparing accounts known at the address).
 LOGIN_FAILURE_LIMIT = env.int("CLAWHUB_LOGIN_FAILURE_LIMIT", default=5)
+LOGIN_FAILURE_ACCOUNT_LIMIT = env.int("CLAWHUB_LOGIN_FAILURE_ACCOUNT_LIMIT", default=50)
+LOGIN_FAILURE_IP_LIMIT = env.int("CLAWHUB_LOGIN_FAILURE_IP_LIMIT", default=100)
 LOGIN_FAILURE_WINDOW = timedelta(seconds=env.int("CLAWHUB_LOGIN_FAILURE_WINDOW_SECONDS", default=900))
 PASSWORD_RESET_TIMEOUT = env.int("CLAWHUB_PASSWORD_RESET_TIMEOUT_SECONDS", default=3 * 24 * 3600)
 # Password-reset and verification mails: at most this many per address and per client IP in the window.

@@ -168,8 +168,8 @@ def test_login_lockout_refuses_the_right_password_and_is_audited(settings):
         user_login(request=_request(), email="l@example.com", password=PASSWORD)
     assert 0 < caught.value.retry_after <= settings.LOGIN_FAILURE_WINDOW.total_seconds()
     lockouts = AuditLog.objects.filter(action="auth.lockout")
-    assert {row.data["scope"] for row in lockouts} == {"email", "ip"}
-    assert lockouts.get(data__scope="email").subject_user == user
+    assert {row.data["scope"] for row in lockouts} == {"account_ip"}
+    assert lockouts.get(data__scope="account_ip").subject_user == user
 
 
 def test_unverified_users_cannot_log_in_when_verification_is_required(settings):
@@ -238,7 +238,7 @@ def test_password_reset_confirm_validates_the_new_password_and_the_uid():
 
 
 def test_password_reset_lifts_the_login_lock(settings):
-    settings.LOGIN_FAILURE_LIMIT = 2
+    settings.LOGIN_FAILURE_ACCOUNT_LIMIT = 2
     settings.LOGIN_FAILURE_WINDOW = timedelta(hours=1)
     user = make_user("r@example.com")
     for n in range(2):
