@@ -164,7 +164,13 @@ def adapter_activate(
     upstreams: list[serving.UpstreamTarget] | None = None,
 ) -> AdapterVersion:
     """Makes ``version`` the tenant's active version without failing a request (see the module docstring):
-    pre-load everywhere, switch in one transaction, let the old version drain, unload it later."""
+    pre-load everywhere, switch in one transaction, let the old version drain, unload it later.
+
+    A promotion (``reason="promote"``) re-checks the lineage under the tenant's lock at the switch, because
+    its gate ran for minutes on a parent read without one: a rollback or a promotion by hand made meanwhile
+    (the parent is no longer active) rejects it with its samples back in the pool, a pin made meanwhile holds
+    it; either way its pre-loads are removed and the returned version says which (state rejected, or
+    candidate with ``held_at``). A rollback is an explicit choice and is not re-checked."""
     version.refresh_from_db()
     if version.state == AdapterVersion.State.ACTIVE:
         return version  # a redelivered promotion: done already
@@ -190,30 +196,55 @@ def adapter_activate(
             .filter(tenant_id=version.tenant_id, state=AdapterVersion.State.ACTIVE)
             .first()
         )
-        if old is not None:
-            # Retire first: at most one active row per tenant, checked at each statement.
-            old.state, old.retired_at, old.drain_until, old.unloaded_at = (
-                AdapterVersion.State.RETIRED,
-                now,
-                now + grace,
-                None,
-            )
-            old.save(update_fields=["state", "retired_at", "drain_until", "unloaded_at"])
-        version.state, version.promoted_at = AdapterVersion.State.ACTIVE, now
-        version.retired_at = version.drain_until = version.unloaded_at = None
-        version.save(update_fields=["state", "promoted_at", "retired_at", "drain_until", "unloaded_at"])
-        audit_record_for_tenant(
-            actor=actor,
-            action=f"adapter.{'rolled_back' if reason == 'rollback' else 'promoted'}",
-            target=version,
-            tenant=version.tenant,
-            version=version.version,
-            previous=old.version if old else None,
-            upstreams=[up.url for up in targets],
-        )
-        if old is not None:
-            tasks.enqueue_on_commit(tasks.UNLOAD_DRAINED, countdown=grace.total_seconds() + 1)
+        refused = _promotion_refused(version=version, active=old) if reason != "rollback" else None
+        if refused is None:
+            _switch(version=version, old=old, now=now, grace=grace, actor=actor, reason=reason,
+                    upstreams=[up.url for up in targets])
+    if refused == "stale_parent":
+        # A rollback or a promotion by hand made during the gate wins; nothing switched.
+        return adapter_reject_stale_parent(version=version, active=old)
+    if refused == "pinned":
+        version = adapter_hold(version=version)
+        _unload_everywhere(version)  # not served while held; rolling forward to it loads it again
     return version
+
+
+def _promotion_refused(*, version: AdapterVersion, active: AdapterVersion | None) -> str | None:
+    """Why a candidate must not become active now, read under the tenant's lock: its parent is no longer the
+    active version ("stale_parent"), or the tenant is pinned ("pinned")."""
+    if (active.pk if active else None) != version.parent_id:
+        return "stale_parent"
+    if AdapterPin.objects.filter(tenant_id=version.tenant_id).exists():
+        return "pinned"
+    return None
+
+
+def _switch(*, version: AdapterVersion, old: AdapterVersion | None, now, grace: timedelta, actor: User | None,
+            reason: str, upstreams: list[str]) -> None:
+    """The switch itself, inside the caller's transaction with the tenant's row locked."""
+    if old is not None:
+        # Retire first: at most one active row per tenant, checked at each statement.
+        old.state, old.retired_at, old.drain_until, old.unloaded_at = (
+            AdapterVersion.State.RETIRED,
+            now,
+            now + grace,
+            None,
+        )
+        old.save(update_fields=["state", "retired_at", "drain_until", "unloaded_at"])
+    version.state, version.promoted_at = AdapterVersion.State.ACTIVE, now
+    version.retired_at = version.drain_until = version.unloaded_at = None
+    version.save(update_fields=["state", "promoted_at", "retired_at", "drain_until", "unloaded_at"])
+    audit_record_for_tenant(
+        actor=actor,
+        action=f"adapter.{'rolled_back' if reason == 'rollback' else 'promoted'}",
+        target=version,
+        tenant=version.tenant,
+        version=version.version,
+        previous=old.version if old else None,
+        upstreams=upstreams,
+    )
+    if old is not None:
+        tasks.enqueue_on_commit(tasks.UNLOAD_DRAINED, countdown=grace.total_seconds() + 1)
 
 
 def adapter_unload_drained(*, now=None, upstreams: list[serving.UpstreamTarget] | None = None) -> list[str]:
@@ -285,6 +316,9 @@ def adapter_rollback(
 def adapter_pin(*, access: TenantAccess, reason: str = "", ip: str | None = None) -> AdapterPin:
     """Pins the tenant to its active version: new candidates are evaluated but not promoted."""
     access.require_manage("pin the adapter")
+    # The tenant's lock, as at a switch: a pin is either seen by a promotion's switch (which then holds its
+    # candidate) or made after it (and pins the version that switch made active).
+    Tenant.objects.select_for_update().filter(pk=access.tenant.pk).first()
     active = AdapterVersion.objects.filter(tenant=access.tenant, state=AdapterVersion.State.ACTIVE).first()
     if active is None:
         raise Conflict("There is no active version to pin.", code="no_active_version")
@@ -337,6 +371,21 @@ def adapter_parent_is_current(*, version: AdapterVersion) -> bool:
         tenant_id=version.tenant_id, state=AdapterVersion.State.ACTIVE
     ).first()
     return (active.pk if active else None) == version.parent_id
+
+
+def adapter_reject_stale_parent(
+    *, version: AdapterVersion, active: AdapterVersion | None
+) -> AdapterVersion:
+    """The version's parent was retired while it trained or was gated (a rollback, a held candidate promoted
+    by hand): promoting it would drop the active version's feedback, so it is rejected and its samples train
+    again into the next version."""
+    parent = f"v{version.parent.version}" if version.parent else "the base model"
+    return adapter_reject_out_of_lineage(
+        version=version,
+        decision="stale_parent",
+        reason=f"its parent ({parent}) was retired while it trained or was evaluated"
+        f"{f' (v{active.version} is active)' if active else ''}; its samples went back to the pool",
+    )
 
 
 def _unload_everywhere(version: AdapterVersion) -> None:

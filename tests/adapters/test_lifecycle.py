@@ -106,7 +106,7 @@ def test_the_held_out_set_is_the_held_back_slice_of_succeeded_runs(db, sent, set
 def test_drained_versions_are_unloaded_after_the_grace_period(db, fake, sent_tasks):
     user = make_user()
     v1 = make_version(user.tenant, 1, State.ACTIVE)
-    v2 = make_version(user.tenant, 2)
+    v2 = make_version(user.tenant, 2, parent=v1)
     from clawhub.adapters import serving
 
     # v1 was loaded by a gateway before
@@ -133,7 +133,7 @@ def test_a_drained_version_a_gateway_still_has_a_request_on_waits_for_the_next_s
 
     user = make_user()
     v1 = make_version(user.tenant, 1, State.ACTIVE)
-    v2 = make_version(user.tenant, 2)
+    v2 = make_version(user.tenant, 2, parent=v1)
     serving.load_adapter(serving.configured_upstreams()[0], name=v1.upstream_name, path=v1.artifact_path)
     services.adapter_activate(version=v2)
     later = timezone.now() + timedelta(seconds=services.settings.CLAWHUB_ADAPTER_DRAIN_SECONDS + 1)
@@ -154,7 +154,7 @@ def test_a_drained_version_a_gateway_still_has_a_request_on_waits_for_the_next_s
 def test_rollback_reactivates_an_earlier_version_under_its_own_name(db, fake, sent_tasks):
     user = make_user()
     v1 = make_version(user.tenant, 1, State.ACTIVE)
-    v2 = make_version(user.tenant, 2)
+    v2 = make_version(user.tenant, 2, parent=v1)
     services.adapter_activate(version=v2)
     services.adapter_unload_drained(now=timezone.now() + timedelta(days=1))
     services.adapter_activate(version=AdapterVersion.objects.get(pk=v1.pk), reason="rollback")

@@ -158,3 +158,73 @@ def test_a_batch_that_keeps_timing_out_is_no_longer_claimed_and_says_why(db, sen
     access = tenant_access(actor=user, tenant_id=user.tenant.pk)
     manual = services.run_start(tenant=user.tenant, access=access)
     assert set(held) <= set(manual.sample_ids + manual.heldout_ids)
+
+
+def gated_candidate(user) -> tuple[AdapterVersion, AdapterVersion, TrainingRun]:
+    """v1 retired (active once), v2 active, and a run trained on v2 whose candidate v3 waits for its gate."""
+    make_version(user.tenant, 1, State.RETIRED)
+    v2 = make_version(user.tenant, 2, State.ACTIVE)
+    approved_samples(user, 4)
+    run = TrainingRun.objects.get(pk=services.runs_kick()[0])
+    v3 = finish(run)
+    assert v3.parent_id == v2.pk
+    return v2, v3, run
+
+
+def passing_gate(monkeypatch, *, meanwhile=lambda: None):
+    """The promote task's gate, passing, with `meanwhile` done by someone else while it runs."""
+    import workers.tasks.training as task
+    from clawhub.adapters.evaluation import PROMOTE, Decision
+
+    def gate(version):
+        version = adapter_services.adapter_evaluation_start(version=version)
+        meanwhile()
+        return adapter_services.adapter_record_decision(
+            version=version, decision=Decision(PROMOTE, "the preference margin rose"))
+
+    monkeypatch.setattr(task, "_gate", gate)
+
+
+def test_a_rollback_made_while_the_gate_runs_wins(db, sent, settings, monkeypatch):
+    """The promotion read its parent (v2) before a gate of minutes; an owner rolled back to v1 meanwhile (on
+    another train worker). The switch re-reads the active version under the tenant's lock: v1 stays active,
+    and v3, which continues v2, gives its samples back instead of overriding the rollback."""
+    from workers.tasks.training import promote
+
+    settings.CLAWHUB_UPSTREAMS = []
+    user = make_user()
+    v2, v3, run = gated_candidate(user)
+    v1 = AdapterVersion.objects.get(tenant=user.tenant, version=1)
+    passing_gate(monkeypatch, meanwhile=lambda: adapter_services.adapter_activate(
+        version=AdapterVersion.objects.get(pk=v1.pk), actor=user, reason="rollback"))
+    assert promote.apply(args=[v3.pk]).get()["outcome"] == "requeued"
+    states = dict(AdapterVersion.objects.filter(tenant=user.tenant).values_list("version", "state"))
+    assert states == {1: State.ACTIVE, 2: State.RETIRED, 3: State.REJECTED}
+    v3.refresh_from_db()
+    assert v3.decision == "stale_parent" and "(v1 is active)" in v3.decision_reason
+    standing = assert_nothing_lost(user.tenant)
+    assert list(standing.values()).count("waiting: the next batch") == len(run.sample_ids) == 3
+
+
+def test_a_pin_made_while_the_candidate_is_being_switched_in_wins(db, sent, settings, monkeypatch):
+    """The pin lands after the promote task looked for one, while it pre-loads the candidate on the upstreams
+    (seconds on a real vLLM): the switch sees it under the tenant's lock and holds the candidate; its
+    pre-load is removed."""
+    from clawhub.adapters import serving
+    from clawhub.gateway.models import LoadedAdapter
+    from clawhub.tenants.access import tenant_access
+    from workers.tasks.training import promote
+
+    settings.CLAWHUB_UPSTREAMS = []
+    user = make_user()
+    v2, v3, _ = gated_candidate(user)
+    passing_gate(monkeypatch)
+    up = serving.UpstreamTarget(url="http://upstream.invalid", base_model="tiny")
+    monkeypatch.setattr(serving, "healthy_upstreams", lambda upstreams=None: [up])
+    monkeypatch.setattr(serving, "load_adapter", lambda *a, **k: adapter_services.adapter_pin(
+        access=tenant_access(actor=user, tenant_id=user.tenant.pk), reason="hold on"))
+    assert promote.apply(args=[v3.pk]).get()["outcome"] == "held"
+    v2.refresh_from_db()
+    v3.refresh_from_db()
+    assert v2.state == State.ACTIVE and v3.state == State.CANDIDATE and v3.held_at is not None
+    assert not LoadedAdapter.objects.filter(adapter_name=v3.upstream_name).exists()

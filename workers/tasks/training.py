@@ -511,24 +511,21 @@ def promote(self, version_id: int, rollback: bool = False, actor_id: int | None 
 
 def _promote_candidate(version: AdapterVersion) -> str:
     if not adapter_services.adapter_parent_is_current(version=version):
-        # The parent was retired while this version trained (a rollback, a held candidate promoted by
-        # hand): promoting it would drop the active version's feedback; its samples train again instead.
+        # The parent was retired while this version trained: no gate to run (checked again at the switch).
         active = active_adapter_for_tenant(tenant_id=version.tenant_id)
-        parent = f"v{version.parent.version}" if version.parent else "the base model"
-        adapter_services.adapter_reject_out_of_lineage(
-            version=version,
-            decision="stale_parent",
-            reason=f"its parent ({parent}) was retired while it trained"
-            f"{f' (v{active.version} is active)' if active else ''}; its samples went back to the pool",
-        )
+        adapter_services.adapter_reject_stale_parent(version=version, active=active)
         return "requeued"
     if not _gate(version):
         return "rejected"
     if adapter_is_pinned(tenant_id=version.tenant_id):
         adapter_services.adapter_hold(version=version)
         return "held"
-    adapter_services.adapter_activate(version=version)
-    return "active"
+    # The parent and the pin are read again under the tenant's lock at the switch: a rollback or a pin made
+    # while the gate ran wins.
+    version = adapter_services.adapter_activate(version=version)
+    if version.state == AdapterVersion.State.REJECTED:
+        return "requeued"
+    return "active" if version.state == AdapterVersion.State.ACTIVE else "held"
 
 
 def _gate(version: AdapterVersion) -> bool:
