@@ -276,7 +276,9 @@ def bench_identities(tenants: int) -> tuple[list[str], str]:
     for i in range(tenants):
         email = f"bench-gateway-{i}@clawhub.invalid"
         user = User.objects.filter(email=email).first() or user_create(email=email, password=None)
-        _, secret = key_create(owner=user, name=f"bench {stamp}")
+        # No limits: the benchmark measures the gateway, not a new key's default quota.
+        _, secret = key_create(owner=user, name=f"bench {stamp}", rpm_limit=None, tpm_limit=None,
+                               concurrency_limit=None)
         AdapterVersion.objects.get_or_create(tenant=user.tenant, version=1, defaults={
             "state": AdapterVersion.State.ACTIVE, "artifact_path": f"/srv/adapters/bench/{i}/v1"})
         secrets.append(secret)

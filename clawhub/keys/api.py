@@ -95,7 +95,8 @@ class _LimitsInput(serializers.Serializer):
 
 
 class KeyListCreateApi(APIView):
-    """GET lists the caller's keys; POST creates one (the two share the collection URL)."""
+    """GET lists the caller's keys; POST creates one (the two share the collection URL). A limit left out of
+    a new key is the site's default for new keys; null is no limit."""
 
     class InputSerializer(_LimitsInput):
         name = serializers.CharField(max_length=100)

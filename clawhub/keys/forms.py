@@ -1,6 +1,7 @@
 """Forms for the key pages. They only parse input; the rules (roles, model ids, limits) are the services'."""
 
 from django import forms
+from django.conf import settings
 
 from clawhub.keys.models import ApiKey
 from clawhub.keys.scopes import MANAGEMENT_SCOPES, SCOPE_DESCRIPTIONS, Scope
@@ -38,6 +39,11 @@ class KeyCreateForm(_KeySettingsForm):
 
     def __init__(self, *args, groups, **kwargs):
         super().__init__(*args, **kwargs)
+        # The site's default limits, shown filled in: clearing one is asking for no limit.
+        for name, default in (("rpm_limit", settings.KEY_DEFAULT_RPM_LIMIT),
+                              ("tpm_limit", settings.KEY_DEFAULT_TPM_LIMIT),
+                              ("concurrency_limit", settings.KEY_DEFAULT_CONCURRENCY_LIMIT)):
+            self.fields[name].initial = default
         self.fields["group"].choices = [("", "Personal (my own adapter)")] + [(g.slug, g.name)
                                                                                for g in groups]
         # Every id any of these tenants offers; the service checks that the chosen ones fit the chosen tenant.

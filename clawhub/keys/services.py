@@ -104,16 +104,22 @@ def key_create(
     scopes: list[str] | None = None,
     via_scopes: list[str] | None = None,
     allowed_models: list[str] | None = None,
-    rpm_limit: int | None = None,
-    tpm_limit: int | None = None,
-    concurrency_limit: int | None = None,
+    rpm_limit: int | None = UNSET,
+    tpm_limit: int | None = UNSET,
+    concurrency_limit: int | None = UNSET,
     expires_at: datetime | None = None,
     ip: str | None = None,
 ) -> tuple[ApiKey, str]:
     """Creates a key and returns it with its clear secret, which is never stored and never shown again.
 
     ``scopes`` defaults to inference only; ``via_scopes`` are the scopes of the API key that asked, if any.
+    A limit not given is the site's default for new keys (``KEY_DEFAULT_*_LIMIT``); None is no limit.
     """
+    rpm_limit, tpm_limit, concurrency_limit = (
+        default if value is UNSET else value
+        for value, default in ((rpm_limit, settings.KEY_DEFAULT_RPM_LIMIT),
+                               (tpm_limit, settings.KEY_DEFAULT_TPM_LIMIT),
+                               (concurrency_limit, settings.KEY_DEFAULT_CONCURRENCY_LIMIT)))
     name = (name or "").strip()
     if not name:
         raise ValidationFailed("A key needs a name.", field="name")

@@ -144,6 +144,11 @@ if env.str("EMAIL_URL", default=""):
 
 # Keys and groups
 KEY_ROTATION_GRACE = timedelta(seconds=env.int("CLAWHUB_KEY_ROTATION_GRACE_SECONDS", default=24 * 3600))
+# The /v1 limits a new key gets when its creator names none (the key page fills them in; its owner may change
+# them, or clear one for no limit); 0 = none.
+KEY_DEFAULT_RPM_LIMIT = env.int("CLAWHUB_KEY_DEFAULT_RPM_LIMIT", default=120) or None
+KEY_DEFAULT_TPM_LIMIT = env.int("CLAWHUB_KEY_DEFAULT_TPM_LIMIT", default=0) or None
+KEY_DEFAULT_CONCURRENCY_LIMIT = env.int("CLAWHUB_KEY_DEFAULT_CONCURRENCY_LIMIT", default=8) or None
 INVITATION_TTL = timedelta(seconds=env.int("CLAWHUB_INVITATION_TTL_SECONDS", default=7 * 24 * 3600))
 
 # Models offered to clients. The OpenClaw config shows the served model's context (vLLM's max_model_len) and

@@ -34,3 +34,5 @@ CAPTURE_SPOOL_DIR = os.path.join(tempfile.gettempdir(), f"clawhub-test-capture-{
 # within seconds. tests/security/test_training_limits.py turns it on.
 CLAWHUB_TRAIN_BUDGET_GPU_SECONDS_PER_DAY = 0
 CLAWHUB_TRAIN_BUDGET_RUNS_PER_HOUR = 0
+# New keys get no default /v1 limits here: tests send many requests through one key. tests/keys turns them on.
+KEY_DEFAULT_RPM_LIMIT = KEY_DEFAULT_TPM_LIMIT = KEY_DEFAULT_CONCURRENCY_LIMIT = None

@@ -1,3 +1,4 @@
+import re
 from datetime import timedelta
 
 import pytest
@@ -224,3 +225,21 @@ def test_group_key_list_for_admins_shows_owner_and_only_group_keys(api_client):
     body = api_client.get("/api/groups/crew/keys/").json()
     assert [(k["id"], k["owner"], k["group"]) for k in body] == [(bound.pk, "m@example.com", "crew")]
     assert secret not in str(body)
+
+
+def test_a_new_key_gets_the_sites_default_limits_unless_its_creator_names_them(api_client, web_client,
+                                                                               settings):
+    """Finding N14: new keys had no /v1 quota. Left out, a limit is the site's default; null is none."""
+    settings.KEY_DEFAULT_RPM_LIMIT, settings.KEY_DEFAULT_TPM_LIMIT = 120, None
+    settings.KEY_DEFAULT_CONCURRENCY_LIMIT = 8
+    user = make_user()
+    login(api_client, user)
+    defaulted = create(api_client)["key"]
+    assert (defaulted["rpm_limit"], defaulted["tpm_limit"], defaulted["concurrency_limit"]) == (120, None, 8)
+    chosen = create(api_client, rpm_limit=30, concurrency_limit=None)["key"]
+    assert (chosen["rpm_limit"], chosen["concurrency_limit"]) == (30, None)
+    # The key page shows the defaults filled in.
+    login(web_client, user)
+    page = web_client.get("/keys/").content.decode()
+    assert re.search(r'name="rpm_limit" value="120"', page)
+    assert re.search(r'name="concurrency_limit" value="8"', page)
