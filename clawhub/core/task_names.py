@@ -18,6 +18,7 @@ DEFAULT_QUEUE = "default"
 QUEUES = (JUDGE_QUEUE, TRAIN_QUEUE, HOUSEKEEPING_QUEUE, DEFAULT_QUEUE)
 
 JUDGE_TURN = "clawhub.judge.turn"
+JUDGE_TURNS = "clawhub.judge.turns"
 JUDGE_SWEEP = "clawhub.judge.sweep"
 CLOSE_IDLE = "clawhub.conversations.close_idle"
 TRAIN_RUN = "clawhub.train.run"
@@ -31,6 +32,7 @@ ACCOUNT_MAIL = "clawhub.accounts.mail"
 
 TASK_QUEUES: dict[str, str] = {
     JUDGE_TURN: JUDGE_QUEUE,
+    JUDGE_TURNS: JUDGE_QUEUE,
     JUDGE_SWEEP: JUDGE_QUEUE,
     CLOSE_IDLE: JUDGE_QUEUE,
     TRAIN_RUN: TRAIN_QUEUE,

@@ -19,6 +19,7 @@ from clawhub.core.task_names import (  # re-exported: senders write tasks.JUDGE_
     JUDGE_QUEUE,
     JUDGE_SWEEP,
     JUDGE_TURN,
+    JUDGE_TURNS,
     PROMOTE,
     PROMOTION_SWEEP,
     QUEUES,
@@ -32,7 +33,7 @@ from clawhub.core.task_names import (  # re-exported: senders write tasks.JUDGE_
 
 __all__ = [
     "enqueue", "enqueue_on_commit", "JUDGE_QUEUE", "TRAIN_QUEUE", "HOUSEKEEPING_QUEUE", "DEFAULT_QUEUE",
-    "QUEUES", "JUDGE_TURN", "JUDGE_SWEEP", "CLOSE_IDLE", "TRAIN_RUN", "PROMOTE", "TRAIN_KICK",
+    "QUEUES", "JUDGE_TURN", "JUDGE_TURNS", "JUDGE_SWEEP", "CLOSE_IDLE", "TRAIN_RUN", "PROMOTE", "TRAIN_KICK",
     "PROMOTION_SWEEP", "UNLOAD_DRAINED", "RETENTION_PURGE", "HEALTH_PING", "TASK_QUEUES",
 ]
 

@@ -1,9 +1,10 @@
 """Judging tasks: score a main turn by its next state, and close idle sessions (which hands their last turns
 to judging). The bridge between ``clawhub`` (rows) and ``workers.judge`` (plain data).
 
-``judge_turn`` is enqueued on commit by ``clawhub.conversations.hooks`` with a turn id. It is idempotent: a
-turn with a successful judgment is left alone, so a redelivered task (``acks_late``: a worker lost mid-task
-leaves the message to be delivered again) costs one read.
+``judge_turn`` is enqueued on commit by ``clawhub.conversations.hooks`` with a turn id (several turns ready at
+once come as one ``judge_turns`` message that a judge worker fans out). It is idempotent: a turn with a
+successful judgment is left alone, so a redelivered task (``acks_late``: a worker lost mid-task leaves the
+message to be delivered again) costs one read.
 """
 
 import logging
@@ -97,6 +98,18 @@ def _failed(turn: Turn, judge: Judge, exc: Exception, attempts: int) -> dict[str
     judgment = judgment_store_failure(turn=turn, judge=judge.name, prompt_version=judge.prompt_version,
                                       error=str(exc), attempts=attempts)
     return {"turn": turn.pk, "outcome": "failed", "judgment": judgment.pk}
+
+
+@app.task(name=tasks.JUDGE_TURNS, queue=JUDGE_QUEUE, acks_late=True, reject_on_worker_lost=True,
+          ignore_result=True)
+def judge_turns(*turn_ids: int) -> int:
+    """One judge_turn task per id, sent here rather than by the capture consumer (which sends this one message
+    per batch), through one producer. A redelivered fan-out sends some again, which judge_turn's idempotence
+    absorbs; a lost one is re-driven by sweep_unjudged. Returns how many it sent."""
+    with app.producer_or_acquire() as producer:
+        for turn_id in turn_ids:
+            judge_turn.apply_async(args=[turn_id], queue=JUDGE_QUEUE, producer=producer)
+    return len(turn_ids)
 
 
 def _hand_to_review(judgment_id: int) -> None:
