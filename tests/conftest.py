@@ -16,6 +16,42 @@ pytest_plugins = ["tests.vllm_server"]
 # (which deselects the markers) never starts vLLM, a browser or the embedded stack by accident.
 MARKER_OF_FIXTURE = {"vllm_server": "vllm", "real_vllm_server": "vllm", "shared_stack": "embedded",
                      "chromium": "browser"}
+# A test that starts real Celery worker processes is slow too (each imports Django and, for training, torch).
+MARKER_OF_MARKER = {"worker": "slow"}
+# The other tests `./dev test --fast` leaves out, each with what makes it slow: about 5 s or more on a quiet
+# two-core machine (5-130 s each in a two-worker run). Each still runs in `./dev test`. A module path covers
+# all of its tests; a node id covers one test (all of its parameters).
+SLOW = {
+    "tests/api/test_schemathesis.py": "thousands of generated requests",
+    "tests/gateway/test_durability.py": "gunicorn, the consumer and throwaway PostgreSQL/Redis under load",
+    "tests/trainer/test_training.py": "30 training steps per method",
+    "tests/trainer/test_bench.py": "the benchmark and GPU-check commands, end to end",
+    "tests/trainer/test_resident.py": "loads and trains the model several times",
+    "tests/trainer/test_multitenant.py": "trains three tenants together and each alone",
+    "tests/remote/test_django_path.py": "whole remote runs against a served fake API",
+    "tests/model/test_tiny_model.py::test_build_tiny_model_command_writes_a_loadable_model": "builds a model",
+    "tests/model/test_tiny_model.py::test_the_committed_model_reads_the_corpus_hints": "scores the corpus",
+    "tests/gateway/test_fuzz_bodies.py::test_random_bodies_get_a_success_or_an_openai_4xx": "fuzzing",
+    "tests/gateway/test_imports.py": "fresh interpreters importing the product",
+    "tests/gateway/test_traffic.py::test_a_crashed_workers_lease_frees_within_its_lease_period":
+        "a lease period",
+    "tests/gateway/test_traffic.py::test_a_running_request_keeps_its_lease_past_the_lease_period":
+        "a lease period",
+    "tests/conversations/test_capture_sqlite.py": "a migrated SQLite database in a subprocess",
+    "tests/conversations/test_gateway_linking.py::test_out_of_order_commits_from_two_gateway_processes":
+        "two gateway processes",
+    "tests/accounts/test_production_settings.py::"
+    "test_production_requires_verified_addresses_by_default_and_can_be_told_not_to": "subprocesses",
+    "tests/deploy/test_production_server.py": "the production server in a subprocess",
+    "tests/security/test_shipped_secrets.py::test_production_starts_with_real_secrets": "the server",
+    "tests/test_settings.py::test_check_deploy_passes_apart_from_the_https_items_set_at_the_proxy":
+        "subprocess",
+    "tests/test_settings.py::test_embedded_default_uses_sqlite_and_a_serverless_broker": "a subprocess",
+    "tests/api/test_cross_tenant.py::test_a_second_users_requests_for_the_first_users_objects_are_refused":
+        "every object route, twice",
+    "tests/personas/test_driver.py::"
+    "test_one_method_drives_signup_review_training_and_measurement_through_the_api": "a whole persona run",
+}
 # Under pytest-xdist the tests that share one expensive server run on one worker, so each server starts once
 # per run: the real model's vLLM, the tiny model's (tenant adapter names are per database, and each worker has
 # its own), and the embedded `./dev run` stack (its last test stops it). Separate groups, so that two of
@@ -30,6 +66,11 @@ def pytest_collection_modifyitems(config, items):
         for fixture, marker in MARKER_OF_FIXTURE.items():
             if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
+        for given, marker in MARKER_OF_MARKER.items():
+            if item.get_closest_marker(given) and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+        if _listed_slow(item.nodeid) and item.get_closest_marker("slow") is None:
+            item.add_marker("slow")
         group = next((g for f, g in GROUP_OF_FIXTURE.items() if f in item.fixturenames), None)
         if group is None:
             group = next((g for m, g in GROUP_OF_MARKER.items() if item.get_closest_marker(m)), None)
@@ -37,6 +78,11 @@ def pytest_collection_modifyitems(config, items):
             group = item.module.__name__  # its module's fixtures are set up once, on one worker
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _listed_slow(nodeid: str) -> bool:
+    path, _, rest = nodeid.partition("::")
+    return path in SLOW or f"{path}::{rest.split('[')[0]}" in SLOW
 
 
 def _uses_shared_fixture(item) -> bool:

@@ -10,10 +10,6 @@ TINY_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tiny-qwen2"
 CHATS = Path(__file__).resolve().parents[2] / "workers" / "trainer" / "corpus" / "chats.jsonl"
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: CPU-heavy trainer test (a real training run, under a minute)")
-
-
 @pytest.fixture(autouse=True)
 def _one_thread():
     # Two cores are shared by everyone; for a model this small a second thread buys little and, on a busy
