@@ -2,7 +2,9 @@
 $CLAWHUB_TEST_STEP_DELAY seconds, so that the test can kill the worker between two checkpoints however fast
 the machine is; with $CLAWHUB_TEST_DIE_AFTER_SUCCEED the worker process dies right after a run is marked
 succeeded, before the promotion is sent; with $CLAWHUB_TEST_FAIL_FIRST_RUN the first run this worker process
-trains raises after its first optimizer step (its adapter attached, its optimizer holding state).
+trains raises after its first optimizer step (its adapter attached, its optimizer holding state); with
+$CLAWHUB_TEST_GATE_RELEASE (a file path) the promote task's gate takes the candidate, waits until that file
+exists, and passes it (no scoring: the switch after the gate is what such a test is about).
 `celery -A tests.training.slow_worker worker …`"""
 
 import os
@@ -72,3 +74,26 @@ def _fail_first_run(**_):
 
     fail_once.failing = True
     services.run_record_step = fail_once
+
+
+@task_prerun.connect
+def _gate_until_released(**_):
+    import workers.tasks.training as task
+
+    release = os.environ.get("CLAWHUB_TEST_GATE_RELEASE")
+    if not release or getattr(task._gate, "held", False):
+        return
+
+    def gate(version):
+        from clawhub.adapters import services
+        from clawhub.adapters.evaluation import PROMOTE, Decision
+
+        version = services.adapter_evaluation_start(version=version)  # the test sees "evaluating"
+        deadline = time.monotonic() + 120
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return services.adapter_record_decision(
+            version=version, decision=Decision(PROMOTE, "the preference margin rose (test gate)"))
+
+    gate.held = True
+    task._gate = gate

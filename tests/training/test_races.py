@@ -266,3 +266,39 @@ def test_a_batch_that_keeps_timing_out_stops_being_claimed_and_waits_with_a_reas
     assert "lost" not in standing.values()
     assert {standing[s.pk] for s in claimed} >= {f"waiting: {why}" for why in held.values()}
     assert not AdapterVersion.objects.filter(tenant=user.tenant).exists()
+
+
+def test_a_rollback_made_on_another_worker_while_the_gate_runs_wins(tmp_path, settings):
+    """Two real train workers. Worker A takes v3's promotion and sits in its gate (a test gate that waits to
+    be released); meanwhile the owner rolls back to v1, which worker B carries out. When A's gate passes, its
+    switch re-reads the lineage under the tenant's lock: v1 stays active and v3, which continues v2, is
+    rejected (before the fix, A activated v3 and silently overrode the rollback). About 40 s, most of it the
+    two workers importing torch."""
+    from clawhub.tenants.access import tenant_access
+    from tests.adapters.conftest import make_version
+
+    user = make_user()
+    v1 = make_version(user.tenant, 1, State.RETIRED)
+    v2 = make_version(user.tenant, 2, State.ACTIVE, parent=v1)
+    v3 = make_version(user.tenant, 3, parent=v2)
+    release = tmp_path / "release-gate"
+    env = worker_env(CLAWHUB_TEST_GATE_RELEASE=str(release))
+    workers = [start_worker(tmp_path / name, **env) for name in ("a", "b")]
+    try:
+        from workers.celery import app
+
+        app.send_task("clawhub.train.promote", args=[v3.pk])
+        wait_for(lambda: AdapterVersion.objects.get(pk=v3.pk).state == State.EVALUATING, 120, "no gate")
+        adapter_services.adapter_rollback(access=tenant_access(actor=user, tenant_id=user.tenant.pk),
+                                          version=v1)
+        wait_for(lambda: AdapterVersion.objects.get(pk=v1.pk).state == State.ACTIVE, 60, "no rollback")
+        release.touch()
+        wait_for(lambda: AdapterVersion.objects.get(pk=v3.pk).state not in (State.EVALUATING,), 60,
+                 "the gate did not end")
+    finally:
+        for worker in workers:
+            stop(worker)
+    states = dict(AdapterVersion.objects.filter(tenant=user.tenant).values_list("version", "state"))
+    assert states == {1: State.ACTIVE, 2: State.RETIRED, 3: State.REJECTED}, states
+    v3.refresh_from_db()
+    assert v3.decision == "stale_parent" and "(v1 is active)" in v3.decision_reason
