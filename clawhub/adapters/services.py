@@ -108,7 +108,12 @@ def adapter_evaluation_start(*, version: AdapterVersion) -> AdapterVersion:
 
 def adapter_record_decision(*, version: AdapterVersion, decision: evaluation.Decision) -> bool:
     """Stores the gate's decision, its reason and its numbers on the version (its page shows them); a
-    rejected candidate is done. Returns whether it passed."""
+    rejected candidate is done, and the samples it trained go back to the pool once
+    (training.services.run_samples_requeue_once: the reason says how many, and why any stay out). Returns
+    whether it passed."""
+    from clawhub.training.models import TrainingRun
+    from clawhub.training.services import run_samples_requeue_once
+
     version.refresh_from_db()
     margin = decision.numbers.get("margin") or {}
     version.eval_score = margin.get("delta")
@@ -123,11 +128,17 @@ def adapter_record_decision(*, version: AdapterVersion, decision: evaluation.Dec
             "at": timezone.now().isoformat(),
         },
     }
-    if not decision.passed:
-        version.state = AdapterVersion.State.REJECTED
-    version.save(
-        update_fields=["eval_score", "baseline_score", "decision", "decision_reason", "metrics", "state"]
-    )
+    with transaction.atomic():
+        if not decision.passed:
+            version.state = AdapterVersion.State.REJECTED
+        version.save(
+            update_fields=["eval_score", "baseline_score", "decision", "decision_reason", "metrics", "state"]
+        )
+        run = TrainingRun.objects.filter(adapter_version=version).first()
+        if not decision.passed and run is not None:
+            requeued, kept = run_samples_requeue_once(run=run)
+            version.decision_reason += _requeue_note(requeued, kept)
+            version.save(update_fields=["decision_reason"])
     audit_record_for_tenant(
         actor=None,
         action="adapter.evaluated",
@@ -138,6 +149,14 @@ def adapter_record_decision(*, version: AdapterVersion, decision: evaluation.Dec
         reason=decision.reason[:300],
     )
     return decision.passed
+
+
+def _requeue_note(requeued: int, kept: int) -> str:
+    note = f"; its {requeued} trained samples went back to the pool, to train once more" if requeued else ""
+    if kept:
+        note += (f"; {kept} samples stay out: they were in a batch the gate rejected before, and are retried "
+                 "only once")
+    return note
 
 
 def adapter_hold(*, version: AdapterVersion) -> AdapterVersion:

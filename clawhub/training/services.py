@@ -343,6 +343,31 @@ def run_samples_requeue(*, run: TrainingRun, reason: str) -> int:
     return requeued
 
 
+def run_samples_requeue_once(*, run: TrainingRun) -> tuple[int, int]:
+    """The gate rejected the run's version: the samples it trained go back to the pool once, so that a batch
+    rejected by chance (a neutral update's interval can fall below 0) still trains; a sample that was in a
+    batch the gate rejected before stays out (its feedback may be what the gate keeps rejecting), and so do
+    the samples the trainer dropped. Returns (requeued, kept out)."""
+    rejected_before: set[int] = set()
+    for ids in (
+        TrainingRun.objects.filter(tenant_id=run.tenant_id, adapter_version__decision="reject",
+                                   adapter_version__state=AdapterVersion.State.REJECTED)
+        .exclude(pk=run.pk)
+        .values_list("sample_ids", flat=True)
+    ):
+        rejected_before.update(ids or [])
+    dropped = {str(d.get("sample_id")) for d in run.dropped or []}
+    trained = [pk for pk in run.sample_ids if str(pk) not in dropped]
+    again = [pk for pk in trained if pk not in rejected_before]
+    requeued = run.samples.filter(pk__in=again).update(training_run_id=None, trained_at=None)
+    kept = len(trained) - len(again)
+    _audit(
+        actor=None, action="training.samples_requeued", target=run, tenant=run.tenant,
+        reason="rejected by the promotion gate", samples=requeued, kept_out=kept,
+    )
+    return requeued, kept
+
+
 def run_record_step(*, run_id: int, metrics: dict[str, Any]) -> str:
     """Stores one optimizer step's metrics (replacing a step recorded before a crash) and returns the run's
     state, so the task can stop when the run was cancelled."""

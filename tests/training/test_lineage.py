@@ -228,3 +228,36 @@ def test_a_pin_made_while_the_candidate_is_being_switched_in_wins(db, sent, sett
     v3.refresh_from_db()
     assert v2.state == State.ACTIVE and v3.state == State.CANDIDATE and v3.held_at is not None
     assert not LoadedAdapter.objects.filter(adapter_name=v3.upstream_name).exists()
+
+
+def test_a_batch_the_gate_rejected_goes_back_to_the_pool_once(db, sent):
+    """A neutral update's interval can fall below 0 by chance, so the samples of a rejected batch train once
+    more; rejected a second time, they stay out, and the version's reason (which the samples' standing
+    shows) says why."""
+    from clawhub.adapters.evaluation import REJECT, Decision
+
+    def reject(version):
+        adapter_services.adapter_evaluation_start(version=version)
+        assert not adapter_services.adapter_record_decision(
+            version=version, decision=Decision(REJECT, "the preference margin fell"))
+        version.refresh_from_db()
+        return version
+
+    user = make_user()
+    approved_samples(user, 4)
+    first = TrainingRun.objects.get(pk=services.runs_kick()[0])
+    v1 = reject(finish(first))
+    assert v1.decision_reason == ("the preference margin fell; its 3 trained samples went back to the pool, "
+                                  "to train once more")
+    standing = assert_nothing_lost(user.tenant)
+    assert [standing[pk] for pk in first.sample_ids] == ["waiting: the next batch"] * 3
+
+    approved_samples(user, 1)  # the batch is full again: the three and a new one (held out: 4th session)
+    second = TrainingRun.objects.get(pk=services.runs_kick()[0])
+    assert sorted(second.sample_ids) == sorted(first.sample_ids)
+    v2 = reject(finish(second))
+    assert v2.decision_reason.endswith("3 samples stay out: they were in a batch the gate rejected before, "
+                                       "and are retried only once")
+    standing = assert_nothing_lost(user.tenant)
+    assert [standing[pk] for pk in second.sample_ids] == [f"rejected: v2: {v2.decision_reason}"] * 3
+    assert services.runs_kick() == []  # nothing is claimed again
