@@ -9,6 +9,7 @@ from clawhub.adapters.evaluation import PROMOTE, REJECT, decide
 from clawhub.adapters.models import AdapterVersion
 from tests.adapters.conftest import make_version
 from tests.factories import make_user
+from workers.trainer.backend import TrainConfig
 
 RULE = {"min_samples": 6, "confidence": 0.9, "resamples": 500}
 # Three liked and three disliked held-out turns; every candidate below gains 0.2 nats/token on the liked ones:
@@ -71,8 +72,8 @@ def test_the_promote_task_checks_the_candidate_against_the_base_model(db, monkey
         def to_dict(self):
             return self.numbers
 
-    def score_versions(*, adapters, fixed_only=(), **_):
-        asked.update(adapters=adapters, fixed_only=fixed_only)
+    def score_versions(*, adapters, fixed_only=(), max_seq_len, **_):
+        asked.update(adapters=adapters, fixed_only=fixed_only, max_seq_len=max_seq_len)
         return {name: Scores(by_path[path]) for name, path in adapters.items()}
 
     # The measuring module, replaced (importing it would import torch): the rule and the wiring are tested.
@@ -84,7 +85,7 @@ def test_the_promote_task_checks_the_candidate_against_the_base_model(db, monkey
         type("Held", (), {"sample_id": k, "reward": r}) for k, r in REWARDS.items()])
     assert task._gate(v3) is False
     assert asked == {"adapters": {"candidate": v3.artifact_path, "parent": v2.artifact_path, "base": None},
-                     "fixed_only": ("base",)}
+                     "fixed_only": ("base",), "max_seq_len": TrainConfig().max_seq_len}  # training's: 32,768
     v3.refresh_from_db()
     assert v3.state == AdapterVersion.State.REJECTED
     assert "against the base model: drift compounded" in v3.decision_reason

@@ -546,7 +546,8 @@ def _gate(version: AdapterVersion) -> bool:
         base_model=run.base_model if run else settings.CLAWHUB_TRAIN_BASE_MODEL,
         adapters=adapters,
         samples=samples,
-        max_seq_len=int((run.config if run else {}).get("max_seq_len") or 2048),
+        # The prompts as training saw them (it truncates at its max_seq_len, 32,768 tokens by default).
+        max_seq_len=TrainConfig.from_dict(run.config if run else {}).max_seq_len,
         fixed_only=("base",),
     )
     decision = decide(
