@@ -81,13 +81,46 @@ def test_the_multi_tenant_mode_prints_the_three_paths_and_their_ratios():
         bench.parse_tenants("1,x")
 
 
-def test_the_gpu_check_script_runs_its_code_paths_on_cpu(capsys):
+def test_the_gpu_check_script_runs_its_code_paths_on_cpu(capsys, monkeypatch, tmp_path):
     """The GPU check (workers/trainer/gpu_check.py) with a tiny Qwen3 on CPU, so that the script run once on
-    a GPU machine does not fail on a code path; its figures are not asserted."""
+    a GPU machine does not fail on a code path: versions first, its FLOP convention named, every part, and no
+    temporary file left behind; with no budget left, every part is skipped and says so."""
+    import tempfile
+
     from workers.trainer import gpu_check
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the check's temporary files go
     gpu_check.main(["--smoke"])
-    lines = capsys.readouterr().out.splitlines()
-    parts = [json.loads(line)["part"] for line in lines if line.startswith("{")]
-    assert parts == ["packed_update", "packed_update", "base_load_from_disk", "tenants_resident_sequential",
-                     "tenants_reloaded", "tenants_multi_tenant_pass"]
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["part"] for r in rows] == [
+        "versions", "flop_convention", "packed_update", "packed_update", "base_load_from_disk",
+        "tenants_resident_sequential", "tenants_reloaded", "tenants_multi_tenant_pass"]
+    assert {"torch", "transformers", "peft", "device"} <= set(rows[0])
+    assert "2x forward" in rows[1]["convention"] and "6N" in rows[1]["convention"]
+    packed = [r for r in rows if r["part"] == "packed_update"]
+    assert all(r["seconds_per_step"] > 0 and r["lora_tflops_per_step"] > 0 for r in packed), packed
+    assert all(r["pack_row_tokens"] == 64 for r in packed)  # one sample per row: no uncounted attention
+    assert list(tmp_path.iterdir()) == []
+
+    gpu_check.main(["--smoke", "--budget-s", "0"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(r["part"], "skipped" in r) for r in rows] == [
+        ("versions", False), ("flop_convention", False), ("packed_update", True), ("packed_update", True),
+        ("tenants", True)]
+
+
+def test_the_gpu_checks_lora_flops_count_the_frozen_base_at_twice_its_forward():
+    """Forward + activation gradients for the matmuls (the frozen base needs no weight gradients), attention
+    at 3x its causal forward; the 6N figure is 6 x parameters x tokens."""
+    from workers.trainer.bench import matmul_params, qwen3_4b_loader
+    from workers.trainer.gpu_check import SMOKE_SHAPE, lora_step_flops
+
+    model, _ = qwen3_4b_loader(bench.TINY_MODEL_DIR, **SMOKE_SHAPE)(str(bench.TINY_MODEL_DIR), torch.float32,
+                                                                           torch.device("cpu"))
+    layers, head, attn = matmul_params(model)
+    flops = lora_step_flops(model, [(30, 10), (20, 20)])
+    forward_matmuls = 2 * layers * 80 + 2 * head * 30
+    forward_attention = 2 * (40 * 40 + 40 * 40) * attn
+    assert flops["lora"] == 2 * forward_matmuls + 3 * forward_attention
+    assert flops["lora_attention"] == 3 * forward_attention
+    assert flops["6n"] == 6 * (layers + head) * 80

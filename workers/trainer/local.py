@@ -799,6 +799,8 @@ class LocalBackend(TrainingBackend):
         self.optimizer.zero_grad(set_to_none=True)
         self.state["step"] += 1
         rewards = [self.prepared[_key(s.sample_id)]["reward"] for s in samples]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the step's kernels are queued: its time is when they end
         return StepMetrics(
             step=self.state["step"],
             loss=totals.loss,
