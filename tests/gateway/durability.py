@@ -147,6 +147,9 @@ def app_env(pg: ThrowawayPostgres, rds: ThrowawayRedis, upstream_url: str, spool
         "METRICS_TOKEN": METRICS_TOKEN,
         "METRICS_ALLOWED_NETS": "",
         "CLAWHUB_LOG_LEVEL": "WARNING",
+        # The paced load sends every request through two keys: no site default limits on new keys here.
+        "CLAWHUB_KEY_DEFAULT_RPM_LIMIT": "0",
+        "CLAWHUB_KEY_DEFAULT_CONCURRENCY_LIMIT": "0",
     }
 
 
