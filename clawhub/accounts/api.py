@@ -7,7 +7,6 @@ from django.middleware.csrf import get_token
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import ensure_csrf_cookie
 from drf_spectacular.utils import (
-    OpenApiParameter,
     OpenApiResponse,
     extend_schema,
     extend_schema_field,
@@ -15,13 +14,13 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clawhub.accounts import selectors, services
-from clawhub.core.api import client_ip, openapi_error
+from clawhub.core.api import PAGE_PARAMETERS, Pagination, client_ip, openapi_error
+from clawhub.core.exceptions import ValidationFailed
 
 _RESET_SENT = "If an account exists for this address, we sent it a link to reset the password."
 _VERIFICATION_SENT = "If this address has an account that still needs confirming, we sent it a new link."
@@ -326,6 +325,8 @@ class MeApi(APIView):
     def patch(self, request):
         data = self.InputSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
+        if not data.validated_data:
+            raise ValidationFailed("Send the fields to change (display_name).", code="empty_update")
         user = request.user
         if "display_name" in data.validated_data:
             user = services.user_update(user=user, actor=user, ip=client_ip(request),
@@ -333,9 +334,8 @@ class MeApi(APIView):
         return Response(self.OutputSerializer(user).data)
 
 
-class AuditPagination(PageNumberPagination):
+class AuditPagination(Pagination):
     page_size = 50
-    page_size_query_param = "page_size"
     max_page_size = 200
 
 
@@ -370,9 +370,7 @@ class AuditListApi(APIView):
         tags=TAGS,
         parameters=[
             FilterSerializer,
-            OpenApiParameter("page", int, description="1-based page number."),
-            OpenApiParameter("page_size", int,
-                             description=f"Rows per page (at most {AuditPagination.max_page_size})."),
+            *PAGE_PARAMETERS,
         ],
         responses={
             200: OutputSerializer(many=True),

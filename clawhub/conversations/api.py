@@ -17,7 +17,7 @@ from clawhub.conversations.selectors import (
     turns_messages,
 )
 from clawhub.conversations.services import conversation_settings_update
-from clawhub.core.api import LIMIT_OFFSET_PARAMETERS, page_of
+from clawhub.core.api import LIMIT_OFFSET_PARAMETERS, QueryChoiceField, page_of
 from clawhub.tenants.access import TenantAccess, TenantApi
 
 
@@ -85,7 +85,7 @@ class SessionListApi(APIView):
     """GET /api/sessions/?type=main|side&limit=&offset= — the caller's sessions, newest activity first."""
 
     class InputSerializer(serializers.Serializer):
-        type = serializers.ChoiceField(choices=Turn.Type.choices, required=False)
+        type = QueryChoiceField(choices=Turn.Type.choices, required=False)
 
     OutputSerializer = SessionListOutputSerializer
 
@@ -108,7 +108,7 @@ class SessionDetailApi(APIView):
     """GET /api/sessions/<id>/?type=main|side — one of the caller's sessions with its turns in order."""
 
     class InputSerializer(serializers.Serializer):
-        type = serializers.ChoiceField(choices=Turn.Type.choices, required=False)
+        type = QueryChoiceField(choices=Turn.Type.choices, required=False)
 
     OutputSerializer = SessionOutputSerializer
     TurnSerializer = TurnOutputSerializer

@@ -7,10 +7,11 @@ from django.views.defaults import page_not_found
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import serializers
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from clawhub.core.exceptions import ClawHubError, RateLimited
+from clawhub.core.exceptions import ClawHubError, RateLimited, ValidationFailed
 
 # How ``exception_handler`` renders every error, for the OpenAPI description.
 _ERROR_BODY = "Error body: {\"error\": {\"code\", \"message\", \"data\"}}."
@@ -69,12 +70,38 @@ def page_of(name: str, item: serializers.Serializer) -> serializers.Serializer:
         "previous": serializers.URLField(allow_null=True), "results": item})
 
 
-# The query parameters of PageNumberPagination (a page past the last, or not a number, is 404) and of
-# LimitOffsetPagination.
+# The query parameters of ``Pagination`` (a page past the last is 404) and of LimitOffsetPagination.
 PAGE_PARAMETERS = [
-    OpenApiParameter("page", int, description="1-based page number (404 past the last page)."),
-    OpenApiParameter("page_size", int, description="Items per page (the view's default and maximum apply)."),
+    OpenApiParameter("page", {"type": "integer", "minimum": 1},
+                     description="1-based page number (404 past the last page)."),
+    OpenApiParameter("page_size", {"type": "integer", "minimum": 1},
+                     description="Items per page (the view's default and maximum apply)."),
 ]
+
+
+class Pagination(PageNumberPagination):
+    """DRF's page numbers, with ``page`` and ``page_size`` positive integers or refused (400): DRF would
+    serve the default page size for ``page_size=null`` and read ``page=0`` as "no such page"."""
+
+    page_size_query_param = "page_size"
+
+    def paginate_queryset(self, queryset, request, view=None):
+        for name in (self.page_query_param, self.page_size_query_param):
+            value = request.query_params.get(name)
+            if value is not None and not (value.isascii() and value.isdigit() and int(value) >= 1):
+                raise ValidationFailed(f"'{name}' must be a positive integer.", field=name,
+                                       fields={name: ["A positive integer is required."]})
+        return super().paginate_queryset(queryset, request, view)
+
+
+class QueryChoiceField(serializers.ChoiceField):
+    """A query parameter with a fixed set of values: given empty (``?state=``) it is refused like any value
+    outside the set. DRF's HTML-form rule would read an empty optional field as not given."""
+
+    def get_value(self, dictionary):
+        if dictionary.get(self.field_name) == "":
+            return ""
+        return super().get_value(dictionary)
 LIMIT_OFFSET_PARAMETERS = [
     OpenApiParameter("limit", int, description="Items to return (the view's default and maximum apply)."),
     OpenApiParameter("offset", int, description="Items to skip."),

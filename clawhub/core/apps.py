@@ -3,3 +3,8 @@ from django.apps import AppConfig
 
 class CoreConfig(AppConfig):
     name = "clawhub.core"
+
+    def ready(self) -> None:
+        from clawhub.core import strict
+
+        strict.install()

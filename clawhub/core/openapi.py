@@ -1,6 +1,7 @@
 """What the OpenAPI document says beyond each view's own annotations, in one place.
 
-- ``ClawHubAutoSchema``: a text field that trims whitespace and may not be blank says so with a pattern (a
+- ``ClawHubAutoSchema``: a text field says it refuses NUL characters (``not`` a pattern that finds one); one
+  that trims whitespace and may not be blank says so with a pattern (a
   value of only spaces is refused like an empty one); a field's ``style={"openapi": {...}}`` adds what its
   validation (or the service behind it) enforces and drf-spectacular cannot see: a pattern, a narrower enum;
   a serializer's ``Meta.openapi`` does the same for rules across fields (``anyOf``: "a rejection needs a
@@ -39,6 +40,7 @@ _GENERIC = {
     "415": "The body is not JSON, form or multipart data (unsupported_media_type).",
 }
 _WRITE = {"post", "put", "patch", "delete"}
+NUL = "\\u0000"  # a regular expression (ECMA 262 and Python alike) that finds a NUL character
 
 
 class ClawHubAutoSchema(AutoSchema):
@@ -53,6 +55,9 @@ class ClawHubAutoSchema(AutoSchema):
         result = super()._map_serializer_field(field, direction, bypass_extensions)
         if direction == "request" and isinstance(getattr(field, "style", None), dict):
             result.update(field.style.get("openapi", {}))
+        if direction == "request" and isinstance(field, serializers.CharField):
+            # DRF refuses NUL characters in every text field (ProhibitNullCharactersValidator).
+            result.setdefault("not", {"pattern": NUL})
         if direction == "request" and isinstance(field, serializers.CharField) and not field.allow_blank:
             result.setdefault("minLength", 1)
             if (type(field) in (serializers.CharField, serializers.EmailField) and field.trim_whitespace

@@ -238,8 +238,9 @@ class MemberListApi(GroupApi):
 
 
 class _GrantableRoleField(serializers.ChoiceField):
-    """A role that can be given by a role change: not "owner", which the service refuses with use_transfer (an
-    ownership transfer makes someone the owner), so that the refusal says what to do instead."""
+    """A role that can be given by a role change or an invitation: not "owner", which the service refuses
+    (with use_transfer for a role change: an ownership transfer makes someone the owner), so that the refusal
+    says what to do instead."""
 
     def to_internal_value(self, data):
         return Role.OWNER.value if data == Role.OWNER else super().to_internal_value(data)
@@ -329,7 +330,9 @@ class InvitationCreateApi(GroupApi):
 
     class InputSerializer(serializers.Serializer):
         email = serializers.EmailField(required=False, allow_blank=True, default="")
-        role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
+        # Not "owner" (an invitation never makes an owner): the service still says why when it is sent.
+        role = _GrantableRoleField(choices=[c for c in Role.choices if c[0] != Role.OWNER],
+                                   default=Role.MEMBER)
 
         class Meta:
             ref_name = "InvitationCreateInput"

@@ -3,12 +3,11 @@
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clawhub.conversations.selectors import turn_request
-from clawhub.core.api import PAGE_PARAMETERS, client_ip, openapi_error, page_of
+from clawhub.core.api import PAGE_PARAMETERS, Pagination, QueryChoiceField, client_ip, openapi_error, page_of
 from clawhub.review import flags, selectors, services
 from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.tenants.access import (
@@ -34,9 +33,8 @@ REVIEW_ERRORS = {400: INVALID, 403: FORBIDDEN, 404: NOT_FOUND}
 _page_of = page_of
 
 
-class SamplePagination(PageNumberPagination):
+class SamplePagination(Pagination):
     page_size = 50
-    page_size_query_param = "page_size"
     max_page_size = 500
 
 
@@ -131,7 +129,7 @@ class SampleListApi(APIView):
         flag = serializers.ChoiceField(choices=["", *flags.CODES, "any", "none"], required=False, default="")
         reward = serializers.CharField(required=False, allow_blank=True, default="",
                                        style={"openapi": {"pattern": r"^(-?[0-9]+)?$"}})
-        state = serializers.ChoiceField(choices=["", *Sample.State.values], required=False, default="")
+        state = QueryChoiceField(choices=Sample.State.values, required=False)
 
         class Meta:
             ref_name = "SampleListFilter"
@@ -145,7 +143,7 @@ class SampleListApi(APIView):
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
         samples = selectors.samples_for_review(actor=request.user, tenant_id=f["tenant"], flag=f["flag"],
-                                               reward=f["reward"], state=f["state"])
+                                               reward=f["reward"], state=f.get("state", ""))
         paginator = SamplePagination()
         page = paginator.paginate_queryset(samples, request, view=self)
         return paginator.get_paginated_response(SampleOutputSerializer(page, many=True).data)

@@ -8,10 +8,9 @@ cancel runs and change settings; the backend is chosen by site staff only.
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
-from clawhub.core.api import PAGE_PARAMETERS, client_ip, page_of
+from clawhub.core.api import PAGE_PARAMETERS, Pagination, client_ip, page_of
 from clawhub.tenants.access import TenantAccess, TenantApi, TenantRowApi
 from clawhub.training import selectors, services
 from clawhub.training.models import Backend, Method
@@ -20,9 +19,8 @@ from clawhub.training.schema import overrides_schema
 TAGS = ["training"]
 
 
-class RunPagination(PageNumberPagination):
+class RunPagination(Pagination):
     page_size = 50
-    page_size_query_param = "page_size"
     max_page_size = 200
 
 
