@@ -190,33 +190,14 @@ def _score(
     canary_prompts, corpus_samples = corpus_chats(corpus)
     corpus_encoded, _ = encode_batch(tokenizer, corpus_samples, max_seq_len=max_seq_len)
 
-    # The hint-teacher's distributions do not depend on the adapter: computed once, adapter off.
-    hinted = [e for e in encoded if e.sample.hints]
-    teacher: dict[str, torch.Tensor] = {}
-    with _adapter(model, None):
-        for e in hinted:
-            prompt, _ = teacher_prompt_ids(tokenizer, e, e.sample.hints[0], max_seq_len=max_seq_len)
-            logp, mask, _ = scorer.logits([(prompt, e.response_ids)])
-            teacher[str(e.sample.sample_id)] = logp[0, : int(mask[0].sum())]
-    lap("teacher")
-
     scores = {}
     reused = timings.setdefault("reused", [])
-    policies: dict[str, dict[str, torch.Tensor]] = {}
     for name, path in adapters.items():
         with _adapter(model, name if path is not None else None):
             result = ModelScores()
             held_out = [] if name in fixed_only else encoded
             result.logprob = {k: v for k, (v, _) in scorer.mean_logprobs(held_out).items()}
             lap(f"{name}.logprob")
-            for e in [] if name in fixed_only else hinted:
-                key_ = str(e.sample.sample_id)
-                logp, mask, _ = scorer.logits([(e.prompt_ids, e.response_ids)])
-                policy = logp[0, : int(mask[0].sum())]
-                kl = (policy.exp() * (policy - teacher[key_])).sum(-1).mean()
-                result.kl[key_] = float(kl)
-                policies.setdefault(name, {})[key_] = policy
-            lap(f"{name}.kl")
             model_key = _model_key(key, path) if key is not None else None
             fixed = FIXED.get(model_key, path) if model_key is not None else None
             if fixed is not None:
@@ -241,16 +222,40 @@ def _score(
                     FIXED.put(model_key, path, {f: getattr(result, f) for f in FIXED_FIELDS})
             lap(f"{name}.perplexity")
             scores[name] = result
-    parent = policies.get("parent", {})
-    for name, by_key in policies.items():
-        if name == "parent":
-            continue
-        for key_, policy in by_key.items():
-            if key_ in parent:
-                away = ((policy.exp() - parent[key_].exp()) * (parent[key_] - teacher[key_])).sum(-1).mean()
-                scores[name].away[key_] = float(away)
-    lap("away")
+    _hint_teacher_scores(scorer, tokenizer, [e for e in encoded if e.sample.hints], scores,
+                         adapters={n: p for n, p in adapters.items() if n not in fixed_only},
+                         max_seq_len=max_seq_len)
+    lap("kl")
     return scores
+
+
+def _hint_teacher_scores(
+    scorer: _Scorer, tokenizer: Any, hinted: list, scores: dict[str, ModelScores], *,
+    adapters: dict[str, str | None], max_seq_len: int,
+) -> None:
+    """kl and away (see the module docstring) of each model on each hinted sample, one sample at a time: the
+    teacher's and each model's full-vocabulary distributions over the sample's reply live only while that
+    sample is scored (kept for every hinted sample, they were ~58 GB at 32 hinted turns of a 4B model)."""
+    model = scorer.model
+    for e in hinted:
+        key_ = str(e.sample.sample_id)
+        with _adapter(model, None):  # the hint-teacher: the base model, the hint in the last user message
+            prompt, _ = teacher_prompt_ids(tokenizer, e, e.sample.hints[0], max_seq_len=max_seq_len)
+            logp, mask, _ = scorer.logits([(prompt, e.response_ids)])
+            teacher = logp[0, : int(mask[0].sum())]
+        policies: dict[str, torch.Tensor] = {}
+        for name, path in adapters.items():
+            with _adapter(model, name if path is not None else None):
+                logp, mask, _ = scorer.logits([(e.prompt_ids, e.response_ids)])
+            policy = logp[0, : int(mask[0].sum())]
+            scores[name].kl[key_] = float((policy.exp() * (policy - teacher)).sum(-1).mean())
+            policies[name] = policy
+        parent = policies.get("parent")
+        for name, policy in policies.items():
+            if name != "parent" and parent is not None:
+                away = ((policy.exp() - parent.exp()) * (parent - teacher)).sum(-1).mean()
+                scores[name].away[key_] = float(away)
+        del policies, teacher, logp
 
 
 # ---------------------------------------------------------------------------------- a version's fixed numbers
