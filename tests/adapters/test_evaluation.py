@@ -72,8 +72,9 @@ def test_the_promote_task_checks_the_candidate_against_the_base_model(db, monkey
         def to_dict(self):
             return self.numbers
 
-    def score_versions(*, adapters, fixed_only=(), max_seq_len, **_):
-        asked.update(adapters=adapters, fixed_only=fixed_only, max_seq_len=max_seq_len)
+    def score_versions(*, adapters, fixed_only=(), max_seq_len, device, dtype, **_):
+        asked.update(adapters=adapters, fixed_only=fixed_only, max_seq_len=max_seq_len, device=device,
+                     dtype=dtype)
         return {name: Scores(by_path[path]) for name, path in adapters.items()}
 
     # The measuring module, replaced (importing it would import torch): the rule and the wiring are tested.
@@ -85,7 +86,8 @@ def test_the_promote_task_checks_the_candidate_against_the_base_model(db, monkey
         type("Held", (), {"sample_id": k, "reward": r}) for k, r in REWARDS.items()])
     assert task._gate(v3) is False
     assert asked == {"adapters": {"candidate": v3.artifact_path, "parent": v2.artifact_path, "base": None},
-                     "fixed_only": ("base",), "max_seq_len": TrainConfig().max_seq_len}  # training's: 32,768
+                     "fixed_only": ("base",), "max_seq_len": TrainConfig().max_seq_len,  # training's: 32,768
+                     "device": "auto", "dtype": "auto"}  # training's: the resident base's
     v3.refresh_from_db()
     assert v3.state == AdapterVersion.State.REJECTED
     assert "against the base model: drift compounded" in v3.decision_reason

@@ -200,3 +200,27 @@ def test_the_gate_leaves_a_busy_or_other_resident_base_alone(tiny_model_dir):
     assert idle is lease and resident.stats()["loads"] == 1
     resident.release(idle, None)
     resident.reset()
+
+
+def test_the_gate_scores_on_the_resident_base_in_trainings_dtype(tiny_model_dir):
+    """A GPU train worker keeps its base resident in bf16; the gate used to score in fp32 and so loaded a
+    private fp32 copy beside it (16 GB for a 4B model). Given training's dtype, it shares the resident base
+    (bf16 here on the CPU, for the test) and computes its log-probs in fp32 from its logits."""
+    import math
+
+    import torch
+
+    from workers.trainer import resident
+    from workers.trainer.gate_bench import heldout as judged_turns
+    from workers.trainer.local import load_pretrained
+
+    resident.reset()
+    lease = resident.acquire(str(tiny_model_dir), torch.bfloat16, torch.device("cpu"), load_pretrained)
+    resident.release(lease, None)  # idle between runs
+    timings = {}
+    scores = score_versions(base_model=str(tiny_model_dir), adapters={"candidate": None, "parent": None},
+                            samples=judged_turns(4), device="cpu", dtype="bfloat16", timings=timings,
+                            reuse=True)
+    assert timings["resident_base"] and resident.stats()["loads"] == 1
+    assert all(math.isfinite(v) for v in scores["candidate"].logprob.values())
+    resident.reset()

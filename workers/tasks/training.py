@@ -539,6 +539,7 @@ def _gate(version: AdapterVersion) -> bool:
     limit = settings.CLAWHUB_GATE_MAX_SAMPLES
     samples = [train_sample(s) for s in heldout_samples(tenant=version.tenant, limit=limit)]
     parent = version.parent
+    config = TrainConfig.from_dict(run.config if run else {})
     adapters = {"candidate": version.artifact_path, "parent": parent.artifact_path if parent else None}
     if parent is not None:
         adapters["base"] = None  # degeneration against the base too: drift must not compound across versions
@@ -546,8 +547,11 @@ def _gate(version: AdapterVersion) -> bool:
         base_model=run.base_model if run else settings.CLAWHUB_TRAIN_BASE_MODEL,
         adapters=adapters,
         samples=samples,
-        # The prompts as training saw them (it truncates at its max_seq_len, 32,768 tokens by default).
-        max_seq_len=TrainConfig.from_dict(run.config if run else {}).max_seq_len,
+        # The prompts as training saw them (it truncates at its max_seq_len, 32,768 tokens by default), on the
+        # device and in the dtype of training's resident base (shared, not copied).
+        max_seq_len=config.max_seq_len,
+        device=config.device,
+        dtype=config.dtype,
         fixed_only=("base",),
     )
     decision = decide(

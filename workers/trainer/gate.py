@@ -41,14 +41,20 @@ from workers.trainer import resident as resident_models
 from workers.trainer.backend import TrainSample
 from workers.trainer.batching import collate, encode_batch, teacher_prompt_ids
 from workers.trainer.corpus.make_chats import MIXED_CHATS
-from workers.trainer.local import generate_samples, load_pretrained, resolve_device, response_logits
+from workers.trainer.local import (
+    generate_samples,
+    load_pretrained,
+    resolve_device,
+    resolve_dtype,
+    response_logits,
+)
 
 log = logging.getLogger(__name__)
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "chats.jsonl"
 FIXED_SCORES_FILE = "gate_scores.json"  # in an adapter directory: its canary and perplexity numbers
 FIXED_FIELDS = ("canaries", "empty", "repetition", "perplexity")
-SCORE_DTYPE = torch.float32
+SCORE_DTYPE = torch.float32  # on the CPU ("auto"); a GPU worker scores in its resident base's bf16
 
 
 @dataclass
@@ -120,6 +126,7 @@ def score_versions(
     max_seq_len: int = 2048,
     max_new_tokens: int = 48,
     device: str = "auto",
+    dtype: str = "auto",
     seed: int = 0,
     timings: dict[str, Any] | None = None,
     reuse: bool = True,
@@ -142,11 +149,14 @@ def score_versions(
         clock = now
 
     dev = resolve_device(device)
-    lease = resident_models.acquire_if_idle(base_model, SCORE_DTYPE, dev, load_pretrained) if reuse else None
+    # Training's dtype (TrainConfig.dtype): the resident base is shared instead of a private fp32 copy loaded
+    # beside it (16 GB for a 4B model); log-probs are computed in fp32 from its logits either way.
+    score_dtype = resolve_dtype(dtype, dev)
+    lease = resident_models.acquire_if_idle(base_model, score_dtype, dev, load_pretrained) if reuse else None
     if lease is not None:
         base, tokenizer = lease.model, lease.tokenizer
     else:
-        base, tokenizer = load_pretrained(base_model, SCORE_DTYPE, dev)
+        base, tokenizer = load_pretrained(base_model, score_dtype, dev)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
     timings["resident_base"] = lease is not None
@@ -164,11 +174,11 @@ def score_versions(
                 model = PeftModel.from_pretrained(base, path, adapter_name=name)
         model.eval()
         lap("adapters")
+        key = (_fixed_key(base_model, dev, score_dtype, corpus, max_seq_len, max_new_tokens, seed) if reuse
+               else None)
         scores = _score(model, tokenizer, dev, adapters=adapters, samples=samples, corpus=corpus,
                         max_seq_len=max_seq_len, max_new_tokens=max_new_tokens, seed=seed,
-                        fixed_only=fixed_only,
-                        key=_fixed_key(base_model, dev, corpus, max_seq_len, max_new_tokens, seed) if reuse
-                        else None, lap=lap, timings=timings)
+                        fixed_only=fixed_only, key=key, lap=lap, timings=timings)
         log.info("gate scoring took %.1f s (resident base: %s, canaries read back for: %s)",
                  sum(v for v in timings.values() if isinstance(v, float)), timings["resident_base"],
                  ", ".join(timings["reused"]) or "none")
@@ -277,11 +287,12 @@ def _files_signature(folder: Path) -> bytes:
 
 
 def _fixed_key(
-    base_model: str, dev: torch.device, corpus: Path, max_seq_len: int, max_new_tokens: int, seed: int
+    base_model: str, dev: torch.device, dtype: torch.dtype, corpus: Path, max_seq_len: int,
+    max_new_tokens: int, seed: int,
 ) -> str:
     """What a model's canaries and perplexity depend on besides its own weights."""
     canaries, texts = corpus_chats(corpus)
-    setup = {"base": str(base_model), "device": dev.type, "dtype": str(SCORE_DTYPE),
+    setup = {"base": str(base_model), "device": dev.type, "dtype": str(dtype),
              "torch": torch.__version__, "max_seq_len": max_seq_len, "max_new_tokens": max_new_tokens,
              "seed": seed}
     return _digest(json.dumps(setup, sort_keys=True).encode(), _files_signature(Path(base_model)),
