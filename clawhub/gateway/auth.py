@@ -13,11 +13,14 @@ Retry-After (clawhub.gateway.dbreads).
 """
 
 import hashlib
+import logging
 import time
 from dataclasses import dataclass
 
 from clawhub.gateway.dbreads import CachedLoader, DbRunner
 from clawhub.tenants import naming
+
+logger = logging.getLogger("clawhub.gateway")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,12 @@ def resolve_key_blocking(secret: str) -> tuple[KeyInfo | None, str | None]:
     first = key_resolve(secret=secret)
     if first is None:
         return None, None
-    generation = key_cache_generation(key_id=first.key.pk)
+    try:
+        generation = key_cache_generation(key_id=first.key.pk)
+    except Exception:  # noqa: BLE001 - the shared cache is down: serve the key, unchecked, as quotas do
+        logger.warning("key generation unreadable; key %s served without the check until its next lookup",
+                       first.key.pk, exc_info=True)
+        generation = None
     resolved = key_resolve(secret=secret)
     if resolved is None:
         return None, None

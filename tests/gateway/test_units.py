@@ -97,3 +97,22 @@ def test_identity_from_marker_in_content_parts_and_precedence():
     assert (identity.session_id, identity.turn_type, identity.session_done) == ("hdr", "main", True)
     # Never refused (tests/gateway/test_identity.py has the coercion rules): an unknown type is inferred.
     assert extract_identity({}, {"turn_type": "other"}).turn_type is None
+
+
+def test_a_key_lookup_survives_an_unreadable_generation(db, monkeypatch):
+    """The shared cache down while a key is looked up: the key is served (unchecked, as quotas fail open)
+    rather than refused, and its next lookup reads the generation again."""
+    from clawhub.gateway import auth
+    from clawhub.keys import cache as key_cache
+    from tests.factories import make_key
+
+    key, secret = make_key()
+    info, generation = auth.resolve_key_blocking(secret)
+    assert info.key_id == key.pk and generation not in (None, key_cache.ABSENT)
+
+    def down(**_kwargs):
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(key_cache, "key_cache_generation", down)
+    info, generation = auth.resolve_key_blocking(secret)
+    assert info.key_id == key.pk and generation is None
