@@ -429,9 +429,10 @@ class Spool:
                     record = decode(payload)
                 except (orjson.JSONDecodeError, TypeError):
                     continue
-                if not drop(record):
-                    continue
-                blank = encode(without_content(record))
+                emptied = without_content(record)
+                if emptied == record or not drop(record):
+                    continue  # already empty, or not picked
+                blank = encode(emptied)
                 if len(blank) > length:  # never: every field is as short as or shorter than it was
                     continue
                 blank = blank.ljust(length)
@@ -454,13 +455,19 @@ class Spool:
         return oldest
 
 
-def spool_scrub_user(folder: Path, user_id: int) -> int:
-    """Empties every acknowledged record of one user in the spool folder (an account deletion: a segment is
-    retired only once it is full, 64 MB, and read to its end). Records not yet acknowledged are left to the
-    consumer, which stores nothing of a user who is gone. Returns how many records were emptied."""
+def spool_scrub(folder: Path, drop: Callable[[TurnRecord], bool]) -> int:
+    """Empties every acknowledged record ``drop`` picks in the spool folder (a segment is retired only once it
+    is full, 64 MB, and read to its end). Returns how many records were emptied."""
     spool = Spool(folder, max_bytes=0)
-    return sum(spool.scrub_acknowledged(segment, lambda r: r.user_id == user_id)
+    return sum(spool.scrub_acknowledged(segment, drop)
                for instance in spool.instances() for segment in instance.segments)
+
+
+def spool_scrub_user(folder: Path, user_id: int) -> int:
+    """``spool_scrub`` of one user's records (an account deletion). Records not yet acknowledged are left to
+    the consumer, which stores nothing of a user who is gone; the daily sweep empties them once acknowledged
+    (clawhub.privacy.services.capture_spool_scrub_deleted)."""
+    return spool_scrub(folder, lambda r: r.user_id == user_id)
 
 
 # --- dead letters and stats without Redis -------------------------------------------------------------------

@@ -142,6 +142,22 @@ def user_delete(*, user: User, actor: User | None, ip: str | None = None) -> Del
     return report
 
 
+def capture_spool_scrub_deleted() -> int:
+    """Empties the acknowledged records of accounts that no longer exist from this host's capture spool: those
+    a deletion could not reach because the consumer acknowledged them after it. Run by the daily retention
+    purge. Returns how many records were emptied."""
+    from clawhub.gateway.handoff import spool_scrub
+
+    known: dict[int, bool] = {}
+
+    def gone(record) -> bool:
+        if record.user_id not in known:
+            known[record.user_id] = not User.objects.filter(pk=record.user_id).exists()
+        return known[record.user_id]
+
+    return spool_scrub(Path(settings.CAPTURE_SPOOL_DIR), gone)
+
+
 def _scrub_capture_spool(*, user_id: int) -> None:
     """Empties the user's turns already stored from this host's capture spool (the embedded stack's hand-off,
     and a gateway's fallback while Redis is away), where they would otherwise stay until their segment fills

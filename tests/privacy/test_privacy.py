@@ -243,13 +243,14 @@ def test_retention_in_small_batches():
     assert Turn.objects.count() == 1
 
 
-def test_retention_task_calls_the_purge(settings):
+def test_retention_task_calls_the_purge(settings, tmp_path):
     from workers.tasks.retention import purge
 
+    settings.CAPTURE_SPOOL_DIR = str(tmp_path)  # an empty spool (tests/security/test_account_deletion.py)
     user = make_user()
     make_turn(user, created_at=timezone.now() - timedelta(days=200))
     settings.CLAWHUB_RETENTION_DAYS = 90
-    assert purge.apply().get() == {"turns_deleted": 1}
+    assert purge.apply().get() == {"turns_deleted": 1, "spool_records_emptied": 0}
     assert purge.name == "clawhub.retention.purge"
 
 

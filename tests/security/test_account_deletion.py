@@ -19,7 +19,7 @@ from clawhub.gateway.handoff import Spool, decode, encode
 from clawhub.gateway.records import TurnRecord
 from clawhub.groups.models import Group, Membership, Role
 from clawhub.keys.selectors import key_resolve
-from clawhub.privacy.services import user_delete
+from clawhub.privacy.services import capture_spool_scrub_deleted, user_delete
 from clawhub.training.models import TrainingRun
 from tests.factories import PASSWORD, add_member, make_group, make_key, make_user
 from tests.keys.conftest import login
@@ -200,4 +200,10 @@ def test_deletion_empties_the_users_stored_turns_in_the_capture_spool(settings, 
     assert (emptied.request_id, emptied.user_id, emptied.request, emptied.choices, emptied.token_ids) == (
         f"spool-{leaving.pk}-0", leaving.pk, {}, [], None)
     assert decode(after[1].payload) == _record(staying, 1, "a staying prompt")
+    # The consumer acknowledges the last one after the deletion: the daily sweep empties it, and only it.
+    spool.ack(segment, frames[3].end)
+    assert capture_spool_scrub_deleted() == 1
+    data = segment.read_bytes()
+    assert b"not stored yet" not in data and b"a staying prompt" in data
+    assert capture_spool_scrub_deleted() == 0
     spool.close_writer()
