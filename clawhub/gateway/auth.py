@@ -36,7 +36,7 @@ class KeyInfo:
     rpm: int | None
     tpm: int | None
     concurrency: int | None
-    expires_at: float | None  # unix seconds
+    expires_at: float | None  # unix seconds: the key's expiry, or the presented secret's grace end if sooner
     generation_key: str  # where clawhub.keys.cache keeps this key's generation in the shared cache
 
     def models(self) -> list[str]:
@@ -89,7 +89,8 @@ def resolve_key_blocking(secret: str) -> tuple[KeyInfo | None, str | None]:
         rpm=key.rpm_limit,
         tpm=key.tpm_limit,
         concurrency=key.concurrency_limit,
-        expires_at=key.expires_at.timestamp() if key.expires_at else None,
+        # A rotated-out secret ends with its grace window, even while its lookup is cached.
+        expires_at=min((t.timestamp() for t in (key.expires_at, resolved.valid_until) if t), default=None),
         generation_key=cache.make_key(f"keygen:{key.pk}"),
     ), generation
 

@@ -2,6 +2,7 @@
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
@@ -29,8 +30,9 @@ class ResolvedKey:
     key: ApiKey
     user: User
     tenant: Tenant
-    # False for a rotated-out secret still inside its grace window.
+    # False for a rotated-out secret still inside its grace window, which ends at valid_until.
     current: bool = True
+    valid_until: datetime | None = None
 
     @property
     def scopes(self) -> list[str]:
@@ -70,7 +72,8 @@ def key_resolve(*, secret: str) -> ResolvedKey | None:
     if key.group_id and not row.owner_in_group:
         return None
     tenant = key.group.tenant if key.group_id else key.owner.tenant
-    return ResolvedKey(key=key, user=key.owner, tenant=tenant, current=row.valid_until is None)
+    return ResolvedKey(key=key, user=key.owner, tenant=tenant, current=row.valid_until is None,
+                       valid_until=row.valid_until)
 
 
 def key_tenant(key: ApiKey) -> Tenant:

@@ -116,3 +116,22 @@ def test_a_key_lookup_survives_an_unreadable_generation(db, monkeypatch):
     monkeypatch.setattr(key_cache, "key_cache_generation", down)
     info, generation = auth.resolve_key_blocking(secret)
     assert info.key_id == key.pk and generation is None
+
+
+def test_a_rotated_out_secret_expires_in_the_cache_with_its_grace_window(db, settings):
+    """The old secret's lookup is cached like any other: it carries the grace window's end as its expiry, so
+    it stops at that moment rather than up to GATEWAY_KEY_CACHE_SECONDS later."""
+    from datetime import timedelta
+
+    from clawhub.gateway import auth
+    from clawhub.keys.selectors import key_resolve
+    from clawhub.keys.services import key_rotate
+    from tests.factories import make_key
+
+    settings.KEY_ROTATION_GRACE = timedelta(hours=1)
+    key, old = make_key()
+    assert auth.resolve_key_blocking(old)[0].expires_at is None
+    new = key_rotate(key=key, actor=key.owner)
+    grace_end = key_resolve(secret=old).valid_until
+    assert auth.resolve_key_blocking(old)[0].expires_at == grace_end.timestamp()
+    assert auth.resolve_key_blocking(new)[0].expires_at is None
