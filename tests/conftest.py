@@ -193,7 +193,7 @@ def _account_mails_delivered_in_process(monkeypatch):
 
     def deliver(task_name, *ids, **kwargs):
         assert task_name == services.ACCOUNT_MAIL, task_name
-        services.account_mail_deliver(user_id=ids[0], kind=kwargs["kind"])
+        services.account_mail_deliver(user_id=ids[0], **kwargs)
 
     monkeypatch.setattr(services, "enqueue_on_commit", deliver)
     yield

@@ -95,3 +95,19 @@ class AuditLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.target_type}:{self.target_id}"
+
+
+class MailboxMessage(models.Model):
+    """A mail the local mailbox kept instead of sending it (``clawhub.accounts.mailbox``: the embedded
+    default, which has no mail server). Its reader is whoever is signed in with the address it went to."""
+
+    to_email = models.EmailField(db_index=True)
+    subject = models.CharField(max_length=255)
+    body = models.TextField()
+    sent_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-sent_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.to_email}: {self.subject}"

@@ -7,13 +7,15 @@ from django.db.models import Q, QuerySet
 from django.utils.encoding import force_str
 from django.utils.http import urlsafe_base64_decode
 
-from clawhub.accounts.models import AuditLog, User
+from clawhub.accounts.models import AuditLog, MailboxMessage, User
 from clawhub.core.exceptions import NotFound, PermissionDenied
 from clawhub.groups.models import Group, Role
 from clawhub.groups.selectors import has_role, role_of
 
 # Separates email-verification signatures from every other use of SECRET_KEY.
 EMAIL_VERIFICATION_SALT = "clawhub.accounts.verify-email"
+# The email backend that keeps mail for /mailbox/ (clawhub/accounts/mailbox.py).
+LOCAL_MAILBOX_BACKEND = "clawhub.accounts.mailbox.EmailBackend"
 
 
 def email_normalize(email: str) -> str:
@@ -107,3 +109,14 @@ def audit_groups_for(*, user: User) -> QuerySet[Group]:
 def audit_ip_visible(*, row: AuditLog, viewer: User) -> bool:
     """Addresses are personal data: a row shows its IP only to site staff and to the person who acted."""
     return viewer.is_staff or (row.actor_id is not None and row.actor_id == viewer.pk)
+
+
+def local_mailbox_enabled() -> bool:
+    """Whether mail goes to the local mailbox (/mailbox/) rather than out of the site."""
+    return settings.EMAIL_BACKEND == LOCAL_MAILBOX_BACKEND
+
+
+def mailbox_messages(*, user: User, limit: int = 50) -> list[MailboxMessage]:
+    """The newest mails the local mailbox kept for the user's address, sent before or after they signed up
+    (an invitation reaches a new person that way)."""
+    return list(MailboxMessage.objects.filter(to_email=email_normalize(user.email))[:limit])

@@ -17,7 +17,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.encoding import force_bytes
-from django.utils.http import urlsafe_base64_encode
+from django.utils.http import urlencode, urlsafe_base64_encode
 
 from clawhub.accounts.audit import audit_record, audit_record_for_tenant  # noqa: F401  (re-exported)
 from clawhub.accounts.models import User
@@ -79,12 +79,14 @@ def user_insert(*, user: User) -> User:
     return User.objects.insert(user)
 
 
-def user_signup(*, email: str, password: str, display_name: str = "", ip: str | None = None) -> User | None:
+def user_signup(*, email: str, password: str, display_name: str = "", ip: str | None = None,
+                next_path: str = "") -> User | None:
     """Self-service sign-up. Never signs in: callers answer every address alike and send the person to log in.
 
     An address that already has an account gets None, and that account's owner a mail saying someone tried
     (within the account-mail limits); a new one gets its account, and the verification link when the site
     requires verified addresses. Both paths hash the password once, so neither answers noticeably sooner.
+    ``next_path`` (a path on this site, checked by the caller) is where the verification link leads after.
     """
     email = _clean_email(email)
     display_name = (display_name or "").strip()
@@ -100,7 +102,7 @@ def user_signup(*, email: str, password: str, display_name: str = "", ip: str | 
         user = user_create(email=email, password=password, display_name=display_name)
         audit_record(actor=user, action="user.signup", target=user, subject_user=user, ip=ip)
     if settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION:
-        email_verification_send(user=user)
+        email_verification_send(user=user, next_path=next_path)
     return user
 
 
@@ -256,18 +258,27 @@ def password_reset_confirm(*, uidb64: str, token: str, new_password: str, revoke
 
 # Email verification -----------------------------------------------------------------------------------------
 
-def email_verification_send(*, user: User) -> None:
-    _send(user=user, kind=MAIL_VERIFY_EMAIL)
+def email_verification_send(*, user: User, next_path: str = "") -> None:
+    _send(user=user, kind=MAIL_VERIFY_EMAIL, next_path=next_path)
 
 
-def email_verification_resend(*, email: str, ip: str | None = None) -> None:
+def email_verification_resend(*, email: str, ip: str | None = None, next_path: str = "") -> None:
     """Sends a new link to an unverified account; like the password reset, silent about unknown addresses,
     and under the same per-address and per-IP mail limits."""
     user = user_get_by_email(email=email)
     if not account_mail_allowed(email=email, ip=ip):
         return
     if user is not None and user.is_active and user.email_verified_at is None:
-        email_verification_send(user=user)
+        email_verification_send(user=user, next_path=next_path)
+
+
+def email_verification_request(*, user: User, ip: str | None = None, next_path: str = "") -> bool:
+    """A signed-in user asks for a (new) confirmation link, e.g. to accept an invitation sent to their
+    address. False when nothing was sent: the address is confirmed already, or over the mail limits."""
+    if user.email_verified_at is not None or not account_mail_allowed(email=user.email, ip=ip):
+        return False
+    email_verification_send(user=user, next_path=next_path)
+    return True
 
 
 @transaction.atomic
@@ -297,15 +308,19 @@ def user_email_verify(*, token: str, signed_in: User | None = None, ip: str | No
 MAIL_PASSWORD_RESET, MAIL_VERIFY_EMAIL, MAIL_SIGNUP_EXISTS = "password_reset", "verify_email", "signup_exists"
 
 
-def _send(*, user: User, kind: str) -> None:
+def _send(*, user: User, kind: str, next_path: str = "") -> None:
     """Hands the mail to the account-mail task once the caller's transaction commits: the request is answered
     in the same time whether a mail goes out or not, and a slow mail server holds no web worker. The limits
     (account_mail_allowed) were applied by the caller."""
-    enqueue_on_commit(ACCOUNT_MAIL, user.pk, kind=kind)
+    if next_path:
+        enqueue_on_commit(ACCOUNT_MAIL, user.pk, kind=kind, next_path=next_path)
+    else:
+        enqueue_on_commit(ACCOUNT_MAIL, user.pk, kind=kind)
 
 
-def _mail_content(*, user: User, kind: str) -> tuple[str, str, dict[str, Any]]:
-    """(subject, template, context) of one account mail, with a link made now."""
+def _mail_content(*, user: User, kind: str, next_path: str = "") -> tuple[str, str, dict[str, Any]]:
+    """(subject, template, context) of one account mail, with a link made now; a verification link leads
+    on to ``next_path``."""
     base = settings.PUBLIC_BASE_URL
     if kind == MAIL_PASSWORD_RESET:
         link = base + reverse("password_reset_confirm", kwargs={
@@ -317,7 +332,8 @@ def _mail_content(*, user: User, kind: str) -> tuple[str, str, dict[str, Any]]:
     if kind == MAIL_VERIFY_EMAIL:
         token = signing.dumps({"u": user.pk, "e": user.email}, salt=EMAIL_VERIFICATION_SALT)
         return ("Confirm your email address for ClawHub", "accounts/email/verify_email.txt",
-                {"link": base + reverse("verify_email", kwargs={"token": token}),
+                {"link": base + reverse("verify_email", kwargs={"token": token})
+                 + (f"?{urlencode({'next': next_path})}" if next_path else ""),
                  "valid_hours": settings.ACCOUNTS_EMAIL_VERIFICATION_TIMEOUT // 3600})
     if kind == MAIL_SIGNUP_EXISTS:
         return ("Someone tried to sign up to ClawHub with your address", "accounts/email/signup_exists.txt",
@@ -325,13 +341,13 @@ def _mail_content(*, user: User, kind: str) -> tuple[str, str, dict[str, Any]]:
     raise ValueError(f"unknown account mail {kind!r}")
 
 
-def account_mail_deliver(*, user_id: int, kind: str) -> bool:
+def account_mail_deliver(*, user_id: int, kind: str, next_path: str = "") -> bool:
     """Sends one account mail (the account-mail task's body). False when the account is gone or inactive, or
     when it no longer needs the mail (a verification for an address confirmed meanwhile)."""
     user = User.objects.filter(pk=user_id, is_active=True).first()
     if user is None or (kind == MAIL_VERIFY_EMAIL and user.email_verified_at is not None):
         return False
-    subject, template, context = _mail_content(user=user, kind=kind)
+    subject, template, context = _mail_content(user=user, kind=kind, next_path=next_path)
     body = render_to_string(template, {"user": user, **context})
     send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [user.email])
     return True

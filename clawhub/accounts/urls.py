@@ -12,6 +12,8 @@ urlpatterns = [
     path("password-reset/<uidb64>/<token>/", views.password_reset_confirm, name="password_reset_confirm"),
     # Before the token route, which would otherwise swallow "resend".
     path("verify-email/resend/", views.verify_email_resend, name="verify_email_resend"),
+    path("verify-email/request/", views.verify_email_request, name="verify_email_request"),
     path("verify-email/<str:token>/", views.verify_email, name="verify_email"),
     path("audit/", views.audit, name="audit"),
+    path("mailbox/", views.mailbox, name="mailbox"),
 ]

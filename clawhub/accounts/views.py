@@ -8,8 +8,9 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_http_methods, require_POST
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from clawhub.accounts import selectors, services
 from clawhub.accounts.forms import (
@@ -35,34 +36,49 @@ _RESET_SENT = "If an account exists for this address, we sent it a link to reset
 _VERIFICATION_SENT = "If this address has an account that still needs confirming, we sent it a new link."
 
 
+def _next_path(request) -> str:
+    """Where the person was going (``?next=`` or the form's ``next``), if it is a page of this site; else "".
+    Sign-up, log-in and the confirmation mail hand it on, so an invitation opened while signed out is where
+    a new person ends up."""
+    next_url = request.POST.get("next") or request.GET.get("next") or ""
+    if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()},
+                                           require_https=request.is_secure()):
+        return ""
+    return next_url
+
+
+def _with_next(url_name: str, next_path: str) -> str:
+    url = reverse(url_name)
+    return f"{url}?{urlencode({'next': next_path})}" if next_path else url
+
+
 @require_http_methods(["GET", "POST"])
 def signup(request):
+    next_path = _next_path(request)
     if request.user.is_authenticated:
-        return redirect("dashboard")
+        return redirect(next_path or "dashboard")
     form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         email = selectors.email_normalize(form.cleaned_data["email"])
         try:
             services.user_signup(email=email, password=form.cleaned_data["new_password1"],
-                                 display_name=form.cleaned_data["display_name"], ip=client_ip(request))
+                                 display_name=form.cleaned_data["display_name"], ip=client_ip(request),
+                                 next_path=next_path)
         except ClawHubError as exc:
             form_add_service_error(form, exc)
         else:
             # One answer whether the address was new or already had an account (whose owner got a mail):
             # nobody is signed in here, and the page says what to do in either case.
             if settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION:
-                return render(request, "accounts/verify_sent.html", {"email": email})
+                return render(request, "accounts/verify_sent.html", {"email": email, "next": next_path})
             return render(request, "accounts/login.html", {"form": SignedUpLoginForm(email=email),
-                                                           "signed_up": email})
-    return render(request, "accounts/signup.html", {"form": form})
+                                                           "signed_up": email, "next": next_path})
+    return render(request, "accounts/signup.html", {"form": form, "next": next_path})
 
 
 @require_http_methods(["GET", "POST"])
 def login_view(request):
-    next_url = request.POST.get("next") or request.GET.get("next") or ""
-    if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()},
-                                           require_https=request.is_secure()):
-        next_url = ""
+    next_url = _next_path(request)
     if request.user.is_authenticated and request.method == "GET":
         return redirect(next_url or "dashboard")
     form = LoginForm(request.POST or None)
@@ -152,23 +168,57 @@ def password_reset_confirm(request, uidb64: str, token: str):
 
 @require_http_methods(["GET"])
 def verify_email(request, token: str):
+    next_path = _next_path(request)
     try:
         services.user_email_verify(token=token, ip=client_ip(request),
                                    signed_in=request.user if request.user.is_authenticated else None)
     except ValidationFailed as exc:
-        return render(request, "accounts/verify_email.html", {"error": exc.message, "form": EmailForm()},
-                      status=400)
+        return render(request, "accounts/verify_email.html",
+                      {"error": exc.message, "form": EmailForm(), "next": next_path}, status=400)
     messages.success(request, "Your email address is confirmed.")
-    return redirect("dashboard" if request.user.is_authenticated else "login")
+    if request.user.is_authenticated:
+        return redirect(next_path or "dashboard")
+    return redirect(_with_next("login", next_path))
 
 
 @require_POST
 def verify_email_resend(request):
+    next_path = _next_path(request)
     form = EmailForm(request.POST)
     if form.is_valid():
-        services.email_verification_resend(email=form.cleaned_data["email"], ip=client_ip(request))
+        services.email_verification_resend(email=form.cleaned_data["email"], ip=client_ip(request),
+                                           next_path=next_path)
     messages.info(request, _VERIFICATION_SENT)
-    return redirect("login")
+    return redirect(_with_next("login", next_path))
+
+
+@login_required
+@require_POST
+def verify_email_request(request):
+    """The signed-in user asks for a confirmation link (the embedded default lets unconfirmed accounts log
+    in, but an invitation sent to an address still wants that address confirmed)."""
+    next_path = _next_path(request)
+    if request.user.email_verified_at is not None:
+        messages.info(request, "Your email address is already confirmed.")
+    elif services.email_verification_request(user=request.user, ip=client_ip(request), next_path=next_path):
+        where = (" It is in your mailbox on this site (this ClawHub sends no mail out)."
+                 if selectors.local_mailbox_enabled() else "")
+        messages.info(request, f"We sent a confirmation link to {request.user.email}.{where}")
+    else:
+        messages.error(request, "Too many mails were sent to this address lately; try again in an hour.")
+    if selectors.local_mailbox_enabled():
+        return redirect("mailbox")
+    return redirect(next_path or "dashboard")
+
+
+@login_required
+@require_GET
+def mailbox(request):
+    """The local mailbox: the mails this site kept for the signed-in user's address (it sends none out)."""
+    if not selectors.local_mailbox_enabled():
+        raise Http404("This site sends its mail out; there is no local mailbox.")
+    return render(request, "accounts/mailbox.html",
+                  {"mails": selectors.mailbox_messages(user=request.user)})
 
 
 @login_required

@@ -14,6 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from clawhub.accounts.selectors import local_mailbox_enabled
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound
 from clawhub.groups import rules, selectors, services
@@ -170,6 +171,9 @@ def group_invite(request: HttpRequest, slug: str) -> HttpResponse:
     email = form.cleaned_data["email"]
     success = (f"Invitation sent to {email}." if email
                else "Invitation link created; copy it now, it is shown once.")
+    if email and local_mailbox_enabled():
+        success = (f"Invitation sent to {email}. This ClawHub sends no mail out: it waits under Mailbox "
+                   f"here, for whoever signs in with that address; tell them to sign up.")
     created = _attempt(request, success, services.invitation_create, group=group, email=email,
                        role=form.cleaned_data["role"])
     if created is not _FAILED and not email:
@@ -235,9 +239,12 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
         else:
             messages.error(request, "Choose accept or decline.")
         return redirect("invitation", token=token)
+    wrong_email = bool(found.email) and found.email.lower() != request.user.email.lower()
     return render(request, "groups/invitation.html", {
         "invitation": found,
         "status": selectors.invitation_status(found),
-        "wrong_email": bool(found.email) and found.email.lower() != request.user.email.lower(),
+        "wrong_email": wrong_email,
+        # A seat meant for an address is taken once the address is confirmed (services.invitation_accept).
+        "needs_confirmation": bool(found.email) and not wrong_email and not request.user.email_verified_at,
         "already_member": selectors.role_of(group=found.group, user=request.user) is not None,
     })

@@ -79,6 +79,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "clawhub.accounts.context.local_mailbox",
             ],
         },
     },
@@ -137,7 +138,9 @@ ACCOUNT_MAIL_WINDOW = timedelta(seconds=env.int("CLAWHUB_ACCOUNT_MAIL_WINDOW_SEC
 # accounts: how long an email-verification link stays valid.
 ACCOUNTS_EMAIL_VERIFICATION_TIMEOUT = env.int("CLAWHUB_EMAIL_VERIFICATION_TIMEOUT_SECONDS",
                                               default=7 * 24 * 3600)
-EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+# The embedded default has no mail server: mail goes to the local mailbox, read by whoever is signed in with
+# the address at /mailbox/ (clawhub/accounts/mailbox.py). Production's default is the console backend.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="clawhub.accounts.mailbox.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="ClawHub <noreply@localhost>")
 if env.str("EMAIL_URL", default=""):
     vars().update(env.email_url("EMAIL_URL"))

@@ -38,6 +38,10 @@ DEBUG = False
 # may have no mail server). Sign-up answers every address alike either way; verification also stops an
 # account made in someone else's name from being used before its mailbox's owner sees it.
 ACCOUNTS_REQUIRE_EMAIL_VERIFICATION = env.bool("CLAWHUB_REQUIRE_EMAIL_VERIFICATION", default=True)
+if not env.str("EMAIL_URL", default=""):
+    # Never the embedded default's local mailbox, whose reader is whoever signed up with an address: that
+    # would let anyone read the verification and invitation mails of an address they do not own.
+    EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_SECURE = env.bool("CLAWHUB_SECURE_COOKIES", default=True)
 CSRF_COOKIE_SECURE = env.bool("CLAWHUB_SECURE_COOKIES", default=True)

@@ -161,6 +161,25 @@ def test_verification_pages(browser, settings, mailoutbox, mail_link):
     assert browser.login("v@example.com", PASSWORD)["Location"] == "/onboarding/"
 
 
+def test_where_the_person_was_going_survives_sign_up_the_mailed_link_and_log_in(browser, settings, mailoutbox,
+                                                                                 mail_link):
+    settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION = True
+    going = "/invitations/some-token/"
+    response = browser.post(f"/signup/?next={going}", {"email": "w@example.com", "new_password1": PASSWORD,
+                                                       "new_password2": PASSWORD})
+    assert b"Check your inbox" in response.content and f'/login/?next={going}"'.encode() in response.content
+    assert f'name="next" value="{going}"'.encode() in response.content  # "send the link again" keeps it too
+    link = mail_link(mailoutbox[0], "/verify-email/")
+    assert link.endswith("?next=%2Finvitations%2Fsome-token%2F")
+    response = browser.get(link)
+    assert response.status_code == 302
+    assert response["Location"] == "/login/?next=%2Finvitations%2Fsome-token%2F"
+    response = browser.post("/login/", {"email": "w@example.com", "password": PASSWORD, "next": going})
+    assert response["Location"] == going
+    # Another site is never a destination.
+    assert b"evil" not in browser.get("/signup/?next=https://evil.example/").content
+
+
 # Audit ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("role, status", [

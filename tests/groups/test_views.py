@@ -1,19 +1,30 @@
+import html
+import re
 from datetime import timedelta
+from urllib.parse import quote, unquote
 
 import pytest
 from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
+from clawhub.accounts.models import User
+from clawhub.accounts.selectors import LOCAL_MAILBOX_BACKEND
 from clawhub.groups.models import Group, Invitation, Role
 from clawhub.groups.selectors import role_of
 from clawhub.groups.services import invitation_create
 from clawhub.keys.selectors import key_resolve
 from clawhub.keys.services import key_create
-from tests.factories import make_user
+from tests.factories import PASSWORD, make_user
 from tests.groups.conftest import token_of
 
 pytestmark = pytest.mark.django_db
+
+
+def web_client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
 
 
 def page(response) -> str:
@@ -188,3 +199,64 @@ def test_web_forms_work_with_the_csrf_token_from_the_page(crew):
     assert response.status_code == 302
     crew.group.refresh_from_db()
     assert crew.group.name == "Crew Renamed"
+
+
+# An email invitation to someone with no account, on a site with no mail server (the embedded default) ------
+
+def _link_path(body: str, prefix: str) -> str:
+    match = re.search(r"https?://[^/\s]+(" + re.escape(prefix) + r"[^\s\"<]*)", body)
+    assert match, f"no {prefix} link in: {body}"
+    return html.unescape(match.group(1))
+
+
+def test_a_new_person_invited_by_email_signs_up_confirms_and_joins(crew, settings,
+                                                                  django_capture_on_commit_callbacks):
+    settings.EMAIL_BACKEND = LOCAL_MAILBOX_BACKEND
+    settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION = False  # the embedded default: unconfirmed accounts log in
+    with django_capture_on_commit_callbacks(execute=True):
+        _invitation, link = invitation_create(actor=crew.owner, group=crew.group, email="newbie@example.com")
+    invitation_path = link[link.index("/invitations/"):]
+    newbie = Client()
+
+    # Signed out, the invitation asks for a log-in and remembers where it was; the sign-up link keeps it.
+    response = newbie.get(invitation_path)
+    assert response.status_code == 302
+    login_path = response["Location"]
+    assert login_path == f"/login/?next={quote(invitation_path)}"
+    signup_path = re.search(r'href="(/signup/[^"]*)" id="signup-link"', page(newbie.get(login_path))).group(1)
+    assert unquote(signup_path) == f"/signup/?next={invitation_path}"
+    assert f'name="next" value="{invitation_path}"' in page(newbie.get(signup_path))
+    signed_up = newbie.post(signup_path, {"email": "newbie@example.com", "next": invitation_path,
+                                          "new_password1": PASSWORD, "new_password2": PASSWORD})
+    assert f'name="next" value="{invitation_path}"' in page(signed_up)
+    response = newbie.post("/login/", {"email": "newbie@example.com", "password": PASSWORD,
+                                       "next": invitation_path})
+    assert response.status_code == 302 and response["Location"] == invitation_path  # not onboarding
+
+    # The address is not confirmed yet: the page asks for that first and can send the link.
+    invitation_page = page(newbie.get(invitation_path))
+    assert 'id="confirm-first"' in invitation_page and 'value="accept"' not in invitation_page
+    refused = newbie.post(invitation_path, {"action": "accept"}, follow=True)
+    assert "Confirm your email address first" in page(refused)
+    response = newbie.post("/verify-email/request/", {"next": invitation_path})
+    assert response.status_code == 302 and response["Location"] == "/mailbox/"
+
+    # The site sends no mail out: both mails wait in the newcomer's mailbox, and nobody else's.
+    mailbox = page(newbie.get("/mailbox/"))
+    assert "You are invited to join Crew" in mailbox and "Confirm your email address" in mailbox
+    assert "Confirm your email address" not in page(web_client(crew.owner).get("/mailbox/"))
+    confirm = newbie.get(_link_path(mailbox, "/verify-email/"))
+    assert confirm.status_code == 302 and confirm["Location"] == invitation_path
+    response = newbie.post(invitation_path, {"action": "accept"})
+    assert response.status_code == 302 and response["Location"] == "/groups/crew/"
+    assert role_of(group=crew.group, user=User.objects.get(email="newbie@example.com")) == Role.MEMBER
+
+
+def test_the_mailbox_is_only_there_when_the_site_keeps_its_mail(crew, settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    client = web_client(crew.owner)
+    assert client.get("/mailbox/").status_code == 404
+    assert 'href="/mailbox/"' not in page(client.get("/groups/"))
+    settings.EMAIL_BACKEND = LOCAL_MAILBOX_BACKEND
+    assert client.get("/mailbox/").status_code == 200
+    assert 'href="/mailbox/"' in page(client.get("/groups/"))

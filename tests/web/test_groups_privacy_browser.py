@@ -1,16 +1,33 @@
 """Groups and privacy in Debian's Chromium: an owner invites by link and a second person accepts it in a
-second browser context (their own cookies); a user downloads their data and deletes one of their samples."""
+second browser context (their own cookies); a person with no account accepts an invitation sent to their
+address, on a site that keeps its mail in a local mailbox; a user downloads their data and deletes one of
+their samples. The module's tests share one Chromium."""
 
 import json
+import os
 
 import pytest
 
+from clawhub.accounts.selectors import LOCAL_MAILBOX_BACKEND
 from clawhub.feedback.services import feedback_submit
 from clawhub.groups.models import Membership, Role
+from clawhub.groups.services import invitation_create
 from clawhub.review.models import Sample
-from tests.factories import PASSWORD, make_user
+from tests.factories import PASSWORD, make_group, make_user
 from tests.review.conftest import make_sample, old_key
-from tests.web.conftest import LAPTOP
+from tests.web.conftest import CHROMIUM, CHROMIUM_ARGS, LAPTOP
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One browser for the module (each test opens contexts of its own, so no cookies are shared)."""
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
 
 
 def sign_in(page, url: str, email: str) -> None:
@@ -55,6 +72,44 @@ def test_invite_by_link_is_accepted_in_a_second_browser(live_server, chromium, o
     assert "already" in other.inner_text("main")  # a link works once
     first.close()
     second.close()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_an_email_invitation_is_accepted_by_a_brand_new_person(live_server, chromium, output_dir, settings):
+    settings.EMAIL_BACKEND = LOCAL_MAILBOX_BACKEND  # the embedded default: no mail server
+    settings.PUBLIC_BASE_URL = live_server.url  # the links in the mails point at this test server
+    owner = make_user("host@example.com")
+    group = make_group(owner, name="Tea club")
+    _invitation, link = invitation_create(actor=owner, group=group, email="newcomer@example.com")
+    context = chromium.new_context(viewport=LAPTOP)
+    page = context.new_page()
+    page.goto(link)  # the link the owner passed on
+    page.wait_for_url(f"{live_server.url}/login/**")
+    page.click("#signup-link")
+    page.fill("input[name=email]", "newcomer@example.com")
+    page.fill("input[name=new_password1]", PASSWORD)
+    page.fill("input[name=new_password2]", PASSWORD)
+    page.click("main button[type=submit]")
+    page.locator("#signed-up").wait_for()
+    page.fill("input[name=password]", PASSWORD)
+    page.click("main button[type=submit]")
+    page.wait_for_url(link)  # back at the invitation, not onboarding
+    assert "newcomer@example.com" in page.inner_text("#confirm-first")
+    page.screenshot(path=str(output_dir / "invite-1-confirm-first.png"), full_page=True)
+    page.click("#send-confirmation")
+    page.wait_for_url(f"{live_server.url}/mailbox/")
+    assert "You are invited to join Tea club" in page.inner_text("main")
+    page.screenshot(path=str(output_dir / "invite-2-mailbox.png"), full_page=True)
+    page.click("main a[href*='/verify-email/']")
+    page.wait_for_url(link)
+    page.click("button[value=accept]")
+    page.wait_for_url(f"{live_server.url}/groups/**/")
+    assert "Welcome to Tea club" in page.inner_text("main")
+    page.screenshot(path=str(output_dir / "invite-3-joined.png"), full_page=True)
+    membership = Membership.objects.get(user__email="newcomer@example.com")
+    assert membership.group == group and membership.role == Role.MEMBER
+    context.close()
 
 
 @pytest.mark.browser

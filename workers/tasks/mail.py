@@ -11,7 +11,7 @@ from workers.celery import app
 
 @app.task(name=tasks.ACCOUNT_MAIL, queue=tasks.HOUSEKEEPING_QUEUE, acks_late=True, max_retries=3,
           default_retry_delay=30)
-def send_account_mail(user_id: int, kind: str) -> bool:
+def send_account_mail(user_id: int, kind: str, next_path: str = "") -> bool:
     from clawhub.accounts.services import account_mail_deliver
 
-    return account_mail_deliver(user_id=user_id, kind=kind)
+    return account_mail_deliver(user_id=user_id, kind=kind, next_path=next_path)
