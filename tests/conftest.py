@@ -1,4 +1,6 @@
 import logging
+import os
+import random
 import re
 
 import pytest
@@ -62,11 +64,15 @@ GROUP_OF_MARKER = {"vllm": "vllm", "embedded": "embedded"}
 # rest; last, the embedded stack's would still be running when everything else was done. With
 # --no-loadscope-reorder (./dev test passes it) xdist hands out groups in this order.
 FIRST_GROUPS = ("embedded", "vllm-real", "vllm")
+# Set to any value to run the tests in an order shuffled by it (the chains above stay first and in order), to
+# show that no test depends on another having run before it.
+ORDER_SEED_VARIABLE = "CLAWHUB_TEST_ORDER_SEED"
 SHARED_SCOPES = ("module", "package", "class")
 
 
 def pytest_collection_modifyitems(config, items):
     groups = {}
+    collected = {item.nodeid: i for i, item in enumerate(items)}  # the order before any shuffle
     for item in items:
         for fixture, marker in MARKER_OF_FIXTURE.items():
             if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
@@ -84,9 +90,15 @@ def pytest_collection_modifyitems(config, items):
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
             groups[item.nodeid] = group
+    seed = os.environ.get(ORDER_SEED_VARIABLE)
+    if seed:  # the same seed gives every xdist worker the same order, as xdist requires
+        random.Random(seed).shuffle(items)
     rank = {group: i for i, group in enumerate(FIRST_GROUPS)}
-    # A stable sort: the tests of a group, and all the others, keep their order.
-    items.sort(key=lambda item: rank.get(groups.get(item.nodeid), len(FIRST_GROUPS)))
+    # A stable sort: the tests of a group, and all the others, keep their order. A group's own tests are
+    # never shuffled apart: the embedded stack's last test stops it.
+    chains = [item for item in items if groups.get(item.nodeid) in rank]
+    chains.sort(key=lambda item: (rank[groups[item.nodeid]], collected[item.nodeid]))
+    items[:] = chains + [item for item in items if groups.get(item.nodeid) not in rank]
 
 
 def _listed_slow(nodeid: str) -> bool:
