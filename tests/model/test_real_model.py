@@ -30,9 +30,10 @@ def greedy(server, model: str, messages=QUESTION, max_tokens: int = 24) -> str:
 
 
 def test_the_base_answers_and_one_cpu_update_loaded_at_runtime_changes_its_answer(real_vllm_server, tmp_path):
-    """About 4 minutes on two cores shared with other work (vLLM's start, in the fixture: 3.5 more): the base
-    answers, the trainer loads the base and takes one optimizer step on four short samples (about 2 minutes),
-    exports the adapter, vLLM loads it at run time and answers again. One test, so the base is asked once."""
+    """Over a minute, and vLLM's start in the fixture about two more: the base answers, the trainer loads the
+    base and takes one optimizer step on four short samples (16 s with the suite's one torch thread on a
+    loaded machine, 58 s with two), exports the adapter, vLLM loads it at run time and answers again. One
+    test, so the base is asked once."""
     from workers.trainer.local import LocalBackend
 
     spec = base_models.describe(real_vllm_server.model_dir)
