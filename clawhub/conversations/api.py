@@ -2,7 +2,6 @@
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -17,7 +16,7 @@ from clawhub.conversations.selectors import (
     turns_messages,
 )
 from clawhub.conversations.services import conversation_settings_update
-from clawhub.core.api import LIMIT_OFFSET_PARAMETERS, QueryChoiceField, page_of
+from clawhub.core.api import LIMIT_OFFSET_PARAMETERS, LimitOffset, QueryChoiceField, page_of
 from clawhub.tenants.access import TenantAccess, TenantApi
 
 
@@ -89,7 +88,7 @@ class SessionListApi(APIView):
 
     OutputSerializer = SessionListOutputSerializer
 
-    class Pagination(LimitOffsetPagination):
+    class Pagination(LimitOffset):
         default_limit = 50
         max_limit = 200
 

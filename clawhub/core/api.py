@@ -7,7 +7,7 @@ from django.views.defaults import page_not_found
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import serializers
-from rest_framework.pagination import PageNumberPagination
+from rest_framework.pagination import LimitOffsetPagination, PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -70,13 +70,23 @@ def page_of(name: str, item: serializers.Serializer) -> serializers.Serializer:
         "previous": serializers.URLField(allow_null=True), "results": item})
 
 
-# The query parameters of ``Pagination`` (a page past the last is 404) and of LimitOffsetPagination.
+# The query parameters of ``Pagination`` (a page past the last is 404) and of ``LimitOffset``.
 PAGE_PARAMETERS = [
     OpenApiParameter("page", {"type": "integer", "minimum": 1},
                      description="1-based page number (404 past the last page)."),
     OpenApiParameter("page_size", {"type": "integer", "minimum": 1},
                      description="Items per page (the view's default and maximum apply)."),
 ]
+
+
+def _check_counts(request, minimums: dict[str, int]) -> None:
+    """Each named query parameter, when given, is an integer of at least its minimum, or the request is 400
+    (DRF's paginators read anything else as "use the default")."""
+    for name, least in minimums.items():
+        value = request.query_params.get(name)
+        if value is not None and not (value.isascii() and value.isdigit() and int(value) >= least):
+            raise ValidationFailed(f"'{name}' must be an integer of at least {least}.", field=name,
+                                   fields={name: [f"An integer of at least {least} is required."]})
 
 
 class Pagination(PageNumberPagination):
@@ -86,11 +96,7 @@ class Pagination(PageNumberPagination):
     page_size_query_param = "page_size"
 
     def paginate_queryset(self, queryset, request, view=None):
-        for name in (self.page_query_param, self.page_size_query_param):
-            value = request.query_params.get(name)
-            if value is not None and not (value.isascii() and value.isdigit() and int(value) >= 1):
-                raise ValidationFailed(f"'{name}' must be a positive integer.", field=name,
-                                       fields={name: ["A positive integer is required."]})
+        _check_counts(request, {self.page_query_param: 1, self.page_size_query_param: 1})
         return super().paginate_queryset(queryset, request, view)
 
 
@@ -102,10 +108,21 @@ class QueryChoiceField(serializers.ChoiceField):
         if dictionary.get(self.field_name) == "":
             return ""
         return super().get_value(dictionary)
+
+
 LIMIT_OFFSET_PARAMETERS = [
-    OpenApiParameter("limit", int, description="Items to return (the view's default and maximum apply)."),
-    OpenApiParameter("offset", int, description="Items to skip."),
+    OpenApiParameter("limit", {"type": "integer", "minimum": 1},
+                     description="Items to return (the view's default and maximum apply)."),
+    OpenApiParameter("offset", {"type": "integer", "minimum": 0}, description="Items to skip."),
 ]
+
+
+class LimitOffset(LimitOffsetPagination):
+    """DRF's limit and offset, each an integer (limit at least 1) or refused (400), like ``Pagination``."""
+
+    def paginate_queryset(self, queryset, request, view=None):
+        _check_counts(request, {self.limit_query_param: 1, self.offset_query_param: 0})
+        return super().paginate_queryset(queryset, request, view)
 
 
 def not_found(request: HttpRequest, exception=None) -> HttpResponse:

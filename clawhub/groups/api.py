@@ -194,10 +194,11 @@ class GroupTransferApi(GroupApi):
 
     @extend_schema(tags=TAGS, request=InputSerializer, responses={
         200: OpenApiResponse(GroupOutputSerializer, description="The group, with the caller now an admin."),
-        400: openapi_error("Invalid input, or the new owner is the caller or not a member."),
+        400: INVALID,
         401: NOT_SIGNED_IN,
         403: FORBIDDEN,
         404: NO_SUCH_MEMBER,
+        409: openapi_error("The new owner is the caller (already_owner)."),
     })
     def post(self, request: Request, access: TenantAccess) -> Response:
         group = access.group

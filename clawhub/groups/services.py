@@ -164,7 +164,8 @@ def group_transfer_ownership(
     _require_role(group=group, actor=actor, at_least=Role.OWNER, action="transfer ownership")
     _lock_group(group)
     if new_owner.pk == actor.pk:
-        raise ValidationFailed("You already own this group.", field="user_id")
+        # The state is what is wrong, not the input (the same id is a valid transfer in another group).
+        raise Conflict("You already own this group.", code="already_owner", field="user_id")
     target = Membership.objects.filter(group=group, user=new_owner).first()
     if target is None:
         raise ValidationFailed("Ownership can only go to a member of the group.", code="not_a_member",

@@ -104,7 +104,7 @@ def test_transfer_refusals(crew):
         group_transfer_ownership(actor=crew.admin, group=crew.group, new_owner=crew.admin)
     with pytest.raises(ValidationFailed):
         group_transfer_ownership(actor=crew.owner, group=crew.group, new_owner=crew.outsider)
-    with pytest.raises(ValidationFailed):
+    with pytest.raises(Conflict):
         group_transfer_ownership(actor=crew.owner, group=crew.group, new_owner=crew.owner)
     with pytest.raises(NotFound):
         group_transfer_ownership(actor=crew.outsider, group=crew.group, new_owner=crew.outsider)
