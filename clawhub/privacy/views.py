@@ -7,9 +7,9 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from clawhub.accounts.services import user_logout
 from clawhub.core.api import client_ip
@@ -50,9 +50,18 @@ def privacy_key(request, key_id: int):
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 @page_errors
 def privacy_sample_delete(request, sample_id: int):
+    """GET: a page that says what deleting the sample does and asks to confirm; its form's POST (with
+    ``confirm=yes``) deletes. A POST without it changes nothing and is sent to that page."""
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        sample = selectors.samples_for_user(user=request.user).filter(pk=sample_id).first()
+        if sample is None:
+            raise Http404("No such sample of yours.")
+        if request.method == "POST":
+            return redirect("privacy_sample_delete", sample_id=sample.pk)
+        return render(request, "privacy/sample_delete.html", {"sample": sample})
     services.sample_delete_own(actor=request.user, sample_id=sample_id, ip=client_ip(request))
     messages.success(request, f"Sample {sample_id} deleted: it will never be used for training again.")
     return redirect("privacy")

@@ -26,11 +26,20 @@ def test_privacy_page_switches_and_sample_deletion(browser_as):
     browser.post(f"/privacy/keys/{key.pk}/", {})
     key.refresh_from_db()
     assert key.training_enabled is False
-    browser.post(f"/privacy/samples/{sample.pk}/delete/")
+    # Deleting asks first: a post without the confirmation (the old one-click button) changes nothing.
+    response = browser.post(f"/privacy/samples/{sample.pk}/delete/")
+    assert response.status_code == 302 and response["Location"] == f"/privacy/samples/{sample.pk}/delete/"
+    sample.refresh_from_db()
+    assert sample.state != "deleted"
+    confirm = browser.get(response["Location"]).content.decode()
+    assert f"Delete sample #{sample.pk}?" in confirm and 'name="confirm" value="yes"' in confirm
+    browser.post(f"/privacy/samples/{sample.pk}/delete/", {"confirm": "yes"})
     sample.refresh_from_db()
     assert sample.state == "deleted"
     stranger_sample = make_sample(make_user(), key=None)
-    assert browser.post(f"/privacy/samples/{stranger_sample.pk}/delete/").status_code == 404
+    stranger_url = f"/privacy/samples/{stranger_sample.pk}/delete/"
+    assert browser.get(stranger_url).status_code == 404 and browser.post(stranger_url).status_code == 404
+    assert browser.post(stranger_url, {"confirm": "yes"}).status_code == 404
 
 
 def test_export_download(browser_as):

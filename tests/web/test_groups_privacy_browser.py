@@ -129,8 +129,11 @@ def test_privacy_export_and_deleting_a_sample(live_server, laptop_page, output_d
     assert [f["comment"] for f in exported["explicit_feedback"]] == ["More detail, please."]
 
     row = page.locator("tr", has_text=f"#{drop.pk}")
-    row.locator("button:has-text('Delete')").click()
-    page.wait_for_url(f"{live_server.url}/privacy/**")
+    row.locator("a:has-text('Delete')").click()
+    page.wait_for_url(f"{live_server.url}/privacy/samples/{drop.pk}/delete/")  # it asks first
+    assert Sample.objects.get(pk=drop.pk).state != Sample.State.DELETED
+    page.click("#confirm-form button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/privacy/")
     assert "deleted" in page.locator("tr", has_text=f"#{drop.pk}").inner_text()
     page.screenshot(path=str(output_dir / "privacy-sample-deleted.png"), full_page=True)
     assert Sample.objects.get(pk=drop.pk).state == Sample.State.DELETED
