@@ -1,5 +1,6 @@
-"""Server-rendered key pages. The page that shows a secret is rendered straight from the POST that made it:
-the secret is never put in the session, the messages framework or any cache."""
+"""Server-rendered key pages. A new secret (a created or rotated key) is shown once, on the page the POST
+redirects to (clawhub.keys.shown_once: no table holds it, masked or not), so a reload makes nothing twice.
+Rotating and revoking ask for a confirmation first, on a page of their own (no JavaScript needed)."""
 
 from urllib.parse import quote
 
@@ -24,6 +25,7 @@ from clawhub.keys.selectors import (
     models_for_key,
 )
 from clawhub.keys.services import key_create, key_revoke, key_rotate, key_update
+from clawhub.keys.shown_once import secret_forget, secret_stash, secret_take
 
 
 def _own_key(request, key_id: int) -> ApiKey:
@@ -34,6 +36,7 @@ def _own_key(request, key_id: int) -> ApiKey:
 
 
 def _secret_page(request, key: ApiKey, secret: str, *, rotated: bool) -> HttpResponse:
+    """The page that shows a new secret (GET key_secret, after the redirect from the POST that made it)."""
     config_json = openclaw_config_json(key=key, secret=secret)
     response = render(request, "keys/secret.html", {
         "key": key,
@@ -46,7 +49,37 @@ def _secret_page(request, key: ApiKey, secret: str, *, rotated: bool) -> HttpRes
         "download_filename": DOWNLOAD_FILENAME,
     })
     response["Cache-Control"] = "no-store"
-    return response
+    return secret_forget(response, key_id=key.pk)
+
+
+@login_required
+@require_GET
+def key_secret(request, key_id: int):
+    key = _own_key(request, key_id)
+    taken = secret_take(request, key_id=key.pk)
+    if taken is None:
+        messages.info(request, "A key's secret is shown once, and ClawHub keeps no copy of it. If you did "
+                               "not save it, rotate the key to get a new one.")
+        return secret_forget(redirect("key_detail", key_id=key.pk), key_id=key.pk)
+    secret, rotated = taken
+    return _secret_page(request, key, secret, rotated=rotated)
+
+
+def _to_secret_page(request, key: ApiKey, secret: str, *, rotated: bool) -> HttpResponse:
+    return secret_stash(request, redirect("key_secret", key_id=key.pk), key_id=key.pk, secret=secret,
+                        rotated=rotated)
+
+
+def _confirmed(request) -> bool:
+    """A change that cannot be undone goes ahead only from its confirmation page's form."""
+    return request.POST.get("confirm") == "yes"
+
+
+def _confirm_page(request, key: ApiKey, action: str) -> HttpResponse:
+    """GET: the page that asks; a POST that did not come from it is sent there, and changes nothing."""
+    if request.method == "POST":
+        return redirect(f"key_{action}", key_id=key.pk)
+    return render(request, "keys/confirm.html", {"key": key, "action": action})
 
 
 @login_required
@@ -63,7 +96,7 @@ def keys(request):
         except ClawHubError as exc:
             form_add_service_error(form, exc)
         else:
-            return _secret_page(request, key, secret, rotated=False)
+            return _to_secret_page(request, key, secret, rotated=False)
     return render(request, "keys/list.html", {"keys": keys_for_user(user=request.user), "form": form},
                   status=400 if form.errors else 200)
 
@@ -105,21 +138,31 @@ def key_edit(request, key_id: int):
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def key_rotate_view(request, key_id: int):
     key = _own_key(request, key_id)
+    if key.revoked_at is not None:
+        messages.error(request, "This key is revoked; a revoked key cannot be rotated.")
+        return redirect("key_detail", key_id=key.pk)
+    if request.method == "GET" or not _confirmed(request):
+        return _confirm_page(request, key, "rotate")
     try:
         secret = key_rotate(key=key, actor=request.user, ip=client_ip(request))
     except ClawHubError as exc:
         messages.error(request, exc.message)
         return redirect("key_detail", key_id=key.pk)
-    return _secret_page(request, key, secret, rotated=True)
+    return _to_secret_page(request, key, secret, rotated=True)
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def key_revoke_view(request, key_id: int):
     key = _own_key(request, key_id)
+    if key.revoked_at is not None:
+        messages.info(request, f"Key {key.name} is already revoked.")
+        return redirect("key_detail", key_id=key.pk)
+    if request.method == "GET" or not _confirmed(request):
+        return _confirm_page(request, key, "revoke")
     reason = request.POST.get("reason", "")[:500]
     key_revoke(key=key, actor=request.user, ip=client_ip(request), reason=reason)
     messages.success(request, f"Key {key.name} revoked. Clients using it now get 401.")

@@ -51,10 +51,12 @@ def test_create_shows_the_secret_once_and_keeps_it_out_of_the_session(web_client
     user = make_user()
     web_client.force_login(user)
     response = browser_post(web_client, "/keys/", {"name": "desk", "rpm_limit": "20"})
+    key = ApiKey.objects.get(owner=user)
+    assert response.status_code == 302 and response["Location"] == f"/keys/{key.pk}/secret/"
+    response = web_client.get(response["Location"])
     assert response.status_code == 200
     assert response["Cache-Control"] == "no-store"
     content = response.content.decode()
-    key = ApiKey.objects.get(owner=user)
     box = re.search(r'<div class="secret"><code id="key-secret">(chk_[^<]+)</code></div>', content)
     secret = box.group(1)
     assert key_resolve(secret=secret).key == key and key.rpm_limit == 20
@@ -95,7 +97,8 @@ def test_create_group_key_from_the_form(web_client):
     web_client.force_login(user)
     response = browser_post(web_client, "/keys/", {"name": "crew key", "group": "crew",
                                                    "allowed_models": ["clawhub-group-crew", "base"]})
-    assert response.status_code == 200
+    assert response.status_code == 302
+    response = web_client.get(response["Location"])
     key = ApiKey.objects.get(owner=user)
     assert key.group == group and key.allowed_models == ["clawhub-group-crew", "base"]
     config = json.loads(pre(response.content.decode(), "openclaw-config"))
@@ -120,10 +123,15 @@ def test_detail_page_shows_the_config_with_a_placeholder_and_csrf_protected_butt
     config = json.loads(pre(content, "openclaw-config"))
     assert config["models"]["providers"]["clawhub"]["apiKey"] == SECRET_PLACEHOLDER
     assert '"$CLAWHUB_API_KEY"' in pre(content, "openclaw-onboard")
-    for action in ("rotate", "revoke", "edit"):
-        form = re.search(rf'<form method="post" action="/keys/{key.pk}/{action}/"[^>]*>(.*?)</form>', content,
+    form = re.search(rf'<form method="post" action="/keys/{key.pk}/edit/"[^>]*>(.*?)</form>', content, re.S)
+    assert form and "csrfmiddlewaretoken" in form.group(1)
+    for action in ("rotate", "revoke"):  # each asks on a page of its own, whose form is the one that acts
+        assert f'href="/keys/{key.pk}/{action}/"' in content, action
+        confirm = web_client.get(f"/keys/{key.pk}/{action}/").content.decode()
+        form = re.search(rf'<form method="post" action="/keys/{key.pk}/{action}/"[^>]*>(.*?)</form>', confirm,
                          re.S)
         assert form and "csrfmiddlewaretoken" in form.group(1), action
+        assert '<input type="hidden" name="confirm" value="yes">' in form.group(1), action
     assert f'href="/keys/{key.pk}/openclaw.json"' in content
 
 
@@ -145,9 +153,10 @@ def test_rotate_from_the_web_shows_the_new_secret_once(web_client, settings):
     user = make_user()
     key, old = make_key(user)
     web_client.force_login(user)
-    response = browser_post(web_client, f"/keys/{key.pk}/rotate/", {})
-    assert response.status_code == 200
-    content = response.content.decode()
+    response = browser_post(web_client, f"/keys/{key.pk}/rotate/", {"confirm": "yes"})
+    assert response.status_code == 302 and response["Location"] == f"/keys/{key.pk}/secret/"
+    content = web_client.get(response["Location"]).content.decode()
+    assert "New secret for" in content
     new = re.search(r'<code id="key-secret">(chk_[^<]+)</code>', content).group(1)
     assert new != old and key_resolve(secret=new).key == key
     assert key_resolve(secret=old) is not None  # grace window
@@ -171,12 +180,12 @@ def test_edit_and_revoke_from_the_web(web_client):
     assert bad.status_code == 400
     assert ApiKey.objects.get(pk=key.pk).name == "renamed"
 
-    response = browser_post(web_client, f"/keys/{key.pk}/revoke/", {})
+    response = browser_post(web_client, f"/keys/{key.pk}/revoke/", {"confirm": "yes", "reason": "lost"})
     assert response.status_code == 302
     assert key_resolve(secret=secret) is None
     page = web_client.get(f"/keys/{key.pk}/").content.decode()
-    assert "revoked" in page and f'action="/keys/{key.pk}/rotate/"' not in page
-    again = browser_post(web_client, f"/keys/{key.pk}/rotate/", {})
+    assert "revoked" in page and f'href="/keys/{key.pk}/rotate/"' not in page
+    again = browser_post(web_client, f"/keys/{key.pk}/rotate/", {"confirm": "yes"})
     assert again.status_code == 302  # a revoked key is not rotated; the page says why
     assert ApiKeySecret.objects.filter(key=key).count() == 1
 
@@ -195,4 +204,50 @@ def test_login_helper_keeps_working(web_client):
     user = make_user()
     key, _ = make_key(user)
     login(web_client, user)
-    assert web_client.post(f"/keys/{key.pk}/revoke/").status_code == 302
+    assert web_client.post(f"/keys/{key.pk}/revoke/", {"confirm": "yes"}).status_code == 302
+    assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
+
+
+def test_a_reload_of_the_secret_page_makes_no_second_key_and_shows_no_secret(web_client):
+    user = make_user()
+    web_client.force_login(user)
+    response = browser_post(web_client, "/keys/", {"name": "desk"})
+    secret_page = response["Location"]
+    # Between the POST and the page, the session row holds the secret only masked: the pad is the browser's.
+    pad = web_client.cookies["clawhub_key_pad"]
+    assert pad["path"] == secret_page and pad["httponly"] and pad["samesite"] == "Strict"
+    first = web_client.get(secret_page)
+    secret = re.search(r'<code id="key-secret">(chk_[^<]+)</code>', first.content.decode()).group(1)
+    assert key_resolve(secret=secret) is not None
+    reload = web_client.get(secret_page, follow=True)
+    assert reload.redirect_chain == [(f"/keys/{ApiKey.objects.get().pk}/", 302)]
+    assert secret not in reload.content.decode() and "shown once" in reload.content.decode()
+    assert ApiKey.objects.count() == 1
+    assert web_client.get(secret_page).status_code == 302  # and so on, each time
+
+
+def test_the_secret_page_needs_both_the_session_and_the_browsers_pad(web_client):
+    user = make_user()
+    web_client.force_login(user)
+    response = browser_post(web_client, "/keys/", {"name": "desk"})
+    del web_client.cookies["clawhub_key_pad"]  # another browser of the same session, or a pad gone stale
+    page = web_client.get(response["Location"])
+    assert page.status_code == 302 and b'id="key-secret"' not in web_client.get(page["Location"]).content
+
+
+def test_revoke_and_rotate_ask_for_a_confirmation_first(web_client, settings):
+    settings.KEY_ROTATION_GRACE = timedelta(hours=1)
+    user = make_user()
+    key, secret = make_key(user, name="laptop")
+    web_client.force_login(user)
+    for action in ("revoke", "rotate"):
+        # A post without the confirmation (the old one-click buttons) changes nothing and asks instead.
+        response = browser_post(web_client, f"/keys/{key.pk}/{action}/", {})
+        assert response.status_code == 302 and response["Location"] == f"/keys/{key.pk}/{action}/"
+        page = web_client.get(response["Location"]).content.decode()
+        assert "laptop" in page and 'name="confirm" value="yes"' in page
+    key.refresh_from_db()
+    assert key.revoked_at is None and ApiKeySecret.objects.filter(key=key).count() == 1
+    assert key_resolve(secret=secret).key == key
+    browser_post(web_client, f"/keys/{key.pk}/revoke/", {"confirm": "yes"})
+    assert key_resolve(secret=secret) is None
