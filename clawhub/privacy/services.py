@@ -14,7 +14,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
-from clawhub.accounts.models import AuditLog, User
+from clawhub.accounts.models import AuditLog, MailboxMessage, User
 from clawhub.accounts.services import audit_record
 from clawhub.core.exceptions import Conflict, NotFound, PermissionDenied
 from clawhub.groups.models import Group, Membership, Role
@@ -133,6 +133,9 @@ def user_delete(*, user: User, actor: User | None, ip: str | None = None) -> Del
     for row in AuditLog.objects.filter(data__email=email):
         row.data = {**row.data, "email": ""}
         row.save(update_fields=["data"])
+    # Mail the local mailbox kept for the address (the embedded default) goes too: whoever signs up with it
+    # next must not read this account's links and invitations.
+    MailboxMessage.objects.filter(to_email=email).delete()
     user.delete()
     audit_record(actor=actor if actor is not None and actor.pk != pk else None, action="user.delete",
                  target=None, ip=ip, user_id=pk, adapters=len(leftovers[0]), groups_kept=report.groups_kept)

