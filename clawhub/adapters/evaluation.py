@@ -29,11 +29,13 @@ The rule, in order (every number behind it is stored on the version and shown on
    the gate fails safe: with no gain to trade against, the candidate ships only when it is shown not to be
    worse on anything measured. Every safety check must pass, each recorded in numbers["safety"]:
      - degeneration (1.), and corpus perplexity within UNPROVEN_PERPLEXITY_RATIO of the parent's;
-     - each class the tenant did judge, even alone: positively judged held-out replies lose at most
-       UNPROVEN_FIT_DROP nats/token of mean log-prob, negatively judged ones gain at most that much;
-     - the KL rule (3.) on 1 to MIN_PER_CLASS - 1 hinted turns by their mean (too few for an interval).
-   All pass: "not_enough_evidence", which promotes (a tenant's first updates must be able to ship), with
-   the reason saying so ("…; every safety check passed: …"). One fails: "reject", naming it.
+     - each class the tenant did judge, even alone, with at least MIN_PER_CLASS turns: positively judged
+       held-out replies lose at most UNPROVEN_FIT_DROP nats/token of mean log-prob, negatively judged ones
+       gain at most that much (with fewer, one short reply moves that much through noise alone: listed as
+       not checked, and so are 1 to MIN_PER_CLASS - 1 hinted turns for the KL rule, 3.).
+   All that could run pass: "not_enough_evidence", which promotes (a tenant's first updates must be able to
+   ship), with the reason saying so ("…; every safety check that could run passed: …"). One fails: "reject",
+   naming it.
 
 The style rule (``style_reward``) is no longer part of the gate; it stays as an optional reward for the
 benchmark's personas.
@@ -190,13 +192,13 @@ def decide(
     # 5. No evidence of a gain: fail safe.
     checks = _safety_checks(candidate, parent, pos=pos, neg=neg, away=away)
     numbers["safety"] = checks
-    failed = next((c for c in checks if not c["passed"]), None)
+    failed = next((c for c in checks if c["passed"] is False), None)
     if failed is not None:
         return Decision(REJECT, f"not enough evidence of a gain ({why_not}) and a safety check failed: "
                         f"{failed['detail']}", numbers)
     passed = "; ".join(c["detail"] for c in checks)
     return Decision(NOT_ENOUGH, f"not enough evidence yet: {why_not}; promoted because every safety check "
-                    f"passed: {passed}", numbers)
+                    f"that could run passed: {passed}", numbers)
 
 
 def _degenerated(candidate: dict, reference: dict, name: str) -> str | None:
@@ -225,30 +227,36 @@ def _safety_checks(candidate: dict, parent: dict, *, pos: list[float], neg: list
             "check": "perplexity", "passed": cp <= UNPROVEN_PERPLEXITY_RATIO * pp,
             "detail": f"corpus perplexity {pp:.2f} -> {cp:.2f} (at most x{UNPROVEN_PERPLEXITY_RATIO})",
         })
-    if pos:
+    if len(pos) >= MIN_PER_CLASS:
         drop = _mean(pos)
         checks.append({
             "check": "liked replies", "passed": drop >= -UNPROVEN_FIT_DROP,
             "detail": f"{len(pos)} positively judged held-out replies {drop:+.3f} nats/token (may fall by "
                       f"at most {UNPROVEN_FIT_DROP})",
         })
-    if neg:
+    elif pos:
+        checks.append(_too_few("liked replies", f"{len(pos)} positively judged held-out replies"))
+    if len(neg) >= MIN_PER_CLASS:
         rise = _mean(neg)
         checks.append({
             "check": "disliked replies", "passed": rise <= UNPROVEN_FIT_DROP,
             "detail": f"{len(neg)} negatively judged held-out replies {rise:+.3f} nats/token (may rise by "
                       f"at most {UNPROVEN_FIT_DROP})",
         })
-    if 0 < len(away) < MIN_PER_CLASS:
-        checks.append({
-            "check": "hint-teacher", "passed": _mean(away) <= KL_TOLERANCE,
-            "detail": f"KL growth away from the hint-teacher {_mean(away):.3f} nats/token on {len(away)} "
-                      f"hinted turns (at most {KL_TOLERANCE})",
-        })
-    elif away:
+    elif neg:
+        checks.append(_too_few("disliked replies", f"{len(neg)} negatively judged held-out replies"))
+    if len(away) >= MIN_PER_CLASS:
         checks.append({"check": "hint-teacher", "passed": True,
                        "detail": f"KL to the hint-teacher within tolerance on {len(away)} hinted turns"})
+    elif away:
+        checks.append(_too_few("hint-teacher", f"{len(away)} hinted held-out turns"))
     return checks
+
+
+def _too_few(check: str, what: str) -> dict:
+    """A check on held-out turns with fewer than MIN_PER_CLASS of them: one short reply moves by more than
+    any tolerance through noise alone, so it is listed as not checked (passed None), not failed."""
+    return {"check": check, "passed": None, "detail": f"{what}: too few to check (needs {MIN_PER_CLASS})"}
 
 
 def _pair_accuracy(logprob: dict[str, float], rewards: dict[str, int]) -> float | None:

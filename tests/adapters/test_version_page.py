@@ -21,10 +21,12 @@ def test_decisions_reasons_and_numbers_are_on_the_version_page(db, client):
     services.adapter_record_decision(
         version=v1,
         decision=Decision(NOT_ENOUGH, "not enough evidence yet: 1 positive and 0 negative held-out turns; "
-                          "promoted because every safety check passed: …",
+                          "promoted because every safety check that could run passed: …",
                           {"held_out": 1, "positives": 1, "negatives": 0, "hinted": 0, "confidence": 0.9,
-                           "safety": [{"check": "liked replies", "passed": True,
-                                       "detail": "1 positively judged held-out replies +0.010 nats/token"}]}),
+                           "safety": [{"check": "perplexity", "passed": True,
+                                       "detail": "corpus perplexity 4.80 -> 4.82 (at most x1.1)"},
+                                      {"check": "liked replies", "passed": None,
+                                       "detail": "1 positively judged held-out replies: too few to check"}]}),
     )
     v2 = make_version(user.tenant, 2, parent=v1, metrics={"optimizer_resumed_at": 3})
     services.adapter_evaluation_start(version=v2)
@@ -45,8 +47,9 @@ def test_decisions_reasons_and_numbers_are_on_the_version_page(db, client):
     assert AdapterVersion.objects.get(pk=v2.pk).state == AdapterVersion.State.REJECTED
     html = page(client, user)
     assert "promote: not enough evidence yet" in html and "1 positive and 0 negative" in html
-    assert "promoted because every safety check passed" in html
-    assert "passed: 1 positively judged held-out replies +0.010 nats/token" in html
+    assert "promoted because every safety check that could run passed" in html
+    assert "passed: corpus perplexity 4.80 -&gt; 4.82 (at most x1.1)" in html
+    assert "not checked: 1 positively judged held-out replies: too few to check" in html
     assert "the preference margin fell" in html
     assert "-0.250 nats/token" in html and "[-0.400, -0.100]" in html  # the margin and its interval
     assert "repeated 3-grams 0.10" in html and "corpus perplexity 5.10" in html

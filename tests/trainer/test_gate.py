@@ -94,9 +94,12 @@ def test_too_little_held_out_data_says_so(tiny_model_dir, tmp_path, tenant):
     decision = gate(tiny_model_dir, adapter, few)
     assert decision.outcome == NOT_ENOUGH and decision.passed, decision.reason
     assert decision.reason.startswith("not enough evidence yet: 2 positive and 1 negative")
-    assert "promoted because every safety check passed" in decision.reason
-    assert [c["check"] for c in decision.numbers["safety"]] == [
-        "canaries", "perplexity", "liked replies", "disliked replies", "hint-teacher"]  # the one hinted turn
+    assert "promoted because every safety check that could run passed" in decision.reason
+    # Two liked, one disliked and one hinted turn: too few to check any of them (noise alone moves one short
+    # reply past the tolerance); the model's own canaries and perplexity are checked.
+    assert [(c["check"], c["passed"]) for c in decision.numbers["safety"]] == [
+        ("canaries", True), ("perplexity", True), ("liked replies", None), ("disliked replies", None),
+        ("hint-teacher", None)]
 
 
 def test_with_one_held_out_class_a_degenerate_candidate_is_refused(tiny_model_dir, tmp_path, tenant, prompts):
