@@ -1,6 +1,7 @@
 """Browser fixtures for the web pages: Debian's Chromium driven by Playwright (never a downloaded browser)."""
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -17,8 +18,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 LAPTOP = {"width": 1366, "height": 768}
 
 
-@pytest.fixture
-def chromium():
+@contextmanager
+def chromium_browser():
+    """Debian's Chromium, headless, for as long as the block runs."""
     # Playwright's sync API runs an event loop in this thread; only the servers' threads use the ORM.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     from playwright.sync_api import sync_playwright
@@ -27,6 +29,12 @@ def chromium():
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture
+def chromium():
+    with chromium_browser() as browser:
+        yield browser
 
 
 @pytest.fixture

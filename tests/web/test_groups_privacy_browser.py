@@ -4,7 +4,6 @@ address, on a site that keeps its mail in a local mailbox; a user downloads thei
 their samples. The module's tests share one Chromium."""
 
 import json
-import os
 
 import pytest
 
@@ -15,19 +14,14 @@ from clawhub.groups.services import invitation_create
 from clawhub.review.models import Sample
 from tests.factories import PASSWORD, make_group, make_user
 from tests.review.conftest import make_sample, old_key
-from tests.web.conftest import CHROMIUM, CHROMIUM_ARGS, LAPTOP
+from tests.web.conftest import LAPTOP, chromium_browser
 
 
 @pytest.fixture(scope="module")
 def chromium():
     """One browser for the module (each test opens contexts of its own, so no cookies are shared)."""
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    with chromium_browser() as browser:
         yield browser
-        browser.close()
 
 
 def sign_in(page, url: str, email: str) -> None:
