@@ -99,9 +99,29 @@ MAX_HINT_TEMPLATES = 2 * MAX_TENANT_RULES  # one per rule, negative and positive
 MAX_HINT_CHARS = 1000
 
 
+def _no_nul(value: Any, field: str) -> None:
+    """Refuses a NUL character anywhere in ``value`` (its texts, and an object's names): PostgreSQL's JSON
+    cannot store one."""
+    if isinstance(value, str):
+        texts = [value]
+    elif isinstance(value, dict):
+        texts = list(value)
+        for item in value.values():
+            _no_nul(item, field)
+    elif isinstance(value, list):
+        texts = []
+        for item in value:
+            _no_nul(item, field)
+    else:
+        return
+    if any(isinstance(text, str) and "\x00" in text for text in texts):
+        raise ValidationFailed("Rules may not contain NUL characters.", field=field)
+
+
 def _pattern_list(value: Any, field: str) -> list:
     if not isinstance(value, list):
         raise ValidationFailed("A list of rules was expected.", field=field)
+    _no_nul(value, field)
     for rule in value:
         name = rule.get("name") if isinstance(rule, dict) else None
         if isinstance(name, str) and len(name) > MAX_RULE_NAME_CHARS:
@@ -115,6 +135,7 @@ def _hint_templates(value: Any) -> dict[str, str]:
         raise ValidationFailed("Hint templates map a rule name to a text.", field="hint_templates")
     if len(value) > MAX_HINT_TEMPLATES:
         raise ValidationFailed(f"At most {MAX_HINT_TEMPLATES} hint templates.", field="hint_templates")
+    _no_nul(value, "hint_templates")
     for name, text in value.items():
         if not isinstance(name, str) or not isinstance(text, str):
             raise ValidationFailed("Hint templates map a rule name to a text.", field="hint_templates")

@@ -91,6 +91,21 @@ def test_hint_templates_and_rule_names_are_capped(api_client):
                      ).status_code == 200
 
 
+def test_rules_with_a_nul_character_anywhere_are_refused_and_nothing_is_stored(api_client):
+    """PostgreSQL's JSON cannot hold NUL: a rule's name, pattern or hint with one was a 500 (found by the API
+    fuzz test once it generated NUL)."""
+    user = make_user()
+    login(api_client, user)
+    assert put_rules(api_client, negative_patterns=["fine"]).status_code == 200
+    for body in ({"negative_patterns": [{"name": "a\x00b", "pattern": "shorter please"}]},
+                 {"positive_patterns": ["thanks\x00"]},
+                 {"negative_patterns": [{"name": "n", "pattern": "p", "note\x00": []}]},
+                 {"hint_templates": {"rule": "Say\x00 it shorter."}}):
+        response = put_rules(api_client, **body)
+        assert response.status_code == 400, (body, response.content[:300])
+    assert JudgeRules.objects.get(tenant=user.tenant).negative_patterns == ["fine"]
+
+
 def test_stored_rules_that_no_longer_compile_fall_back_to_the_defaults(settings):
     """Rules saved before RE2 (a lookbehind, say) must not fail every judgment of the tenant."""
     settings.CLAWHUB_JUDGE = "rule"
