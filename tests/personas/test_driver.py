@@ -15,6 +15,7 @@ from django.db import close_old_connections
 
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.services import adapter_version_create
+from clawhub.devtools.personas import capability as C
 from clawhub.devtools.personas import personas as P
 from clawhub.devtools.personas.driver import (
     Bench,
@@ -22,6 +23,7 @@ from clawhub.devtools.personas.driver import (
     Track,
     UpdateRecord,
     adversary_shift,
+    agreement,
     review_decisions,
     tenant_ids_from_html,
 )
@@ -32,7 +34,7 @@ from clawhub.review.services import sample_create_for_judgment
 from clawhub.training import services as training_services
 from clawhub.training.models import TrainingRun, TrainingSettings
 from tests.factories import make_group, make_user
-from tests.personas.conftest import FORMATTED, PLAIN, judge_next_state
+from tests.personas.conftest import BRIEF, HABIT, judge_next_state
 from tests.review.conftest import make_judgment, make_turn
 
 # --- pure parts ---------------------------------------------------------------------------------------------
@@ -56,7 +58,7 @@ def record(update, compliance, sessions, served=None, outcome="active"):
 
 
 def test_a_tracks_summary_counts_updates_and_sessions_to_the_target():
-    track = Track(name="student", persona=P.STUDENT, members=[], model="clawhub-personal", tenant_id=7)
+    track = Track(name="brief", persona=P.BRIEF, members=[], model="clawhub-personal", tenant_id=7)
     track.base_compliance = 0.25
     track.records = [record(1, 0.5, 6, 30.0), record(1, None, 12, outcome="rejected"),
                      record(2, 0.85, 18, 50.0), record(3, 0.9, 24, 40.0)]
@@ -85,6 +87,17 @@ def test_config_refuses_unknown_methods_personas_and_judges():
         BenchConfig(personas=("ta",))
     with pytest.raises(ValueError, match="judge"):
         BenchConfig(judge="gpt")
+    with pytest.raises(ValueError, match="phrasings"):
+        BenchConfig(phrasings="all")
+
+
+def test_judge_agreement_counts_what_was_read_against_what_the_users_meant():
+    truth = {"thanks a": True, "too long b": False, "too long c": False, "nice d": True, "noisy e": True}
+    read = {"thanks a": 1, "too long b": -1, "too long c": 1, "noisy e": -1, "unknown": 1}
+    found = agreement(truth, read)
+    assert (found["reactions"], found["judged"], found["coverage"], found["agreement"]) == (5, 4, 0.8, 0.5)
+    assert (found["pleased_read_positive"], found["displeased_read_negative"]) == (1, 1)
+    assert agreement({}, {})["agreement"] is None
 
 
 @pytest.mark.django_db
@@ -118,7 +131,7 @@ class Message:
 
 class Reply:
     def __init__(self, content):
-        self.choices = [type("Choice", (), {"message": Message(content)})()]
+        self.choices = [type("Choice", (), {"message": Message(content), "finish_reason": "stop"})()]
 
 
 class FakeGateway:
@@ -130,7 +143,7 @@ class FakeGateway:
         self.secret, self.log = secret, log
         self.chat = type("Chat", (), {"completions": self})()
 
-    def create(self, *, model, messages, max_tokens, temperature, seed, extra_headers):
+    def create(self, *, model, messages, max_tokens, seed, extra_headers, temperature=None):
         resolved = key_resolve(secret=self.secret)
         self.log.append({"model": model, "headers": dict(extra_headers), "temperature": temperature,
                          "messages": len(messages), "tenant": resolved.tenant.pk})
@@ -144,7 +157,14 @@ class FakeGateway:
             sample_create_for_judgment(judgment_id=make_judgment(turn, reward=verdict.reward,
                                                                  hints=verdict.hints).pk)
         active = AdapterVersion.objects.filter(tenant=resolved.tenant, state=AdapterVersion.State.ACTIVE)
-        return Reply(PLAIN if active.exists() else FORMATTED)
+        question = messages[-1]["content"]
+        if question.endswith(C.INSTRUCTION):  # the capability guard: the base knows, the adapter forgot one
+            answers = [a[0] for q, a in C.QUESTIONS if question.startswith(q)]
+            forgot = active.exists() and "Tokyo" in answers
+            return Reply(answers[0] if answers and not forgot else "No idea.")
+        if messages[0]["role"] == "system":  # the prompt-only baseline: half of the base's replies comply
+            return Reply(BRIEF if len(self.log) % 2 else HABIT)
+        return Reply(BRIEF if active.exists() else HABIT)
 
 
 class WorkerOnPoll(httpx.BaseTransport):
@@ -192,7 +212,7 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
     monkeypatch.setattr(app, "send_task", lambda *a, **k: type("R", (), {"id": "t"})())  # never enqueued here
     log: list[dict] = []
     worker = WorkerOnPoll()
-    config = BenchConfig(base_url="http://localhost", methods=("combine",), personas=("student",),
+    config = BenchConfig(base_url="http://localhost", methods=("combine",), personas=("brief",), group=True,
                          max_updates=1, batch_size=4, turns_per_session=2, out_dir=tmp_path, poll=0.01,
                          noise=0.0,  # the plumbing, with users that always mean what they say
                          serve_grace=0, judge_wait=5, update_timeout=60,
@@ -207,9 +227,12 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
 
     assert len(results) == 1 and json.loads(lines[-1]) == results[0]
     result = results[0]
-    student, group = result["student"], result["group"]
-    # Base model: formatted answers (0.0); after one promoted update: plain (1.0), which is the target.
+    student, group = result["brief"], result["group"]
+    # Base model: its long, formatted habit (0.0); after one promoted update: brief (1.0), the target.
     assert student["compliance"] == [0.0, 1.0] and student["updates_to_target"] == 1, student
+    assert student["capability"] == [1.0, round(41 / 42, 4)] and student["prompt_only"] == 0.5
+    assert student["judge_agreement"]["agreement"] == 1.0  # noise 0: the rule judge read every reaction
+    assert student["judge_agreement"]["judged"] == student["judge_agreement"]["reactions"] >= 4
     assert student["sessions_to_target"] >= 2 and student["error"] is None
     assert len(student["feedback_to_served_s"]) == 1 and 0 <= student["feedback_to_served_s"][0] < 60
     assert group["with_adversary"]["compliance"] == [0.0, 1.0], group["with_adversary"]["error"]
@@ -224,7 +247,7 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
     assert ReviewPolicy.objects.get(tenant_id=student_tenant).mode == "auto"
     assert ReviewPolicy.objects.get(tenant_id=group["with_adversary"]["tenant"]).mode == "flagged"
     ts = TrainingSettings.objects.get(tenant_id=student_tenant)
-    assert (ts.method, ts.overrides, ts.batch_size) == ("combine", {"lr": 2e-3}, 4)
+    assert (ts.method, ts.overrides, ts.batch_size) == ("combine", {}, 4)
     # A personal tenant's samples are approved by the auto policy; the group's were held by the new-key guard
     # (bench keys are minutes old) and approved by the bench as the group's owner.
     trained = Sample.objects.filter(tenant_id=student_tenant, trained_at__isnull=False)
@@ -237,10 +260,14 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
                and s.decided_by_id != s.user_id and "new_key" in s.flag_codes
                for s in group_trained.select_related("decided_by"))
 
-    # How it talked to /v1: sessions end with X-Session-Done; held-out prompts are greedy side turns.
+    # How it talked to /v1: sessions end with X-Session-Done; measurements are side turns, held-out prompts at
+    # the served temperature (none sent), the capability guard greedy.
     evals = [e for e in log if e["headers"].get("X-Turn-Type") == "side"]
-    assert len(evals) == 2 * len(P.held_out_problems()) * 3  # base and after the update, three tenants
-    assert all(e["temperature"] == 0.0 and e["headers"]["X-Session-Done"] == "true" for e in evals)
+    held_out = len(P.held_out_prompts()) * config.eval_samples
+    # Per tenant: the base (held-out, guard, prompt-only) and after the update (held-out, guard).
+    assert len(evals) == 3 * (3 * held_out + 2 * len(C.QUESTIONS))
+    assert all(e["headers"]["X-Session-Done"] == "true" for e in evals)
+    assert {e["temperature"] for e in evals} == {None, 0.0}
     chats = [e for e in log if "X-Turn-Type" not in e["headers"]]
     by_session: dict[str, list[dict]] = {}
     for e in chats:
@@ -251,7 +278,7 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
     assert (tmp_path / "compliance.png").read_bytes().startswith(b"\x89PNG")
     assert (tmp_path / "progress.jsonl").exists() and (tmp_path / "results.jsonl").exists()
     accounts = json.loads((tmp_path / "accounts.json").read_text())
-    assert accounts["tenants"]["combine student"]["tenant"] == student_tenant
+    assert accounts["tenants"]["combine brief"]["tenant"] == student_tenant
     assert (tmp_path / "accounts.json").stat().st_mode & 0o077 == 0  # the password: for its owner only
 
 

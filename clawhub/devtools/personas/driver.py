@@ -21,11 +21,12 @@ Per method (rl, opd, combine), on the same seed, with fresh users so that no two
      it would for a careful admin.
 4. With a full batch approved, it starts the run (POST .../runs/start/; the periodic kick may win the race,
    which is the same run), waits for it, for the eval gate and the promotion, then measures compliance on the
-   fixed held-out prompts through /v1 (greedy by default, side turns so they are never trained on), scored
-   by the persona's code, not by the judge.
+   fixed held-out prompts through /v1 (at the served temperature, several samples each, side turns so they
+   are never trained on), scored by the persona's rubric, not by the judge; the capability guard too.
 
-Tracks per method: the student, the teacher, the group with an adversarial member, and (unless
-``--no-group-control``) the same group with three honest members, whose difference is the adversary's effect.
+Tracks per method: one per persona (the primary one by default), and with ``group``, the group with an
+adversarial member and (unless ``--no-group-control``) the same group with three honest members, whose
+difference is the adversary's effect.
 One JSON line per method; a PNG of compliance against promoted updates.
 """
 
@@ -50,15 +51,15 @@ from typing import Any
 
 import httpx
 
+from clawhub.devtools.personas import capability as C
 from clawhub.devtools.personas import personas as P
 from clawhub.devtools.personas.plots import line_chart_png
 
 logger = logging.getLogger("clawhub.devtools.personas")
 
 METHODS = ("rl", "opd", "combine")
-# The tiny model needs a far larger step than a real one (the trainer's own tests use 2e-3; the default
-# 1e-5 moves it by nothing in 16 updates).
-DEFAULT_OVERRIDES = {"lr": 2e-3}
+# The trainer's own defaults (LoRA rate 1e-4): what a user of the real model gets.
+DEFAULT_OVERRIDES: dict[str, Any] = {}
 APPROVABLE_FLAGS = {"new_key", "split_votes"}
 REJECTED_FLAGS = {"member_outlier", "consensus_disagreement"}
 
@@ -76,22 +77,27 @@ class BenchConfig:
     max_updates: int = 16
     judge: str = "rule"
     out_dir: Path = Path("bench-output")
-    personas: tuple[str, ...] = ("student", "teacher")
-    group: bool = True
+    personas: tuple[str, ...] = (P.PRIMARY.name,)
+    group: bool = False
     group_control: bool = True
+    phrasings: str = "training"  # which half of each reaction pool the users speak from
     batch_size: int = 16
-    turns_per_session: int = 3  # judged replies per session; one closing request follows
+    turns_per_session: int = 2  # judged replies per session; one closing request follows
     overrides: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_OVERRIDES))
+    # Short limits keep an update affordable on a CPU: at ~10 tokens/s, every token of every sample counts.
     chat_max_tokens: int = 96
-    chat_temperature: float = 1.0  # on-policy exploration, like the trainer's tests
-    eval_max_tokens: int = 96
-    eval_temperature: float = 0.0  # greedy: the held-out score of an adapter is one number
+    chat_temperature: float | None = 0.7  # exploration; None: the served default
+    eval_max_tokens: int = 64  # a brief answer (<= ~45 words) finishes within it
+    eval_temperature: float | None = None  # None: the served default, as a user's client gets
+    eval_samples: int = P.EVAL_SAMPLES  # samples per held-out prompt
+    eval_concurrency: int = 8
+    capability: bool = True  # ask the capability guard of the base and every promoted version
+    prompt_only: bool = True  # measure the base with the preference as its system prompt
     target: float = 0.8
     stop_at_target: bool = False
     update_timeout: float = 1800.0
     judge_wait: float = 180.0  # how long to wait for feedback already sent to be judged before chatting more
     serve_grace: float = 3.0  # the gateway caches a tenant's active adapter this long (GATEWAY_ADAPTER_CACHE)
-    eval_concurrency: int = 4
     poll: float = 2.0
 
     def __post_init__(self) -> None:
@@ -101,6 +107,8 @@ class BenchConfig:
         bad = [p for p in self.personas if p not in P.PERSONAS]
         if bad:
             raise ValueError(f"unknown personas {bad}; choose from {list(P.PERSONAS)}")
+        if self.phrasings not in ("training", "held-out"):
+            raise ValueError("phrasings is 'training' or 'held-out'")
         if self.judge not in ("rule", "llm"):
             raise ValueError("judge is 'rule' or 'llm'")
         if not 0 <= self.noise < 0.5:
@@ -186,6 +194,8 @@ class UpdateRecord:
     feedback_to_served_s: float | None  # newest feedback turn in the batch -> the adapter served
     oldest_feedback_to_served_s: float | None
     run_to_served_s: float | None
+    capability: float | None = None  # the capability guard's accuracy of this version
+    wall_s: float | None = None  # the whole update: chatting, judging, review, training, gate, measuring
     eval_score: float | None = None
     baseline_score: float | None = None
     decision: str = ""  # the promotion gate's decision and its reason, as the version page shows them
@@ -206,11 +216,15 @@ class Track:
     slug: str = ""
     records: list[UpdateRecord] = field(default_factory=list)
     base_compliance: float | None = None
+    base_capability: float | None = None
+    prompt_only_compliance: float | None = None  # the base with the preference as its system prompt
     sessions: int = 0
     attempts: int = 0
     done: bool = False
     error: str = ""
     feedback_sent: dict[str, float] = field(default_factory=dict)  # feedback text -> when it was sent
+    truth: dict[str, bool] = field(default_factory=dict)  # feedback text -> whether the user was pleased
+    judge_agreement: dict[str, Any] = field(default_factory=dict)
     # member email -> that member's sessions when the bench first saw the consensus guard flag them
     consensus_flagged: dict[str, int] = field(default_factory=dict)
 
@@ -225,6 +239,9 @@ class Track:
     def curve(self) -> list[float | None]:
         return [self.base_compliance, *[r.compliance for r in self.promoted]]
 
+    def capability_curve(self) -> list[float | None]:
+        return [self.base_capability, *[r.capability for r in self.promoted]]
+
     def summary(self, target: float) -> dict[str, Any]:
         curve = self.curve()
         reached = next((i for i, c in enumerate(curve) if c is not None and c >= target), None)
@@ -233,6 +250,11 @@ class Track:
         return {
             "tenant": self.tenant_id,
             "compliance": [None if c is None else round(c, 4) for c in curve],
+            "capability": [None if c is None else round(c, 4) for c in self.capability_curve()],
+            "prompt_only": (None if self.prompt_only_compliance is None
+                            else round(self.prompt_only_compliance, 4)),
+            "update_wall_s": [None if r.wall_s is None else round(r.wall_s, 1) for r in promoted],
+            "judge_agreement": self.judge_agreement or None,
             "updates_promoted": len(promoted),
             "updates_attempted": self.attempts,
             "updates_rejected": sum(r.outcome == "rejected" for r in self.records),
@@ -256,6 +278,28 @@ def _openai_client(base_url: str, secret: str) -> Any:
 
     # Generations on a busy CPU can take minutes; a timeout is a failure of the stack, not of the bench.
     return openai.OpenAI(base_url=f"{base_url.rstrip('/')}/v1", api_key=secret, max_retries=2, timeout=600)
+
+
+def _temperature(value: float | None) -> dict[str, float]:
+    """The request's temperature, or none: vLLM then samples at the model's served default."""
+    return {} if value is None else {"temperature": value}
+
+
+def agreement(truth: dict[str, bool], read: dict[str, int]) -> dict[str, Any]:
+    """Reactions the judge read (+1 / -1) against what the users meant: ``agreement`` over those judged,
+    ``coverage`` the share judged at all; ``pleased_read`` / ``displeased_read`` per class."""
+    judged = [(truth[text], reward) for text, reward in read.items() if text in truth and reward]
+    agree = sum((reward > 0) == pleased for pleased, reward in judged)
+    pleased = [r for p, r in judged if p]
+    displeased = [r for p, r in judged if not p]
+    return {
+        "reactions": len(truth), "judged": len(judged),
+        "coverage": round(len(judged) / len(truth), 4) if truth else None,
+        "agreement": round(agree / len(judged), 4) if judged else None,
+        "pleased": sum(truth.values()), "pleased_read_positive": sum(r > 0 for r in pleased),
+        "displeased": len(truth) - sum(truth.values()),
+        "displeased_read_negative": sum(r < 0 for r in displeased),
+    }
 
 
 def request_seed(*parts: Any) -> int:
@@ -322,7 +366,8 @@ class Bench:
         api.signup(email, self.password)
         # Same seed -> same users: prompt order and phrasing depend on the persona and role, not the method.
         rng = random.Random(f"{self.config.seed}:{user_seed or role}")
-        user = P.ScriptedUser(persona=persona, rng=rng, adversarial=adversarial, noise=self.config.noise)
+        user = P.ScriptedUser(persona=persona, rng=rng, adversarial=adversarial, noise=self.config.noise,
+                              phrasings=self.config.phrasings)
         return Member(email=email, api=api, user=user)
 
     def _key(self, member: Member, group: str | None = None) -> None:
@@ -339,8 +384,8 @@ class Bench:
         api.request("PATCH", f"/api/training/tenants/{track.tenant_id}/settings/",
                     {"method": method, "overrides": cfg.overrides, "batch_size": cfg.batch_size,
                      "auto_start": True}, ok=(200,))
-        # The tiny model often runs into chat_max_tokens; such replies are cut ("length") and, by default,
-        # kept out of judging. The benchmark counts them, as it always has.
+        # A reply cut at chat_max_tokens ("length") is kept out of judging by default; the benchmark's users
+        # react to it like any other (a cut reply is a long one to the brief user).
         api.request("PATCH", f"/api/conversations/tenants/{track.tenant_id}/settings/",
                     {"include_length_turns": True}, ok=(200,))
 
@@ -359,7 +404,7 @@ class Bench:
         name = "group" if adversarial else "group-control"
         roles = ["owner", "member", "adversary" if adversarial else "member2"]
         # The control group's users are the adversarial group's users with the third one honest (same seeds).
-        members = [self._member(method, f"{name}-{role}", P.STUDENT, adversarial=role == "adversary",
+        members = [self._member(method, f"{name}-{role}", P.PRIMARY, adversarial=role == "adversary",
                                 user_seed=f"group-{i}") for i, role in enumerate(roles)]
         owner = members[0]
         slug = f"bench-{self.tag}-{method}-{name}".lower()[:60]
@@ -376,7 +421,7 @@ class Bench:
         tenant_id = owner.api.tenant_ids().get(f"group {slug}")
         if not tenant_id:
             raise BenchError(f"no tenant listed on /training/ for group {slug}")
-        track = Track(name=name, persona=P.STUDENT, members=members, model=f"clawhub-group-{slug}",
+        track = Track(name=name, persona=P.PRIMARY, members=members, model=f"clawhub-group-{slug}",
                       tenant_id=tenant_id, slug=slug)
         self._configure(track, method, mode="flagged")
         return track
@@ -388,8 +433,8 @@ class Bench:
         headers = {"X-Session-Id": session} | ({"X-Session-Done": "true"} if done else {})
         response = member.client.chat.completions.create(
             model=track.model, messages=messages, max_tokens=max_tokens or self.config.chat_max_tokens,
-            temperature=self.config.chat_temperature, seed=request_seed(self.config.seed, session, n),
-            extra_headers=headers,
+            seed=request_seed(self.config.seed, session, n), extra_headers=headers,
+            **_temperature(self.config.chat_temperature),
         )
         return response.choices[0].message.content or ""
 
@@ -398,21 +443,22 @@ class Bench:
         feedback messages sent (each the next state of a reply)."""
         cfg = self.config
         session = f"bench-{self.tag}-{track.name}-{track.sessions}-{uuid.uuid4().hex[:6]}"
-        text, problem = member.user.open_session()
+        text, prompt = member.user.open_session()
         messages = [{"role": "user", "content": text}]
         sent = 0
         for turn in range(cfg.turns_per_session):
             reply = self._chat(member, track, messages, session, n=turn)
             last = turn == cfg.turns_per_session - 1
-            reaction = member.user.react(reply, problem, last=last)
+            reaction = member.user.react(reply, prompt, last=last)
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": reaction.text}]
             track.feedback_sent[reaction.text] = time.time()
+            track.truth[reaction.text] = reaction.pleased
             sent += 1
-            if last or reaction.problem is None:
+            if last or reaction.prompt is None:
                 # The closing request carries the feedback; its own reply is never judged (no next state).
                 self._chat(member, track, messages, session, n=turn + 1, done=True, max_tokens=8)
                 break
-            problem = reaction.problem
+            prompt = reaction.prompt
         member.sessions += 1
         track.sessions += 1
         return sent
@@ -520,6 +566,7 @@ class Bench:
         """Collect a batch, train, wait for the gate, measure. One attempted update."""
         cfg = self.config
         track.attempts += 1
+        began = time.monotonic()
         self.collect_batch(track)
         run = self.start_run(track)
         started = time.time()
@@ -562,32 +609,77 @@ class Bench:
             time.sleep(cfg.serve_grace)
             record.update = len(track.promoted) + 1
             record.compliance = self.measure(track)
+            if cfg.capability:
+                record.capability = self.capability(track)
+            record.wall_s = time.monotonic() - began
             return record
         except TimeoutError as exc:
             track.error = f"timed out waiting for {exc} after {cfg.update_timeout:.0f} s"
             return record
 
-    def measure(self, track: Track) -> float:
-        """Held-out compliance of what the tenant is served now, through /v1 as side turns."""
+    def _side_answers(self, track: Track, requests: list[tuple[list[dict], dict]]) -> list[tuple[str, str]]:
+        """(reply, finish reason) for ``requests`` (messages, sampling) through /v1 as side turns, never
+        trained on."""
         cfg = self.config
-        member = track.owner
-        problems = P.held_out_problems()
 
-        def answer(i: int) -> tuple[str, P.Problem]:
-            session = f"bench-eval-{self.tag}-{track.name}-{uuid.uuid4().hex[:8]}"
-            response = member.client.chat.completions.create(
-                model=track.model, messages=P.held_out_messages(problems[i]), max_tokens=cfg.eval_max_tokens,
-                temperature=cfg.eval_temperature, seed=request_seed(cfg.seed, "eval", i),
-                extra_headers={"X-Session-Id": session, "X-Turn-Type": "side", "X-Session-Done": "true"},
+        def answer(i: int) -> tuple[str, str]:
+            messages, sampling = requests[i]
+            response = track.owner.client.chat.completions.create(
+                model=track.model, messages=messages, seed=request_seed(cfg.seed, "eval", i),
+                extra_headers={"X-Session-Id": f"bench-eval-{self.tag}-{track.name}-{uuid.uuid4().hex[:8]}",
+                               "X-Turn-Type": "side", "X-Session-Done": "true"},
+                **sampling,
             )
-            return response.choices[0].message.content or "", problems[i]
+            choice = response.choices[0]
+            return choice.message.content or "", choice.finish_reason or ""
 
         if cfg.eval_concurrency <= 1:
-            replies = [answer(i) for i in range(len(problems))]
-        else:  # vLLM batches concurrent requests: a few in flight measure faster than one at a time
-            with ThreadPoolExecutor(max_workers=cfg.eval_concurrency) as pool:
-                replies = list(pool.map(answer, range(len(problems))))
-        return P.compliance(track.persona, replies)
+            return [answer(i) for i in range(len(requests))]
+        # vLLM batches concurrent requests: a few in flight measure faster than one at a time.
+        with ThreadPoolExecutor(max_workers=cfg.eval_concurrency) as pool:
+            return list(pool.map(answer, range(len(requests))))
+
+    def measure(self, track: Track, *, system: str | None = None) -> float:
+        """Held-out compliance of what the tenant is served now: every held-out prompt ``eval_samples``
+        times at the eval temperature, scored by the persona's rubric. ``system``: with that system prompt.
+        A reply cut at ``eval_max_tokens`` is an unfinished answer: it does not comply, whatever it says so
+        far (two sentences of a long answer are not a brief one)."""
+        cfg = self.config
+        sampling = {"max_tokens": cfg.eval_max_tokens, **_temperature(cfg.eval_temperature)}
+        requests = [(P.held_out_messages(prompt, system), sampling)
+                    for prompt in P.held_out_prompts() for _ in range(cfg.eval_samples)]
+        replies = self._side_answers(track, requests)
+        kept = [finish != "length" and track.persona.complies(text) for text, finish in replies]
+        return sum(kept) / len(kept)
+
+    def capability(self, track: Track) -> float:
+        """The capability guard's accuracy of what the tenant is served now (greedy)."""
+        sampling = {"max_tokens": C.MAX_TOKENS, "temperature": 0.0}
+        replies = self._side_answers(track, [(C.messages(q), sampling) for q, _ in C.QUESTIONS])
+        return C.accuracy([text for text, _ in replies])
+
+    def measure_base(self, track: Track) -> None:
+        """The track's base figures: compliance, the capability guard, and the prompt-only baseline."""
+        track.base_compliance = self.measure(track)
+        if self.config.capability:
+            track.base_capability = self.capability(track)
+        if self.config.prompt_only:
+            track.prompt_only_compliance = self.measure(track, system=track.persona.preference)
+
+    def judge_agreement(self, track: Track) -> dict[str, Any]:
+        """How the tenant's judge read the users' reactions, against what the users meant
+        (``Reaction.pleased``): a sample's reward +1/-1 agrees when the user was pleased/displeased; a
+        reaction with no sample was not judged either way (no rule matched, or the turn was not judged)."""
+        api = track.owner.api
+        page = api.get("/api/review/samples/", params={"tenant": track.tenant_id, "page_size": 500})
+        read: dict[str, int] = {}
+        for sample in page["results"]:
+            detail = api.get(f"/api/review/samples/{sample['id']}/")
+            for message in detail.get("next_state") or []:
+                text = message.get("content")
+                if message.get("role") == "user" and isinstance(text, str) and text in track.truth:
+                    read[text] = detail["reward"]
+        return agreement(track.truth, read)
 
     # --- per method ---------------------------------------------------------------------------------------
 
@@ -601,7 +693,7 @@ class Bench:
                 tracks.append(self.setup_group(method, adversarial=False))
         self.tracks[method] = tracks
         for track in tracks:
-            track.base_compliance = self.measure(track)
+            self.measure_base(track)
             self._progress(method, track, None)
         # Round robin, one update per tenant in turn, so that an interrupted run has every curve so far.
         while any(not t.done for t in tracks):
@@ -620,6 +712,11 @@ class Bench:
                 if (len(track.promoted) >= cfg.max_updates or track.attempts >= 2 * cfg.max_updates
                         or record.outcome in ("failed", "timeout") or (cfg.stop_at_target and reached)):
                     track.done = True
+        for track in tracks:
+            try:
+                track.judge_agreement = self.judge_agreement(track)
+            except BenchError as exc:
+                self.log(f"[{method}/{track.name}] judge agreement not read: {exc}")
         result = self.method_result(method, tracks, wall_s=time.monotonic() - began)
         self.results.append(result)
         return result
@@ -628,6 +725,7 @@ class Bench:
         cfg = self.config
         by_name = {t.name: t for t in tracks}
         result: dict[str, Any] = {"method": method, "seed": cfg.seed, "noise": cfg.noise, "judge": cfg.judge,
+                                  "phrasings": cfg.phrasings, "overrides": cfg.overrides,
                                   "batch_size": cfg.batch_size, "target": cfg.target,
                                   "max_updates": cfg.max_updates, "wall_s": round(wall_s, 1)}
         for name in cfg.personas:
@@ -644,7 +742,8 @@ class Bench:
     def _progress(self, method: str, track: Track, record: UpdateRecord | None) -> None:
         line = {"method": method, "track": track.name, "tenant": track.tenant_id}
         if record is None:
-            line |= {"update": 0, "compliance": track.base_compliance}
+            line |= {"update": 0, "compliance": track.base_compliance, "capability": track.base_capability,
+                     "prompt_only": track.prompt_only_compliance}
         else:
             line |= {k: v for k, v in record.__dict__.items()}
         self.log(f"[progress] {json.dumps(line)}")

@@ -1,285 +1,253 @@
-"""Personas of the benchmark: a fixed preference, a compliance score computed by code, and a scripted user who
-answers like a person (a correction when the preference is broken, a thank-you and the next question when it
-is kept). Plain Python: no Django, no HTTP; ``driver`` puts these users in front of a running stack.
+"""Personas of the benchmark: a preference that goes against the real model's habit, a rubric written as code
+that scores it, and a simulated user who reacts in natural language. Plain Python: no Django, no HTTP;
+``driver`` puts these users in front of a running stack.
 
-The two personas are those of OpenClaw-RL's published evaluation (its openclaw-test personas): a student
-who wants homework answers that do not look AI-written, and a teacher who wants specific, friendly comments.
-The group is three users sharing one group adapter with the student's preference, one of whom is adversarial.
+The benchmark is built so that it cannot pass by construction:
 
-The prompts are homework word problems written exactly the way the tiny model's corpus writes them
-(workers/trainer/corpus/make_chats.py): a model of half a million parameters only answers what it has seen.
-Its corpus answers them in two styles, plain sentences and **bold** with numbered steps, which gives the
-student something to learn; it gets most of the arithmetic wrong, which is why the teacher's "specific" asks
-for the question's own numbers rather than the right result.
+- **Against the habit.** SmolLM2-135M-Instruct answers "Tell me about X." in four to five sentences, often
+  with markdown lists and bold, and never asks anything back. Each persona wants the opposite of one of those.
+- **Reward is not the score.** The rubric (``Persona.complies``) scores held-out replies; the simulated user
+  reacts to what it *perceives* (``Persona.pleases``): a reader's sense of "too long" is a word count, not a
+  sentence count; a reader notices a list, not one stray dash. The two agree on most replies, not all, and
+  the user adds its own noise. The judge sees only the user's words, never the rubric.
+- **Phrasings split.** Each reaction comes from a pool split into training phrasings (what the benchmark's
+  users say, and what its judge rules were written against) and held-out phrasings (never said in a run;
+  used to measure how the judges do on words they were not written for).
+- **Topics split.** Held-out prompts are on topics no training session asks about; they are sampled at the
+  served temperature, several times each.
+- **A capability guard.** Short factual questions the base model answers; accuracy per version shows whether
+  the model stayed useful (a model that only ever writes one short sentence would "win" otherwise).
+- **No contamination.** None of these prompts, reactions or hints appear in any corpus a model of this
+  project was trained on (tests/personas/test_contamination.py).
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
-# --- prompt bank ---------------------------------------------------------------------------------------
+# --- prompts -----------------------------------------------------------------------------------------------
 
-# The corpus's vocabulary, so that every question reads like one the tiny model was trained on.
-NAMES = ("Ana", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jack", "Kira", "Leo")
-THINGS = ("apples", "pencils", "books", "stickers", "marbles", "cookies", "cards", "shells", "coins",
-          "stamps")
-KINDS = ("add", "sub", "mul", "percent", "area", "speed")
-# The held-out measurement asks questions of kinds no training session ever asks (their templates never
-# appear in a training conversation), so a rising score is the preference generalising, not the adapter
-# remembering answers to the questions it was trained on.
-HELD_OUT_KINDS = ("area", "speed")
-TRAINING_KINDS = tuple(k for k in KINDS if k not in HELD_OUT_KINDS)
-# The simulated users' noise: this share of reactions is the opposite of what the reply deserved (a
-# correction of a compliant reply, a thank-you for a non-compliant one), as real users are inconsistent.
+TRAINING_TOPICS = (
+    "photosynthesis", "the water cycle", "compound interest", "inflation", "the greenhouse effect",
+    "plate tectonics", "the immune system", "gravity", "static electricity", "magnets",
+    "the French Revolution",
+    "the Roman Empire", "the printing press", "supply and demand", "a household budget", "credit scores",
+    "sleep", "stretching", "meditation", "composting", "recycling", "solar panels", "wind turbines",
+    "volcanoes", "earthquakes", "the phases of the moon", "black holes", "the speed of light", "DNA",
+    "evolution", "bacteria", "the common cold", "the heart", "the lungs", "digestion", "vitamin C", "coffee",
+    "green tea", "sourdough bread", "fermentation", "writing a resume", "job interviews", "public speaking",
+    "time management", "password managers", "the internet", "email", "spreadsheets", "databases",
+    "operating systems", "machine learning", "computer viruses", "batteries", "thermometers", "rainbows",
+    "ocean tides", "glaciers", "deserts", "rainforests", "coral reefs", "bees", "bird migration",
+    "the Olympic Games", "chess",
+)
+# Asked only when measuring: no training session is about any of these.
+HELD_OUT_TOPICS = (
+    "the stock market", "nuclear power", "the pyramids of Giza", "antibiotics", "cloud computing",
+    "the Renaissance", "hurricanes", "the human brain", "democracy", "mortgages", "electric cars", "honey",
+    "yoga", "the Milky Way", "cheese making", "the violin",
+)
+OPENINGS = ("Tell me about {topic}.", "Can you explain {topic}?", "What should I know about {topic}?",
+            "I'm curious about {topic}. What is it?", "Give me an overview of {topic}.")
+HELD_OUT_PROMPT = "Tell me about {topic}."
+# How often each held-out prompt is sampled when measuring, at the served temperature.
+EVAL_SAMPLES = 2
+# The simulated users' noise: this share of reactions is the opposite of what the user perceived.
 NOISE_RATE = 0.1
-
-BANK_SEED = 20260311  # fixed: the held-out set must not change between runs, methods or machines
-HELD_OUT_SIZE = 24
-TRAINING_SIZE = 192
 
 
 @dataclass(frozen=True)
-class Problem:
-    """A homework word problem: its wording, the numbers it gives, its result and what it is about."""
+class Prompt:
+    """What a user asks about: the question and its topic (feedback names the topic, so no two reactions about
+    different topics are the same text)."""
 
     question: str
-    numbers: tuple[int, ...]
-    answer: int
-    # How a person refers back to it ("the 4 boxes of 9 cookies"): with its numbers, so that feedback about
-    # two problems is never the same text.
     topic: str
 
 
-def make_problem(rng: random.Random, kinds: Sequence[str] = KINDS) -> Problem:
-    kind = rng.choice(kinds)
-    name, thing = rng.choice(NAMES), rng.choice(THINGS)
-    if kind == "add":
-        a, b = rng.randint(3, 40), rng.randint(3, 40)
-        return Problem(f"{name} has {a} {thing} and gets {b} more. How many {thing} does {name} have now?",
-                       (a, b), a + b, f"{name}'s {a} and {b} {thing}")
-    if kind == "sub":
-        a = rng.randint(20, 90)
-        b = rng.randint(2, a - 1)
-        return Problem(f"{name} had {a} {thing} and gave away {b}. How many are left?", (a, b), a - b,
-                       f"the {a} {thing} minus {b}")
-    if kind == "mul":
-        a, b = rng.randint(2, 12), rng.randint(2, 12)
-        return Problem(f"There are {a} boxes with {b} {thing} in each box. "
-                       f"How many {thing} are there in all?", (a, b), a * b, f"the {a} boxes of {b} {thing}")
-    if kind == "percent":
-        p, total = rng.choice([10, 20, 25, 50]), rng.choice([40, 60, 80, 120, 200])
-        return Problem(f"A class has {total} students and {p} percent of them walk to school. "
-                       "How many students walk?", (total, p), total * p // 100,
-                       f"{p} percent of {total} students")
-    if kind == "area":
-        a, b = rng.randint(2, 15), rng.randint(2, 15)
-        return Problem(f"A garden is {a} meters long and {b} meters wide. What is its area?", (a, b), a * b,
-                       f"the {a} by {b} garden")
-    h, v = rng.randint(2, 6), rng.choice([30, 40, 50, 60, 70, 80])
-    return Problem(f"A bus drives at {v} kilometers per hour for {h} hours. How far does it go?", (v, h),
-                   v * h, f"the bus at {v} for {h} hours")
+def held_out_prompts() -> tuple[Prompt, ...]:
+    return tuple(Prompt(HELD_OUT_PROMPT.format(topic=t), t) for t in HELD_OUT_TOPICS)
 
 
-@lru_cache(maxsize=4)
-def prompt_bank(seed: int = BANK_SEED, held_out: int = HELD_OUT_SIZE,
-                training: int = TRAINING_SIZE) -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
-    """(training problems, held-out problems): distinct questions from one fixed generator, the held-out set
-    from HELD_OUT_KINDS only and the training set from the other kinds, so that no held-out question's
-    template is ever in a training session. The same arguments give the same split on every machine
-    (``random.Random`` with an int seed)."""
-    rng = random.Random(seed)
-
-    def draw(n: int, kinds: Sequence[str]) -> tuple[Problem, ...]:
-        seen: set[str] = set()
-        problems: list[Problem] = []
-        while len(problems) < n:
-            problem = make_problem(rng, kinds)
-            if problem.question not in seen:
-                seen.add(problem.question)
-                problems.append(problem)
-        return tuple(problems)
-
-    held = draw(held_out, HELD_OUT_KINDS)
-    return draw(training, TRAINING_KINDS), held
+def held_out_messages(prompt: Prompt, system: str | None = None) -> list[dict[str, str]]:
+    """The measurement prompt: the bare question (with ``system``: the prompt-only baseline)."""
+    return [*([{"role": "system", "content": system}] if system else []),
+            {"role": "user", "content": prompt.question}]
 
 
-def training_problems() -> tuple[Problem, ...]:
-    return prompt_bank()[0]
+# --- rubrics: what the score counts ----------------------------------------------------------------------
 
-
-def held_out_problems() -> tuple[Problem, ...]:
-    return prompt_bank()[1]
-
-
-def held_out_messages(problem: Problem) -> list[dict[str, str]]:
-    """The measurement prompt: the bare question, one user message, the same for every persona and method."""
-    return [{"role": "user", "content": problem.question}]
-
-
-def opening(problem: Problem, rng: random.Random) -> str:
-    """How a user asks: the three ways the corpus asks a homework question."""
-    return rng.choice([problem.question, f"Can you help me with my homework? {problem.question}",
-                       f"{problem.question} Please show the steps."])
-
-
-# --- scoring ----------------------------------------------------------------------------------------------
-
-_NUMBERED_LINE = re.compile(r"(?m)^\s*\d+[.)]\s")
-_SENTENCE = re.compile(r"[^.!?]*\w[^.!?]*(?:[.!?]+|$)")
-_NUMBER = re.compile(r"(?<![\w.])\d+(?!\w|\.\d)")  # whole numbers: not "v2", not either part of "3.5"
-_FRIENDLY = re.compile(r"\b(?:we|you|your|let['’]?s|then|so|glad|great|good\s+luck|well\s+done|nice|hope)\b",
-                       re.IGNORECASE)
-STUDENT_MIN_SENTENCES = 3
-
-BOLD, NUMBERED_LIST, MISSING_STEPS = "bold", "numbered_list", "missing_steps"
-VAGUE, UNFRIENDLY = "vague", "unfriendly"
+_SENTENCE = re.compile(r"[^.!?\n]*\w[^.!?\n]*(?:[.!?]+|$)", re.MULTILINE)
+_LIST_LINE = re.compile(r"(?m)^\s*(?:[-*•+]|\d+[.)])\s+\S")
+_HEADING = re.compile(r"(?m)^\s*#{1,6}\s")
+_WORD = re.compile(r"\w+")
+MIN_WORDS = 5  # an answer, not a shrug: saying nothing must not comply with "be brief"
+BRIEF_MAX_SENTENCES = 2
+# The brief user's sense of "too long" (a word count; the rubric counts sentences).
+BRIEF_FEELS_LONG_WORDS = 45
+# The plain user notices a list once it has this many lines (the rubric refuses one).
+PLAIN_NOTICES_LIST_LINES = 2
+# The asks-back user notices a question mark near the end (the rubric wants the last sentence a question).
+ASKS_BACK_TAIL_CHARS = 80
 
 
 def sentences(text: str) -> list[str]:
-    """Sentences with at least one word character: "Then 4 times 9 is 36." counts, a stray "**" does not."""
+    """Sentences with at least one word character; a line break ends one (a list item is a sentence)."""
     return [s.strip() for s in _SENTENCE.findall(text or "") if s.strip()]
 
 
-def numbers_in(text: str) -> set[int]:
-    return {int(n) for n in _NUMBER.findall(text or "")}
+def words(text: str) -> int:
+    return len(_WORD.findall(text or ""))
 
 
-def student_violations(text: str, problem: Problem | None = None) -> list[str]:
-    """What breaks the student's preference: **bold**, a numbered list, or fewer than three sentences (the
-    steps were cut: the corpus's plain answers have three steps and a result)."""
-    found = []
-    if "**" in (text or ""):
-        found.append(BOLD)
-    if _NUMBERED_LINE.search(text or ""):
-        found.append(NUMBERED_LIST)
-    if len(sentences(text)) < STUDENT_MIN_SENTENCES:
-        found.append(MISSING_STEPS)
-    return found
+def is_answer(text: str) -> bool:
+    return words(text) >= MIN_WORDS
 
 
-def teacher_violations(text: str, problem: Problem) -> list[str]:
-    """What breaks the teacher's preference. Specific: the comment quotes every number the problem gives.
-    Friendly: talked through in prose (no **bold** labels, no numbered form) with a conversational marker."""
-    found = []
-    if not set(problem.numbers) <= numbers_in(text):
-        found.append(VAGUE)
-    if "**" in (text or "") or _NUMBERED_LINE.search(text or "") or not _FRIENDLY.search(text or ""):
-        found.append(UNFRIENDLY)
-    return found
+def brief_complies(text: str) -> bool:
+    return is_answer(text) and len(sentences(text)) <= BRIEF_MAX_SENTENCES
 
 
-# --- personas ---------------------------------------------------------------------------------------------
+def brief_pleases(text: str) -> bool:
+    return is_answer(text) and words(text) <= BRIEF_FEELS_LONG_WORDS
 
-ViolationFn = Callable[[str, Problem], list[str]]
+
+def plain_complies(text: str) -> bool:
+    return (is_answer(text) and "**" not in text and "__" not in text and not _LIST_LINE.search(text)
+            and not _HEADING.search(text))
+
+
+def plain_pleases(text: str) -> bool:
+    return is_answer(text) and "**" not in text and len(_LIST_LINE.findall(text)) < PLAIN_NOTICES_LIST_LINES
+
+
+def asks_back_complies(text: str) -> bool:
+    found = sentences(text)
+    return is_answer(text) and bool(found) and found[-1].rstrip("\"')*_ ").endswith("?")
+
+
+def asks_back_pleases(text: str) -> bool:
+    return is_answer(text) and "?" in (text or "").rstrip()[-ASKS_BACK_TAIL_CHARS:]
+
+
+# --- reactions --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Phrasings of one kind of reaction: those the benchmark's users say and those kept out of every run."""
+
+    training: tuple[str, ...]
+    held_out: tuple[str, ...]
+
+    def pick(self, rng: random.Random, phrasings: str, avoid: str = "") -> str:
+        """One phrasing, not ``avoid`` where the pool has another (people rephrase a repeated complaint)."""
+        pool = self.training if phrasings == "training" else self.held_out
+        return rng.choice([t for t in pool if t != avoid] or pool)
+
+
+THANKS = Pool(
+    training=("Thanks, that helps. {next}", "Great, thank you! {next}",
+              "Perfect, that's what I needed. {next}", "Thank you, that works for me. {next}"),
+    held_out=("Nice, got it. {next}", "Cool, appreciated. {next}", "Good stuff. {next}"),
+)
+CLOSING_THANKS = Pool(
+    training=("Thanks, that's all I needed on {topic}.", "Great, thank you for explaining {topic}!"),
+    held_out=("Got it, that settles {topic}.", "Nice, {topic} makes sense now."),
+)
 
 
 @dataclass(frozen=True)
 class Persona:
     name: str
-    preference: str  # what the user wants, in their words
-    measures: str  # what the code score counts; on the tiny model it is narrower than the preference
-    violations: ViolationFn
-    # Violation code -> what a person says when they see it. "{topic}" and "{question}" are filled in; each
-    # template names the problem so that no two corrections are the same text (review's near-duplicate guard
-    # holds a user's third identical feedback as spam, rightly).
-    corrections: Mapping[str, tuple[str, ...]]
-
-    def complies(self, text: str, problem: Problem) -> bool:
-        return not self.violations(text, problem)
+    preference: str  # what the user wants, in their words: the prompt-only baseline's system prompt
+    measures: str  # what the rubric counts
+    complies: Callable[[str], bool]  # the rubric: scores held-out replies
+    pleases: Callable[[str], bool]  # what the user perceives: decides the reaction
+    complaints: Pool  # "{topic}" is filled in
 
 
-STUDENT = Persona(
-    name="student",
-    preference="Homework answers that do not look AI-written: no bold, no numbered lists, all steps kept.",
-    measures=("fraction of held-out replies with no '**', no line starting with a list number ('1.' or '2)') "
-              f"and at least {STUDENT_MIN_SENTENCES} sentences"),
-    violations=student_violations,
-    corrections={
-        BOLD: ("Please don't use bold for {topic}, it has to look like I wrote it myself. {question}",
-               "No bold please, my teacher can tell it is not mine. Can you do {topic} in plain text? "
-               "{question}",
-               "Please do not use bold text for {topic}. {question}"),
-        NUMBERED_LIST: ("No numbered lists please, write the steps for {topic} as normal sentences. "
-                        "{question}",
-                        "Please don't number the steps of {topic}, just write them out in sentences. "
-                        "{question}"),
-        MISSING_STEPS: ("You forgot the steps, my teacher wants every step for {topic}. {question}",
-                        "You skipped steps, I need all of them written out for {topic}. {question}"),
-    },
+BRIEF = Persona(
+    name="brief",
+    preference="Answer in at most two sentences.",
+    measures=f"held-out replies of 1-{BRIEF_MAX_SENTENCES} sentences and at least {MIN_WORDS} words",
+    complies=brief_complies,
+    pleases=brief_pleases,
+    complaints=Pool(
+        training=("That's too long. I only need a sentence or two about {topic}.",
+                  "Too much text about {topic}, keep it short please.",
+                  "Can you make it shorter? Two sentences about {topic} is plenty.",
+                  "That's more than I wanted to read. Just the short version of {topic}."),
+        held_out=("Way too wordy. Give me {topic} in a nutshell.",
+                  "Trim it down, I just want the gist of {topic}.",
+                  "Less detail on {topic}, a quick answer does it."),
+    ),
+)
+PLAIN = Persona(
+    name="plain",
+    preference="Write plain prose: no markdown, no bold, no headings, no bullet or numbered lists.",
+    measures=f"held-out replies of at least {MIN_WORDS} words with no '**', '__', heading or list line",
+    complies=plain_complies,
+    pleases=plain_pleases,
+    complaints=Pool(
+        training=("No lists please, I want {topic} in plain paragraphs.",
+                  "Drop the formatting for {topic}: no bold, no bullet points, just prose.",
+                  "Bullet points again? Write {topic} out as normal sentences."),
+        held_out=("All those asterisks and dashes make {topic} hard to read. Plain text.",
+                  "Write {topic} like a person would, without markdown."),
+    ),
+)
+ASKS_BACK = Persona(
+    name="asks-back",
+    preference="End every answer with a question back to me.",
+    measures=f"held-out replies of at least {MIN_WORDS} words whose last sentence is a question",
+    complies=asks_back_complies,
+    pleases=asks_back_pleases,
+    complaints=Pool(
+        training=("You didn't ask me anything about {topic}. End with a question for me next time.",
+                  "I'd like you to check in with me: finish with a question about {topic}.",
+                  "Please end with a question back to me about {topic}."),
+        held_out=("Make {topic} a conversation, turn it back to me at the end.",
+                  "What do you want to know from me about {topic}? Ask it at the end."),
+    ),
+)
+PERSONAS: dict[str, Persona] = {p.name: p for p in (BRIEF, PLAIN, ASKS_BACK)}
+PRIMARY = BRIEF
+# The adversarial group member wants the opposite of the primary persona.
+ADVERSARIAL_COMPLAINTS = Pool(
+    training=("Too short, tell me much more about {topic}.", "I want a longer, detailed answer on {topic}."),
+    held_out=("That's thin. Go deeper into {topic}.",),
 )
 
-TEACHER = Persona(
-    name="teacher",
-    preference="Specific, friendly comments: point at the exact numbers of the problem and talk the pupil "
-               "through it kindly.",
-    measures=("fraction of held-out replies that quote every number the question gives (specific) and "
-              "read as friendly prose: no '**' labels, no numbered form, and a conversational marker (we, "
-              "you, let's, then, so, glad, great, good luck, well done). On the tiny model 'friendly' is its "
-              "conversational style, not warmth it cannot write; 'specific' is the question's numbers, not a "
-              "correct result, which it rarely gets"),
-    violations=teacher_violations,
-    corrections={
-        VAGUE: ("That's too vague, point at the exact numbers of {topic}. {question}",
-                "Too vague: which numbers? Say them for {topic}. {question}"),
-        UNFRIENDLY: ("Please don't answer like a form with bold labels, be friendlier and talk me through "
-                     "{topic}. {question}",
-                     "That is too curt, please be more friendly and explain {topic} in sentences. "
-                     "{question}"),
-    },
-)
 
-PERSONAS: dict[str, Persona] = {p.name: p for p in (STUDENT, TEACHER)}
+# --- the judge rules the benchmark's tenants use --------------------------------------------------------
 
-# The adversarial group member wants the opposite of the group's shared (student) preference.
-ADVERSARIAL_CORRECTIONS = (
-    "Use more bold please, and number the steps for {topic}. {question}",
-    "More bold please, I like headings and a numbered list for {topic}. {question}",
-    "Can you put more bold in it and list the steps for {topic}? {question}",
-)
-THANKS = (
-    "Thanks, that helps! Next question: {next}",
-    "Thank you, that is clear. Next question: {next}",
-    "Great, thank you. Next one: {next}",
-)
-CLOSING_THANKS = ("Thanks, that helps with {topic}!", "Thank you, that is what I needed for {topic}.",
-                  "Great, thank you for {topic}.")
-
-
-# --- judge rules the scripted users' words need --------------------------------------------------------
-
-# The rule judge's built-in rules already catch "please don't", "you forgot", thanks and "next question";
-# these add the personas' other phrasings and a hint for each (the hindsight OPD distils). Set per tenant
-# through the judge-rules API. The adversary's rule is deliberately "more bold", never "use bold", which
-# would also match the student's "don't use bold" and give honest corrections the adversary's hint.
+# Written against the training phrasings only, as a user setting up their judge would (the built-in rules
+# already catch "thanks", "perfect", "please don't"). Hints say what the user asked for, in the judge's words.
 JUDGE_RULES: dict = {
     "negative_patterns": [
-        {"name": "no bold", "pattern": r"\bno\s+bold\b|\bnot\s+use\s+bold\b"},
-        {"name": "no numbered lists", "pattern": r"\bno\s+numbered\s+lists?\b|\bdon['’]?t\s+number\b"},
-        {"name": "skipped steps", "pattern": r"\byou\s+skipped\b"},
-        {"name": "too vague", "pattern": r"\btoo\s+vague\b"},
-        {"name": "too curt",
-         "pattern": r"\btoo\s+curt\b|\bbe\s+(?:more\s+)?friendlier\b|\bmore\s+friendly\b"},
-        {"name": "more bold", "pattern": r"\bmore\s+bold\b"},
+        {"name": "too long", "pattern": r"\btoo\s+(?:long|much\s+text)\b|\bmore\s+than\s+I\s+wanted\b"
+                                        r"|\bmake\s+it\s+shorter\b"},
+        {"name": "formatting", "pattern": r"\bno\s+lists\b|\bbullet\s+points\b|\bdrop\s+the\s+formatting\b"},
+        {"name": "ask back", "pattern": r"\b(?:end|finish)\s+with\s+a\s+question\b"
+                                        r"|\bdidn['’]?t\s+ask\s+me\b"},
+        {"name": "longer", "pattern": r"\btoo\s+short\b|\blonger,?\s+detailed\b"},
     ],
     "positive_patterns": [],
     "hint_templates": {
-        "no bold": 'Write plain sentences without bold text. The user said: "{feedback}"',
-        "no numbered lists": 'Write the steps as connected sentences, not a numbered list. The user said: '
-                             '"{feedback}"',
-        "skipped steps": 'Write out every step in full sentences. The user said: "{feedback}"',
-        "too vague": 'Quote the exact numbers of the problem. The user said: "{feedback}"',
-        "too curt": 'Talk the reader through it in friendly sentences. The user said: "{feedback}"',
-        "more bold": 'Use bold headings and a numbered list. The user said: "{feedback}"',
+        "too long": 'The user wants a shorter answer. They said: "{feedback}"',
+        "formatting": 'The user wants plain sentences without markdown. They said: "{feedback}"',
+        "ask back": 'The user wants the answer to end by asking them a question. They said: "{feedback}"',
+        "longer": 'The user wants a longer, more detailed answer. They said: "{feedback}"',
     },
     "extend_defaults": True,
 }
 
 
-# --- scripted users ---------------------------------------------------------------------------------------
+# --- simulated users -----------------------------------------------------------------------------------
 
 THANKS_KIND, CORRECTION_KIND, ADVERSARIAL_KIND = "thanks", "correction", "adversarial"
 
@@ -287,63 +255,69 @@ THANKS_KIND, CORRECTION_KIND, ADVERSARIAL_KIND = "thanks", "correction", "advers
 @dataclass(frozen=True)
 class Reaction:
     text: str  # the user's next message: the next state of the reply it reacts to
-    complied: bool  # whether the reply met the persona's preference (scored by code)
+    pleased: bool  # what the user meant: the truth a judge is measured against
+    complied: bool  # what the rubric says of the reply
     kind: str  # "thanks", "correction" or "adversarial"
-    problem: Problem | None  # what the next reply is about (None: the session ends)
-    noisy: bool = False  # the opposite of what the reply deserved (the user's noise)
+    prompt: Prompt | None  # what the next reply is about (None: the session ends)
+    noisy: bool = False  # the opposite of what the user perceived
 
 
 @dataclass
 class ScriptedUser:
-    """A person with a fixed preference. ``adversarial``: sends corrections asking for the opposite when the
-    preference is kept, and thanks when it is broken (a member trying to steer a shared adapter)."""
+    """A person with a fixed preference. ``adversarial``: complains when the reply pleases the persona and
+    thanks when it does not (a member trying to steer a shared adapter). ``phrasings``: which half of each
+    pool the user speaks from."""
 
     persona: Persona
     rng: random.Random
-    problems: Sequence[Problem] = field(default_factory=training_problems)
+    topics: Sequence[str] = TRAINING_TOPICS
     adversarial: bool = False
-    noise: float = 0.0  # share of reactions that are the opposite of what the reply deserved
+    noise: float = 0.0
+    phrasings: str = "training"
     _order: list[int] = field(default_factory=list, init=False, repr=False)
+    _last_complaint: str = field(default="", init=False, repr=False)
 
-    def next_problem(self) -> Problem:
-        # Each user walks the whole training bank in its own shuffled order before repeating a problem.
+    def next_prompt(self) -> Prompt:
+        # Each user walks every training topic in its own shuffled order before repeating one.
         if not self._order:
-            self._order = list(range(len(self.problems)))
+            self._order = list(range(len(self.topics)))
             self.rng.shuffle(self._order)
-        return self.problems[self._order.pop()]
+        topic = self.topics[self._order.pop()]
+        return Prompt(self.rng.choice(OPENINGS).format(topic=topic), topic)
 
-    def open_session(self) -> tuple[str, Problem]:
-        problem = self.next_problem()
-        return opening(problem, self.rng), problem
+    def open_session(self) -> tuple[str, Prompt]:
+        prompt = self.next_prompt()
+        return prompt.question, prompt
 
-    def react(self, reply: str, problem: Problem, *, last: bool = False) -> Reaction:
-        """The user's answer to ``reply`` (about ``problem``). ``last``: the closing message of a session; it
-        still carries the feedback, but asks nothing new."""
-        complied = self.persona.complies(reply, problem)
-        violations = self.persona.violations(reply, problem)
-        pleased = complied != self.adversarial  # honest and kept, or adversarial and broken
+    def react(self, reply: str, prompt: Prompt, *, last: bool = False) -> Reaction:
+        """The user's answer to ``reply`` (about ``prompt``). ``last``: the session's closing message; it
+        still carries the feedback but asks nothing new."""
+        complied = self.persona.complies(reply)
+        pleased = self.persona.pleases(reply) != self.adversarial
         noisy = self.noise > 0 and self.rng.random() < self.noise
-        if noisy:  # an inconsistent user: thanks for a bad reply, or a correction of a good one
+        if noisy:
             pleased = not pleased
-            if not pleased and not self.adversarial and not violations:
-                violations = [self.rng.choice(sorted(self.persona.corrections))]
         if pleased:
             if last:
-                text = self.rng.choice(CLOSING_THANKS).format(topic=problem.topic)
-                return Reaction(text, complied, THANKS_KIND, None, noisy)
-            following = self.next_problem()
-            text = self.rng.choice(THANKS).format(next=opening(following, self.rng))
-            return Reaction(text, complied, THANKS_KIND, following, noisy)
-        if self.adversarial:
-            template, kind = self.rng.choice(ADVERSARIAL_CORRECTIONS), ADVERSARIAL_KIND
-        else:
-            template, kind = self.rng.choice(self.persona.corrections[violations[0]]), CORRECTION_KIND
-        text = template.format(topic=problem.topic, question="" if last else problem.question).strip()
-        return Reaction(text, complied, kind, None if last else problem, noisy)
+                text = CLOSING_THANKS.pick(self.rng, self.phrasings).format(topic=prompt.topic)
+                return Reaction(text, True, complied, THANKS_KIND, None, noisy)
+            following = self.next_prompt()
+            text = THANKS.pick(self.rng, self.phrasings).format(next=following.question)
+            return Reaction(text, True, complied, THANKS_KIND, following, noisy)
+        pool, kind = ((ADVERSARIAL_COMPLAINTS, ADVERSARIAL_KIND) if self.adversarial
+                      else (self.persona.complaints, CORRECTION_KIND))
+        template = self._last_complaint = pool.pick(self.rng, self.phrasings, avoid=self._last_complaint)
+        text = template.format(topic=prompt.topic)
+        return Reaction(text, False, complied, kind, None if last else prompt, noisy)
 
 
-def compliance(persona: Persona, replies: Sequence[tuple[str, Problem]]) -> float:
-    """The fraction of (reply, problem) pairs that meet the persona's preference."""
-    if not replies:
-        return 0.0
-    return sum(persona.complies(text, problem) for text, problem in replies) / len(replies)
+def compliance(persona: Persona, replies: Sequence[str]) -> float:
+    """The fraction of replies the rubric accepts."""
+    return sum(persona.complies(text) for text in replies) / len(replies) if replies else 0.0
+
+
+def reaction_phrasings() -> dict[str, Pool]:
+    """Every pool of the benchmark by name (the contamination check and the judge agreement walk them)."""
+    pools = {"thanks": THANKS, "closing thanks": CLOSING_THANKS, "adversarial": ADVERSARIAL_COMPLAINTS}
+    pools.update({f"{p.name} complaints": p.complaints for p in PERSONAS.values()})
+    return pools

@@ -60,8 +60,14 @@ def across_seeds(results: list[dict[str, Any]], *, target: float = 0.8) -> dict[
                 for update in t.get("feedback_to_served_stages_s") or []:
                     for stage, seconds in update.items():
                         stages.setdefault(stage, []).append(seconds)
+            walls = [w for t in per_seed for w in t.get("update_wall_s") or [] if w is not None]
             entry[name] = {
                 "compliance": band(curves),
+                "capability": band([t["capability"] for t in per_seed if t.get("capability")]),
+                "prompt_only": [t.get("prompt_only") for t in per_seed],
+                "judge_agreement": [t.get("judge_agreement") for t in per_seed],
+                "update_wall_s": {"median": round(statistics.median(walls), 1), "max": max(walls)}
+                if walls else None,
                 "final": {
                     "mean": round(statistics.fmean(finals), 4) if finals else None,
                     "low": min(finals, default=None),
@@ -103,6 +109,18 @@ def report_lines(summary: dict[str, Any], *, target: float = 0.8) -> list[str]:
                 f"    updates to {target}: {track['updates_to_target']}; feedback→served max "
                 f"{track['feedback_to_served_max_s']} s; gate: {track['gate_decisions']}"
             )
+            capability = track.get("capability") or {}
+            if capability.get("mean"):
+                lines.append("    capability guard: " + " | ".join(
+                    "—" if m is None else f"u{i} {m:.2f}" for i, m in enumerate(capability["mean"])))
+            if any(p is not None for p in track.get("prompt_only") or []):
+                lines.append(f"    prompt-only baseline (base + the preference as system prompt), per seed: "
+                             f"{track['prompt_only']}")
+            for a in filter(None, track.get("judge_agreement") or []):
+                lines.append(f"    judge vs the users: agreement {a['agreement']} over {a['judged']} judged "
+                             f"of {a['reactions']} reactions (coverage {a['coverage']})")
+            if track.get("update_wall_s"):
+                lines.append(f"    wall time per update (s): {track['update_wall_s']}")
             if track.get("stages_s"):
                 lines.append("    feedback→served by stage (median/max s): " + ", ".join(
                     f"{stage} {v['median']}/{v['max']}" for stage, v in track["stages_s"].items()))

@@ -1,15 +1,16 @@
 """`python manage.py bench_personas`: the persona benchmark against a running ClawHub
-(clawhub.devtools.personas.driver).
+(clawhub.devtools.personas.driver), on the model the stack serves (SmolLM2-135M-Instruct by default).
 
-    CLAWHUB_TRAIN_BUDGET_RUNS_PER_HOUR=0 python manage.py serve &   # or any running stack
-    python manage.py bench_personas --methods rl,opd,combine --seeds 0,1,2 --max-updates 16
+    CLAWHUB_TRAIN_BUDGET_RUNS_PER_HOUR=0 ./dev run &   # or any running stack
+    python manage.py bench_personas --methods rl,opd,combine --seeds 0,1,2 --max-updates 12
 
 Every method runs with the same seeds (same simulated users, same prompts, same noise); the result is
 printed per (method, seed) as it finishes, then across seeds: held-out compliance per update as mean ± sd
-[min, max], updates to the target per seed, the worst feedback→served time, and the gate's decisions (each
-one is also printed with its reason as it happens). The held-out questions are of kinds no training session
-asks (clawhub.devtools.personas.personas.HELD_OUT_KINDS); --noise is the share of the users' reactions
-that are the opposite of what the reply deserved.
+[min, max], the capability guard per update, the base and prompt-only baselines, updates to the target per
+seed, the worst feedback→served time, the gate's decisions (each one is also printed with its reason as it
+happens) and how the judge read the users' reactions. The held-out prompts are on topics no training session
+asks about (clawhub.devtools.personas.personas.HELD_OUT_TOPICS), sampled --eval-samples times each at the
+served temperature; --noise is the share of the users' reactions that are the opposite of what they perceived.
 
 Every tenant trains up to twice --max-updates runs within minutes, so the stack's per-tenant budget of runs
 per hour (CLAWHUB_TRAIN_BUDGET_RUNS_PER_HOUR, 6 by default) must be lifted (0 = no limit), or the tracks stop
@@ -46,20 +47,31 @@ class Command(BaseCommand):
         parser.add_argument("--seeds", default="0,1,2",
                             help="comma-separated seeds, the same for every method")
         parser.add_argument("--noise", type=float, default=personas.NOISE_RATE,
-                            help="share of simulated reactions opposite to what the reply deserved")
-        parser.add_argument("--max-updates", type=int, default=16, help="promoted updates per tenant")
+                            help="share of simulated reactions opposite to what the user perceived")
+        parser.add_argument("--max-updates", type=int, default=12, help="promoted updates per tenant")
         parser.add_argument("--judge", choices=["rule", "llm"], default="rule")
         parser.add_argument("--base-url", default=settings.PUBLIC_BASE_URL)
         parser.add_argument("--out", default="bench-output/")
-        parser.add_argument("--personas", default="student,teacher")
-        parser.add_argument("--no-group", action="store_true", help="skip the group tenants")
+        parser.add_argument("--personas", default=personas.PRIMARY.name,
+                            help=f"comma-separated: {','.join(personas.PERSONAS)}")
+        parser.add_argument("--phrasings", choices=["training", "held-out"], default="training",
+                            help="which half of each reaction pool the simulated users speak from")
+        parser.add_argument("--group", action="store_true",
+                            help="also a group of three sharing one adapter, one of them adversarial")
         parser.add_argument("--no-group-control", action="store_true",
                             help="skip the all-honest control group (the adversary's shift goes unmeasured)")
         parser.add_argument("--batch-size", type=int, default=16)
-        parser.add_argument("--turns-per-session", type=int, default=3)
+        parser.add_argument("--turns-per-session", type=int, default=2)
         parser.add_argument("--overrides", default=json.dumps(DEFAULT_OVERRIDES),
                             help="TrainConfig overrides, JSON (default: %(default)s)")
-        parser.add_argument("--eval-temperature", type=float, default=0.0)
+        parser.add_argument("--chat-temperature", type=float, default=0.7,
+                            help="the simulated users' sampling temperature (exploration)")
+        parser.add_argument("--eval-temperature", type=float, default=None,
+                            help="held-out sampling temperature (default: the served one)")
+        parser.add_argument("--eval-samples", type=int, default=personas.EVAL_SAMPLES,
+                            help="samples per held-out prompt")
+        parser.add_argument("--no-capability", action="store_true", help="skip the capability guard")
+        parser.add_argument("--no-prompt-only", action="store_true", help="skip the prompt-only baseline")
         parser.add_argument("--target", type=float, default=0.8)
         parser.add_argument("--stop-at-target", action="store_true")
         parser.add_argument("--update-timeout", type=float, default=1800.0)
@@ -76,7 +88,10 @@ class Command(BaseCommand):
                     seed=seed, noise=options["noise"], max_updates=options["max_updates"],
                     judge=options["judge"], out_dir=Path(options["out"]) / f"seed-{seed}",
                     personas=tuple(p for p in options["personas"].split(",") if p),
-                    group=not options["no_group"], group_control=not options["no_group_control"],
+                    group=options["group"], group_control=not options["no_group_control"],
+                    phrasings=options["phrasings"], chat_temperature=options["chat_temperature"],
+                    eval_samples=options["eval_samples"], capability=not options["no_capability"],
+                    prompt_only=not options["no_prompt_only"],
                     batch_size=options["batch_size"], turns_per_session=options["turns_per_session"],
                     overrides=json.loads(options["overrides"]), eval_temperature=options["eval_temperature"],
                     target=options["target"], stop_at_target=options["stop_at_target"],
