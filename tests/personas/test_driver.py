@@ -216,7 +216,8 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
                          max_updates=1, batch_size=4, turns_per_session=2, out_dir=tmp_path, poll=0.01,
                          noise=0.0,  # the plumbing, with users that always mean what they say
                          serve_grace=0, judge_wait=5, update_timeout=60,
-                         eval_concurrency=1)  # one thread: the test's database transaction is this thread's
+                         # One thread: the test's database transaction is this thread's.
+                         eval_concurrency=1, parallel_sessions=1)
     lines: list[str] = []
     bench = Bench(config, echo=lines.append, log=lambda line: None, transport=worker,
                   client_factory=lambda base_url, secret: FakeGateway(secret, log))

@@ -118,6 +118,19 @@ def test_held_out_phrasings_are_never_spoken_in_a_training_run():
     assert speaker.react(HABIT, WATER).text in held_out
 
 
+def test_forks_open_with_the_users_next_topics_and_are_the_same_for_a_seed():
+    def forks(seed):
+        user = P.ScriptedUser(persona=P.BRIEF, rng=random.Random(seed))
+        found = [user.fork() for _ in range(3)]
+        return [(f.open_session()[1], f.react(HABIT, WATER).text, f.next_prompt()) for f in found]
+
+    first = forks(4)
+    assert first == forks(4) and first != forks(5)
+    walk = P.ScriptedUser(persona=P.BRIEF, rng=random.Random(4))
+    walk.rng.getrandbits(64)  # what the first fork drew before taking the walk's next topic
+    assert first[0][0] == walk.next_prompt()
+
+
 def test_the_adversary_asks_for_the_opposite():
     adversary = P.ScriptedUser(persona=P.BRIEF, rng=random.Random(0), adversarial=True)
     against = adversary.react(BRIEF, WATER)

@@ -91,6 +91,9 @@ class BenchConfig:
     eval_temperature: float | None = None  # None: the served default, as a user's client gets
     eval_samples: int = P.EVAL_SAMPLES  # samples per held-out prompt
     eval_concurrency: int = 8
+    # Sessions chatting at once while a batch is collected: vLLM batches them (one at a time, a CPU server
+    # spends most of each step on overhead).
+    parallel_sessions: int = 4
     capability: bool = True  # ask the capability guard of the base and every promoted version
     prompt_only: bool = True  # measure the base with the preference as its system prompt
     target: float = 0.8
@@ -438,18 +441,22 @@ class Bench:
         )
         return response.choices[0].message.content or ""
 
-    def run_session(self, track: Track, member: Member) -> int:
-        """One conversation of ``turns_per_session`` judged replies and a closing message. Returns the
-        feedback messages sent (each the next state of a reply)."""
+    def run_session(self, track: Track, member: Member, user: P.ScriptedUser | None = None,
+                    number: int | None = None) -> int:
+        """One conversation of ``turns_per_session`` judged replies and a closing message, by ``user`` (the
+        member's own by default; a fork of it when sessions run in parallel). Returns the feedback messages
+        sent (each the next state of a reply)."""
         cfg = self.config
-        session = f"bench-{self.tag}-{track.name}-{track.sessions}-{uuid.uuid4().hex[:6]}"
-        text, prompt = member.user.open_session()
+        user = user or member.user
+        session = f"bench-{self.tag}-{track.name}-{track.sessions if number is None else number}-" \
+                  f"{uuid.uuid4().hex[:6]}"
+        text, prompt = user.open_session()
         messages = [{"role": "user", "content": text}]
         sent = 0
         for turn in range(cfg.turns_per_session):
             reply = self._chat(member, track, messages, session, n=turn)
             last = turn == cfg.turns_per_session - 1
-            reaction = member.user.react(reply, prompt, last=last)
+            reaction = user.react(reply, prompt, last=last)
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": reaction.text}]
             track.feedback_sent[reaction.text] = time.time()
             track.truth[reaction.text] = reaction.pleased
@@ -459,8 +466,22 @@ class Bench:
                 self._chat(member, track, messages, session, n=turn + 1, done=True, max_tokens=8)
                 break
             prompt = reaction.prompt
-        member.sessions += 1
-        track.sessions += 1
+        if number is None:
+            member.sessions += 1
+            track.sessions += 1
+        return sent
+
+    def run_sessions(self, track: Track, members: list[Member]) -> int:
+        """One session per member in ``members`` at once (each by a fork of its user, drawn here in order, so
+        a seed gives the same users whatever the threads do). Returns the feedback messages sent."""
+        if len(members) == 1:
+            return self.run_session(track, members[0])
+        forks = [(member, member.user.fork(), track.sessions + i) for i, member in enumerate(members)]
+        with ThreadPoolExecutor(max_workers=len(forks)) as pool:
+            sent = sum(pool.map(lambda job: self.run_session(track, *job), forks))
+        for member, _, _ in forks:
+            member.sessions += 1
+        track.sessions += len(forks)
         return sent
 
     # --- review and training ----------------------------------------------------------------------------
@@ -518,9 +539,11 @@ class Bench:
                 time.sleep(cfg.poll)
                 continue
             waited_since = None
-            member = track.members[rotation % len(track.members)]
-            rotation += 1
-            sent += self.run_session(track, member)
+            missing = cfg.batch_size - trainable - max(in_flight, 0)
+            count = max(1, min(cfg.parallel_sessions, -(-missing // cfg.turns_per_session)))
+            members = [track.members[(rotation + i) % len(track.members)] for i in range(count)]
+            rotation += count
+            sent += self.run_sessions(track, members)
 
     def _open_run(self, track: Track) -> dict | None:
         runs = track.owner.api.get(f"/api/training/tenants/{track.tenant_id}/runs/",

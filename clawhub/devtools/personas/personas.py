@@ -276,6 +276,7 @@ class ScriptedUser:
     phrasings: str = "training"
     _order: list[int] = field(default_factory=list, init=False, repr=False)
     _last_complaint: str = field(default="", init=False, repr=False)
+    _opening: Prompt | None = field(default=None, init=False, repr=False)
 
     def next_prompt(self) -> Prompt:
         # Each user walks every training topic in its own shuffled order before repeating one.
@@ -285,7 +286,19 @@ class ScriptedUser:
         topic = self.topics[self._order.pop()]
         return Prompt(self.rng.choice(OPENINGS).format(topic=topic), topic)
 
+    def fork(self) -> ScriptedUser:
+        """The same person for one session run beside others: its opening is this user's next topic, its
+        own random state drawn from this one's (the forks of a seed are the same whatever order they run)."""
+        child = ScriptedUser(persona=self.persona, rng=random.Random(self.rng.getrandbits(64)),
+                             topics=self.topics, adversarial=self.adversarial, noise=self.noise,
+                             phrasings=self.phrasings)
+        child._opening = self.next_prompt()
+        return child
+
     def open_session(self) -> tuple[str, Prompt]:
+        if self._opening is not None:
+            prompt, self._opening = self._opening, None
+            return prompt.question, prompt
         prompt = self.next_prompt()
         return prompt.question, prompt
 
