@@ -6,7 +6,8 @@ for in every reply so tests can tell adapters apart. Faults are chosen by the re
 field (which a gateway passes through like any unknown field): ``refuse``, ``sleep`` (``fake_sleep`` seconds),
 ``die:<k>``, ``detail``, ``unauthorized``; ``fake_chunk_delay`` slows a stream down. ``GET /_fake/stats`` and
 ``POST /_fake/reset`` let tests count
-adapter loads and see the last request body exactly as it arrived.
+adapter loads and see the last request body exactly as it arrived. ``POST /tokenize`` counts a chat prompt's
+words as its tokens.
 
 Environment: FAKE_BASE_MODEL (default "tiny"), FAKE_API_KEY (require it, like ``vllm serve --api-key``),
 FAKE_LOAD_DELAY (seconds a load takes), FAKE_SLEEP (seconds the sleep fault waits), FAKE_CHUNK_DELAY.
@@ -395,6 +396,11 @@ async def app(scope, receive, send) -> None:
         await _completion(scope, receive, send, chat=True)
     elif path == "/v1/completions" and method == "POST":
         await _completion(scope, receive, send, chat=False)
+    elif path == "/tokenize" and method == "POST":
+        body = orjson.loads(await _read_body(receive))
+        state.last_request = body
+        ids = _prompt_ids(body)
+        await _send_json(send, 200, {"count": len(ids), "max_model_len": 2048, "tokens": ids})
     elif path == "/v1/load_lora_adapter" and method == "POST":
         await _load(receive, send)
     elif path == "/v1/unload_lora_adapter" and method == "POST":

@@ -24,7 +24,7 @@ from clawhub.core.metrics import (
     UPSTREAM_ERRORS,
     model_label,
 )
-from clawhub.gateway import feedback, limits, tool_calls
+from clawhub.gateway import feedback, limits, messages, tool_calls
 from clawhub.gateway.auth import KeyCache, KeyInfo, presented_secret
 from clawhub.gateway.config import GatewayConfig
 from clawhub.gateway.dbreads import CachedLoader, DbRunner
@@ -65,7 +65,9 @@ CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocol
 # What a pooled connection the upstream closed while it sat idle looks like when it is reused: the request
 # went nowhere. Retried once on a fresh connection, without holding it against the upstream.
 STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", messages.PATH: "messages"}
+# Routes whose clients read errors in Anthropic's shape rather than OpenAI's.
+ANTHROPIC_ROUTES = frozenset({"messages", "count_tokens"})
 ADMIT_LOOKUPS = 3  # fresh lookups of a key whose generation moved before admission gives up (503)
 
 
@@ -73,18 +75,24 @@ ADMIT_LOOKUPS = 3  # fresh lookups of a key whose generation moved before admiss
 class Served:
     """What ``_http`` needs to count a request that no TurnRecord counts (the writer counts the others)."""
 
-    route: str | None  # "chat" | "completions" | "models"; None for unknown routes (never counted)
+    # "chat" | "completions" | "messages" | "count_tokens" | "models"; None for unknown routes (never counted)
+    route: str | None
     model: str | None = None
     recorded: bool = False  # a TurnRecord went to the writer, which updates the metrics from it
 
 
-def parse_request(raw: bytes, chat: bool) -> dict:
+def parse_json(raw: bytes) -> dict:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise bad_request("The request body is not valid JSON.", code="invalid_json") from None
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.")
+    return body
+
+
+def parse_request(raw: bytes, chat: bool) -> dict:
+    body = parse_json(raw)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("You must provide a model parameter (a string).", param="model")
@@ -244,15 +252,19 @@ class Gateway:
                 message["headers"] = [*message["headers"], id_header]
             await send(message)
 
-        route = ROUTES.get(path)
+        route = ROUTES.get(path) or ("count_tokens" if path == messages.COUNT_TOKENS_PATH else None)
         is_models = route is None and (path == "/v1/models" or path.startswith("/v1/models/"))
         served = Served("models" if is_models else route)
+        error_body = messages.error_body if route in ANTHROPIC_ROUTES else GatewayError.body
         status = 200
         try:
             if route is not None:
                 if method != "POST":
                     raise GatewayError(405, f"Use POST for {path}.", code="method_not_allowed")
-                await self._completion(scope, receive, tracked_send, route, headers, served, trace_id)
+                if route == "count_tokens":
+                    await self._count_tokens(headers, receive, tracked_send, served)
+                else:
+                    await self._completion(scope, receive, tracked_send, route, headers, served, trace_id)
             elif is_models:
                 if method != "GET":
                     raise GatewayError(405, f"Use GET for {path}.", code="method_not_allowed")
@@ -266,7 +278,7 @@ class Gateway:
         except GatewayError as err:
             status = err.status
             if not response_started[0]:
-                await send_json(tracked_send, err.status, err.body(), err.headers())
+                await send_json(tracked_send, err.status, error_body(err), err.headers())
         except ClientGone:
             status = 499
         except Exception:
@@ -274,7 +286,7 @@ class Gateway:
             logger.exception("unexpected error serving %s", path)
             if not response_started[0]:
                 err = GatewayError(500, "Internal gateway error.", type="api_error", code="internal_error")
-                await send_json(tracked_send, 500, err.body())
+                await send_json(tracked_send, 500, error_body(err))
         finally:
             reset_request_id(token)
             if served.route is not None and not served.recorded:
@@ -315,6 +327,41 @@ class Gateway:
                 return
         raise model_not_found(model_id)
 
+    async def _count_tokens(self, headers: dict[bytes, bytes], receive, send, served: Served) -> None:
+        """POST /v1/messages/count_tokens: the prompt a Messages request would send, rendered by vLLM's
+        /tokenize exactly as the chat route renders it. Nothing is sampled, so no quota is taken."""
+        _, _, entry = await self._authenticate(headers)
+        raw = await read_body(receive, headers, self.config.max_body_bytes)
+        chat = messages.to_chat(parse_json(raw), count_only=True)
+        served.model = chat["model"]
+        check_model(entry.info, chat["model"])
+        body = {"messages": chat["messages"], "add_generation_prompt": True}
+        if "tools" in chat:
+            body["tools"] = chat["tools"]
+        for up in self.pool.candidates(None, entry.info.tenant_id):
+            body["model"] = up.base_model  # the adapter shares the base model's tokenizer
+            try:
+                response = await self.client.post(up.url + "/tokenize", content=orjson.dumps(body),
+                                                  headers=up.headers)
+            except CONNECT_ERRORS:
+                UPSTREAM_ERRORS.labels(kind="connect").inc()
+                self.pool.mark_unhealthy(up)
+                continue
+            except httpx.TimeoutException:
+                UPSTREAM_ERRORS.labels(kind="timeout").inc()
+                raise upstream_timeout() from None
+            if response.status_code != 200:
+                raise normalise_upstream_error(response.status_code, response.content,
+                                               client_model=served.model)
+            try:
+                count = orjson.loads(response.content)["count"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                raise upstream_refused("The model server sent a malformed response.") from None
+            await send_json(send, 200, orjson.dumps({"input_tokens": count}))
+            return
+        UPSTREAM_ERRORS.labels(kind="no_upstream").inc()
+        raise no_upstream()
+
     async def _admit(self, secret: str, digest: str, entry, request_id: str, model: str, *, reserve: int,
                      adapter: str | None) -> KeyInfo:
         for _ in range(ADMIT_LOOKUPS):
@@ -347,10 +394,19 @@ class Gateway:
                           trace_id: str) -> None:
         started_wall, t0 = time.time(), perf_counter()
         secret, digest, entry = await self._authenticate(headers, check_generation=False)
-        chat = route == "chat"
         raw = await read_body(receive, headers, self.config.max_body_bytes)
-        body = parse_request(raw, chat)
-        identity = extract_identity(headers, body)
+        api = "openai"
+        if route == "messages":
+            # Served as the chat request it translates to; the turn is a chat turn like any other.
+            given = parse_json(raw)
+            body, route, api = messages.to_chat(given), "chat", "messages"
+            identity = extract_identity(headers, body)
+            if identity.session_id is None:
+                identity.session_id = messages.client_session_id(headers, given)
+        else:
+            body = parse_request(raw, route == "chat")
+            identity = extract_identity(headers, body)
+        chat = route == "chat"
         model = served.model = body["model"]
         check_model(entry.info, model)
         adapter = None if model == naming.BASE_MODEL_ID else await self.adapters.get(entry.info.tenant_id)
@@ -381,7 +437,7 @@ class Gateway:
             state = {"done": False, "gone": False}
             watcher = asyncio.create_task(watch_disconnect(receive, task, state))
             try:
-                await self._forward(scope, send, body, record, identity, adapter, chat, info.tenant_id)
+                await self._forward(scope, send, body, record, identity, adapter, chat, info.tenant_id, api)
             except asyncio.CancelledError:
                 if not state["gone"]:
                     raise
@@ -424,7 +480,8 @@ class Gateway:
             upstream["return_token_ids"] = True
         if body.get("stream") is True:
             options = dict(body.get("stream_options") or {})
-            wants.usage = bool(options.get("include_usage"))
+            # A Messages stream always ends with its usage (message_delta).
+            wants.usage = bool(options.get("include_usage")) or wants.api == "messages"
             options["include_usage"] = True
             upstream["stream_options"] = options
         else:
@@ -432,13 +489,15 @@ class Gateway:
         return upstream
 
     async def _forward(self, scope, send, body: dict, record: TurnRecord, identity: Identity,
-                       adapter: ActiveAdapter | None, chat: bool, tenant_id: int) -> None:
+                       adapter: ActiveAdapter | None, chat: bool, tenant_id: int,
+                       api: str = "openai") -> None:
+        id_route = "messages" if api == "messages" else record.route
         wants = Wants(model=body["model"],
                       logprobs=bool(body.get("logprobs")) if chat else body.get("logprobs") is not None,
                       token_ids=bool(body.get("return_token_ids")), usage=False,
-                      completion_id=feedback.completion_id_for(request_id=record.request_id,
-                                                               route=record.route),
-                      declared_tools=tool_calls.declared_tools(body) if chat else None)
+                      completion_id=feedback.completion_id_for(request_id=record.request_id, route=id_route),
+                      declared_tools=tool_calls.declared_tools(body) if chat else None, api=api)
+        path = "/v1/chat/completions" if api == "messages" else scope["path"]
         upstream_body = self._upstream_body(body, identity, chat, wants)
         requested = limits.requested_output(upstream_body)
         name = adapter.name if adapter else None
@@ -453,7 +512,7 @@ class Gateway:
             response = None
             try:
                 try:
-                    response = await self._open(up, adapter, scope["path"], _encoded(upstream_body))
+                    response = await self._open(up, adapter, path, _encoded(upstream_body))
                     if response.status_code == 400 and requested is not None and forwarded is None:
                         # The upstream did not list its context length: its refusal names it. Learn, retry.
                         learned = limits.too_many_output_tokens(await response.aread())
@@ -461,8 +520,7 @@ class Gateway:
                             await response.aclose()
                             up.max_model_len = learned
                             forwarded = limits.clamp_output(upstream_body, learned)
-                            response = await self._open(up, adapter, scope["path"],
-                                                        _encoded(upstream_body))
+                            response = await self._open(up, adapter, path, _encoded(upstream_body))
                 except CONNECT_ERRORS:
                     UPSTREAM_ERRORS.labels(kind="connect").inc()
                     self.pool.mark_unhealthy(up)
@@ -537,6 +595,8 @@ class Gateway:
                 UPSTREAM_ERRORS.labels(kind="protocol").inc()
                 raise upstream_refused("The model server sent a malformed response.") from None
             rewrite_response(data, wants, record)
+            if wants.api == "messages":
+                data = messages.to_message(data, wants.model)
             record.status = "complete"
             await send_json(send, 200, orjson.dumps(data))
             return

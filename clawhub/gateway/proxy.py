@@ -18,7 +18,7 @@ import httpx
 import orjson
 
 from clawhub.core.metrics import UPSTREAM_ERRORS
-from clawhub.gateway import tool_calls
+from clawhub.gateway import messages, tool_calls
 from clawhub.gateway.errors import GatewayError, normalise_upstream_error, upstream_refused, upstream_timeout
 from clawhub.gateway.records import TurnRecord
 
@@ -43,6 +43,9 @@ class Wants:
     completion_id: str = ""
     # The tools a chat request declared, the only ones a reply may call (tool_calls.py); None: not chat.
     declared_tools: frozenset[str] | None = None
+    # The API the client speaks: "openai" (chat or completions, as the route says) or "messages" (Anthropic's
+    # Messages API, served through chat and given back in its own shape: clawhub.gateway.messages).
+    api: str = "openai"
 
 
 def estimate_prompt_tokens(request: dict) -> int:
@@ -193,6 +196,7 @@ async def relay_stream(response: httpx.Response, send, wants: Wants, record: Tur
     failures (the client gets an error chunk and the record says "cut")."""
     joiner = StreamJoiner(chat)
     tools = tool_calls.ToolCallStream(wants.declared_tools) if wants.declared_tools is not None else None
+    frames = messages.MessageFrames(wants.model) if wants.api == "messages" else None
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
     buffer = b""
     saw_done = False
@@ -217,8 +221,12 @@ async def relay_stream(response: httpx.Response, send, wants: Wants, record: Tur
                     if isinstance(chunk, GatewayError):
                         upstream_error = chunk
                         break
-                    if chunk is not None:
-                        out.append(chunk)
+                    if chunk is None:
+                        continue
+                    if frames is None:
+                        out.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+                    else:
+                        out.append(frames.chunk(chunk, len(joiner.prompt_token_ids or ())))
                 if upstream_error is not None:
                     break
             if out:
@@ -244,14 +252,15 @@ async def relay_stream(response: httpx.Response, send, wants: Wants, record: Tur
         UPSTREAM_ERRORS.labels(kind=error.upstream_kind).inc()
         record.status, record.error = "cut", error.message
         _estimate_if_missing(record, joiner)
-        await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n"})
+        body = frames.error(error) if frames is not None else b"data: " + error.body() + b"\n\n"
+        await send({"type": "http.response.body", "body": body})
         return
     record.status = "complete"
-    await send({"type": "http.response.body", "body": DONE})
+    await send({"type": "http.response.body", "body": frames.done() if frames is not None else DONE})
 
 
 def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants,
-                   tools: tool_calls.ToolCallStream | None = None) -> bytes | GatewayError | None:
+                   tools: tool_calls.ToolCallStream | None = None) -> dict | GatewayError | None:
     try:
         chunk = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -287,7 +296,7 @@ def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants,
             _strip_choice(choice, wants)
     if not wants.usage:
         chunk.pop("usage", None)
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+    return chunk
 
 
 def _status_of(error: dict) -> int:

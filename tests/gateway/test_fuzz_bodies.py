@@ -1,7 +1,7 @@
 """Hypothesis drives /v1/chat/completions and /v1/completions with random bodies (JSON of any shape, wrong
 types, large values, other encodings, odd headers) against the fake upstream. Every answer is a proxied
 success or an OpenAI-shaped 4xx, never a 5xx and never a hang, and a refused request leaves no capture
-record."""
+record. /v1/messages and its count_tokens get the same with Anthropic-shaped bodies and errors."""
 
 import json
 import time
@@ -136,3 +136,72 @@ def test_random_bodies_get_a_success_or_an_openai_4xx(gateway_factory, fake, sec
           f"{proxied} proxied, {len(gateway.spy.records)} captured")
     assert len(gateway.spy.records) == proxied
     assert proxied > 0 and sum(seen.values()) >= EXAMPLES
+
+
+# /v1/messages: Anthropic-shaped bodies, mostly well formed, with any JSON in any place.
+good_blocks = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": _mostly(st.text(max_size=60))}),
+    st.fixed_dictionaries({"type": st.just("tool_use"), "id": _mostly(st.just("toolu_1")),
+                           "name": _mostly(st.just("search")), "input": _mostly(st.just({"q": "x"}))}),
+    st.fixed_dictionaries({"type": st.just("tool_result"), "tool_use_id": _mostly(st.just("toolu_1")),
+                           "content": _mostly(st.text(max_size=60))}))
+odd_blocks = st.fixed_dictionaries({"type": st.sampled_from(["image", "thinking", "document"])},
+                                   optional={"source": json_values, "thinking": json_values})
+blocks = st.lists(st.one_of(good_blocks, good_blocks, good_blocks, odd_blocks, json_values), max_size=3)
+anthropic_messages = st.lists(st.fixed_dictionaries({
+    "role": st.sampled_from(["user", "assistant", "system"]),
+    "content": st.one_of(st.text(max_size=100), st.text(max_size=100), blocks)}), min_size=1, max_size=3)
+MESSAGES_FIELDS = {
+    "stream": _mostly(st.booleans()),
+    "system": st.text(max_size=60), "temperature": st.floats(min_value=0, max_value=2), "top_k": json_values,
+    "stop_sequences": json_values, "metadata": json_values, "tool_choice": json_values,
+    "tools": _mostly(st.just([{"name": "search", "input_schema": {"type": "object"}}])),
+}
+messages_bodies = st.fixed_dictionaries(
+    {"model": st.just("clawhub-personal"), "messages": anthropic_messages,
+     "max_tokens": st.integers(min_value=0, max_value=64)}, optional=MESSAGES_FIELDS).flatmap(
+        lambda body: st.dictionaries(st.text(max_size=10), json_values, max_size=2).map(
+            lambda extra: {**extra, **body}))
+
+
+def _is_anthropic_error(response) -> bool:
+    try:
+        data = response.json()
+    except ValueError:
+        return False
+    return (isinstance(data, dict) and data.get("type") == "error"
+            and isinstance(data["error"]["message"], str))
+
+
+def test_random_messages_bodies_get_a_message_or_an_anthropic_4xx(gateway_factory, fake, secret):
+    gateway = gateway_factory([fake.url], max_body_bytes=MAX_BODY)
+    seen: dict[str, int] = {}
+    proxied = 0
+
+    @seed(34)
+    @settings(max_examples=EXAMPLES // 2, deadline=None, database=None,
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
+              print_blob=False)
+    @given(body=messages_bodies, count=st.booleans())
+    def one(body, count):
+        nonlocal proxied
+        route = "/messages/count_tokens" if count else "/messages"
+        response = httpx.post(f"{gateway.v1}{route}", json=body, headers={"x-api-key": secret}, timeout=15)
+        seen[f"{route} {response.status_code}"] = seen.get(f"{route} {response.status_code}", 0) + 1
+        assert response.status_code < 500, (route, body, response.text[:500])
+        if response.status_code != 200:
+            assert 400 <= response.status_code < 500 and _is_anthropic_error(response), response.text[:500]
+        elif count:
+            assert isinstance(response.json()["input_tokens"], int)
+        elif response.headers["content-type"].startswith("text/event-stream"):
+            assert response.text.startswith("event: message_start") and "event: message_stop" in response.text
+            proxied += 1
+        else:
+            assert response.json()["type"] == "message"
+            proxied += 1
+
+    one()
+    gateway.spy.wait_for(proxied, timeout=30)
+    time.sleep(1.0)
+    print(f"\nmessages fuzz: statuses {dict(sorted(seen.items()))}, {proxied} proxied")
+    assert len(gateway.spy.records) == proxied and proxied > 0

@@ -60,8 +60,7 @@ def _stream(chunks: list[dict], declared: frozenset[str]) -> list[dict]:
     out = []
     for chunk in chunks:
         data = orjson.dumps({"id": "x", "model": "tiny", "choices": [chunk]})
-        raw = _rewrite_chunk(data, joiner, wants, tools)
-        out.append(orjson.loads(raw[len(b"data: "):])["choices"][0])
+        out.append(_rewrite_chunk(data, joiner, wants, tools)["choices"][0])
     return out
 
 
