@@ -42,7 +42,7 @@ def _model_name(model_id: str, tenant: Tenant) -> str:
     return "ClawHub personal adapter"
 
 
-def _primary_model_id(key: ApiKey, tenant: Tenant) -> str:
+def primary_model_id(key: ApiKey, tenant: Tenant) -> str:
     # The tenant's adapter is what trains from use; fall back to whatever the key is limited to.
     allowed = models_for_key(key, tenant=tenant)
     return tenant.model_id if tenant.model_id in allowed else allowed[0]
@@ -75,7 +75,7 @@ def openclaw_provider_config(*, key: ApiKey, secret: str | None = None, base_url
                 }
             }
         },
-        "agents": {"defaults": {"model": {"primary": f"{PROVIDER_ID}/{_primary_model_id(key, tenant)}"}}},
+        "agents": {"defaults": {"model": {"primary": f"{PROVIDER_ID}/{primary_model_id(key, tenant)}"}}},
     }
 
 
@@ -93,7 +93,7 @@ def openclaw_onboard_command(*, key: ApiKey, secret: str | None = None, base_url
     onboard = " ".join([
         "openclaw onboard --non-interactive --accept-risk --skip-health --auth-choice custom-api-key",
         f"--custom-base-url {shlex.quote(_v1_url(base_url))}",
-        f"--custom-model-id {shlex.quote(_primary_model_id(key, tenant))}",
+        f"--custom-model-id {shlex.quote(primary_model_id(key, tenant))}",
         f"--custom-api-key {api_key}",
         f"--custom-provider-id {PROVIDER_ID} --custom-compatibility openai",
     ])

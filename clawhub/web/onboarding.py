@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError
+from clawhub.keys.claude_code import claude_code_env
 from clawhub.keys.openclaw import PROVIDER_ID, openclaw_config_json, openclaw_onboard_command
 from clawhub.keys.selectors import keys_for_user
 from clawhub.keys.services import key_create
@@ -50,6 +51,7 @@ def onboarding(request):
                 "secret": secret,
                 "config_json": config_json,
                 "onboard_command": openclaw_onboard_command(key=key, secret=secret),
+                "claude_code_env": claude_code_env(key=key, secret=secret),
                 "test_model": _test_model(json.loads(config_json)),
                 "checklist": onboarding_checklist(user=request.user),
             })
