@@ -70,11 +70,20 @@ class _Item:
     external_id: str  # the client's session id; "" = infer
     candidates: list[tuple[str, int]]  # (prefix hash, messages in it), newest first
     continuation: str
+    # Also continued by a request that resends this one without its trailing retry messages (identity).
+    continuation_without_retry: str = ""
     prompt_hash: str = ""
     retry_hashes: tuple[str, ...] = ()
     session_ref: int | Session | None = None  # an existing session's id, or a new Session
     session: Session | None = None
     turn: Turn | None = None
+
+    @property
+    def continuations(self) -> tuple[str, ...]:
+        """The hashes a request continuing this one may carry for its prefix ending with the reply."""
+        if self.continuation_without_retry:
+            return (self.continuation, self.continuation_without_retry)
+        return (self.continuation,) if self.continuation else ()
 
 
 class CaptureFailed(Exception):
@@ -217,6 +226,7 @@ def _item(record: TurnRecord) -> _Item:
         external_id=external_id,
         candidates=hashes.candidates,
         continuation=hashes.continuation,
+        continuation_without_retry=hashes.continuation_without_retry,
         prompt_hash=hashes.prompt,
         retry_hashes=tuple(hashes.retries),
     )
@@ -308,6 +318,7 @@ _LINK_FIELDS = (
     "created_at",
     "request_id",
     "continuation_hash",
+    "continuation_hash_without_retry",
     "prompt_hash",
     "parent_hash",
     "parent_id",
@@ -361,8 +372,9 @@ class _Graph:
             return known
         self.by_pk[turn.pk] = turn
         owner = _owner(turn)
-        if turn.continuation_hash:
-            self.by_continuation[(*owner, turn.continuation_hash)].append(turn)
+        for digest in (turn.continuation_hash, turn.continuation_hash_without_retry):
+            if digest:
+                self.by_continuation[(*owner, digest)].append(turn)
         if turn.prompt_hash:
             self.by_prompt[(*owner, turn.prompt_hash)].append(turn)
         if turn.parent_hash:
@@ -375,7 +387,7 @@ class _Graph:
         continuations = {h for it in items for h, _ in it.candidates}
         mains = [it for it in items if it.turn_type == MAIN]
         prompts = {h for it in mains for h in (it.prompt_hash, *it.retry_hashes) if h}
-        parents = {it.continuation for it in mains if it.continuation}
+        parents = {h for it in mains for h in it.continuations}
         if not (continuations or prompts or parents):
             return graph
         tenants = {it.record.tenant_id for it in items}
@@ -385,6 +397,9 @@ class _Graph:
         where = Q(pk__in=[])
         if continuations:
             where |= Q(continuation_hash__in=continuations) & ~Q(continuation_hash="")
+            where |= Q(continuation_hash_without_retry__in=continuations) & ~Q(
+                continuation_hash_without_retry=""
+            )
         if prompts:
             where |= Q(prompt_hash__in=prompts) & ~Q(prompt_hash="")
         if parents:
@@ -480,8 +495,8 @@ def _infer_sessions(items: list[_Item], graph: _Graph) -> None:
                     it.session_ref = stored[0].session_id
                 else:
                     it.session_ref = _new_session(it.record, external_id=it.external_id)
-        if it.continuation:
-            in_batch[(*owner, it.continuation)] = it
+        for digest in it.continuations:
+            in_batch[(*owner, digest)] = it
         if it.prompt_hash:
             prompts.setdefault((*owner, it.prompt_hash), it)
 
@@ -523,8 +538,8 @@ def _write_turns(items: list[_Item], graph: _Graph, now: datetime) -> list[int]:
             _link_new_turn(it, graph, by_continuation, new_in_session, ready, now)
             _adopt_waiting_children(it, graph, ready, now)
             new_in_session[_session_key(session)].append(turn)
-            if it.continuation:
-                by_continuation.setdefault((*_owner(record), it.continuation), turn)
+            for digest in it.continuations:
+                by_continuation.setdefault((*_owner(record), digest), turn)
         # Stored against its parent, else the turn it regenerates.
         turn.base_ref = getattr(turn, "parent_ref", None) or getattr(turn, "regenerate", None)
         if record.session_done:
@@ -655,10 +670,9 @@ def _relink(parent: Turn, graph: _Graph, ready, now) -> None:
 def _adopt_waiting_children(it: _Item, graph: _Graph, ready, now) -> None:
     """Stored turns whose request continues this new turn, written before it by a faster writer: they become
     its children. One in an inferred session of its own brings that session along."""
-    if not it.continuation:
-        return
     turn, key = it.turn, _session_key(it.session)
-    for child in graph.by_parent_hash.get((*_owner(it.record), it.continuation), ()):
+    waiting = [c for h in it.continuations for c in graph.by_parent_hash.get((*_owner(it.record), h), ())]
+    for child in waiting:
         if (
             child.turn_type != MAIN
             or order_key(child) <= order_key(turn)
@@ -873,6 +887,7 @@ def _turn(it: _Item, *, index: int) -> Turn:
         error=r.error or "",
         created_at=_ts(r.started_at),
         continuation_hash=it.continuation,
+        continuation_hash_without_retry=it.continuation_without_retry,
         prompt_hash=it.prompt_hash if it.turn_type == MAIN else "",
         parent_hash=it.candidates[0][0] if it.candidates and it.turn_type == MAIN else "",
         follows=(next_state_messages(it.messages) or None) if it.messages and it.turn_type == MAIN else None,

@@ -2,11 +2,13 @@
 
 Session inference: a chat request whose messages are an earlier request's messages plus that request's reply
 (and more after it) continues the earlier request's session. Each stored turn keeps a ``continuation_hash`` of
-its messages plus its reply; a new request hashes every prefix of its messages that ends right after an
-assistant message and looks those hashes up. Hashes are taken over a canonical form, so that what clients
-change when they resend history (content as a string or as text parts, null vs missing fields, whitespace at
-the ends, tool-call ids, reasoning fields they drop, the time stamp OpenClaw puts in front of a user message)
-does not break the match.
+its messages plus its reply; a request ending with two or more user messages (OpenClaw's retry of a message,
+with its instruction to answer) also keeps a ``continuation_hash_without_retry`` of its messages as far as the
+first of those plus its reply, as OpenClaw resends them after a served retry (without the instruction). A new
+request hashes every prefix of its messages that ends right after an assistant message and looks those hashes
+up, among both. Hashes are taken over a canonical form, so that what clients change when they resend history
+(content as a string or as text parts, null vs missing fields, whitespace at the ends, tool-call ids,
+reasoning fields they drop, the time stamp OpenClaw puts in front of a user message) does not break the match.
 
 Linking (``clawhub.conversations.links``) builds on the same hashes: a turn's ``prompt_hash`` says which other
 turns it repeats (a regenerate), its ``parent_hash`` which turn's prompt + reply it continues.
@@ -122,11 +124,14 @@ class MessageHashes:
     prompt: str  # ``prompt_hash``
     retries: list[str]  # ``retry_hashes``
     continuation: str  # ``continuation_hash`` with the reply ("" without one)
+    # ``continuation_hash_without_retry``: the continuation hash of the request without the user messages
+    # after the first of its trailing ones ("" when it ends with fewer than two, or has no reply).
+    continuation_without_retry: str = ""
 
 
 def message_hashes(messages: Sequence[Any], reply: dict | None = None) -> MessageHashes:
     """Each message is canonicalised and encoded once, and every hash is a snapshot of one incremental hash:
-    the four hashes taken one by one cost four encodings of a history that grows with the conversation."""
+    the five hashes taken one by one cost five encodings of a history that grows with the conversation."""
     # Retry prompts end inside the run of trailing user messages: after its first, up to before its last.
     end = len(messages)
     while end > 0 and isinstance(messages[end - 1], dict) and messages[end - 1].get("role") == "user":
@@ -135,19 +140,33 @@ def message_hashes(messages: Sequence[Any], reply: dict | None = None) -> Messag
     hasher = hashlib.sha256()
     candidates: list[tuple[str, int]] = []
     retries: list[str] = []
+    # The history as far as the first user message of the trailing run (internal context, which hashes to
+    # nothing, does not count as one), kept only if another user message follows it.
+    before_retry = None
+    retried = False
     for n, message in enumerate(messages, 1):
-        hasher.update(_encoded(message))
+        encoded = _encoded(message)
+        hasher.update(encoded)
         if isinstance(message, dict) and message.get("role") == "assistant":
             candidates.append((hasher.hexdigest(), n))
         if retry_from <= n <= retry_to:
             retries.append(hasher.hexdigest())
+        if n > end and encoded:
+            if before_retry is None:
+                before_retry = hasher.copy()
+            else:
+                retried = True
     prompt = hasher.hexdigest()
-    continuation = ""
+    continuation = without_retry = ""
     if reply is not None:
-        hasher.update(_encoded(reply))
+        encoded = _encoded(reply)
+        hasher.update(encoded)
         continuation = hasher.hexdigest()
+        if retried and before_retry is not None:
+            before_retry.update(encoded)
+            without_retry = before_retry.hexdigest()
     return MessageHashes(candidates=candidates[::-1][:MAX_PREFIX_CANDIDATES], prompt=prompt, retries=retries,
-                         continuation=continuation)
+                         continuation=continuation, continuation_without_retry=without_retry)
 
 
 def prefix_hashes(messages: Sequence[Any]) -> list[str]:
@@ -179,6 +198,15 @@ def retry_hashes(messages: Sequence[Any]) -> list[str]:
 def continuation_hash(messages: Sequence[Any], reply: dict | None) -> str:
     """The hash a request continuing this exchange will have for its prefix ending with ``reply``."""
     return message_hashes(messages, reply).continuation
+
+
+def continuation_hash_without_retry(messages: Sequence[Any], reply: dict | None) -> str:
+    """The continuation hash of ``messages`` cut after the first of its two or more trailing user messages.
+
+    OpenClaw retries a message by sending the history, that message and an instruction to answer; when the
+    retry is served, its next request resends the message and the reply but not the instruction. That
+    request's prefix ending with the reply has this hash. "" when the request does not end that way."""
+    return message_hashes(messages, reply).continuation_without_retry
 
 
 def reply_message(choices: Sequence[Any]) -> dict | None:

@@ -128,6 +128,9 @@ class Turn(models.Model):
     # sha256 over the canonical request messages plus this turn's reply as the client resends it: a later
     # request whose messages start with exactly that continues this turn's session (conversations.identity).
     continuation_hash = models.CharField(max_length=64, blank=True)
+    # The same without the user messages after the first of the request's trailing ones (a retry's
+    # instruction): what OpenClaw resends after a served retry. "" unless the request ended with two or more.
+    continuation_hash_without_retry = models.CharField(max_length=64, blank=True)
     # The canonical request messages alone (a regenerate repeats them), and the continuation hash of the
     # newest prefix ending with an assistant message (the turn this one continues, stored or still to come).
     prompt_hash = models.CharField(max_length=64, blank=True)
@@ -158,6 +161,11 @@ class Turn(models.Model):
                 fields=["tenant", "continuation_hash"],
                 condition=~Q(continuation_hash=""),
                 name="turn_continuation",
+            ),
+            models.Index(
+                fields=["tenant", "continuation_hash_without_retry"],
+                condition=~Q(continuation_hash_without_retry=""),
+                name="turn_continuation_retry",
             ),
             models.Index(fields=["tenant", "prompt_hash"], condition=~Q(prompt_hash=""), name="turn_prompt"),
             # Turns whose parent was not stored yet (or not the newest candidate): found when it is.

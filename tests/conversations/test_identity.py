@@ -9,6 +9,7 @@ from clawhub.conversations.identity import (
     SIDE,
     canonical_message,
     continuation_hash,
+    continuation_hash_without_retry,
     next_state_messages,
     prefix_hashes,
     reply_message,
@@ -60,6 +61,49 @@ def test_real_differences_do_not_match():
     assert prefix_hashes([*HISTORY, assistant("5"), user("next")])[0] != stored
     assert prefix_hashes([system(), user("What is 2+3?"), assistant("4"), user("next")])[0] != stored
     assert prefix_hashes([system("Other prompt."), user("What is 2+2?"), assistant("4")])[0] != stored
+
+
+INTERNAL = {"role": "user", "content": "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nAGENTS.md\n"
+            "<<<END_OPENCLAW_INTERNAL_CONTEXT>>>"}
+RETRY = user("The previous attempt did not produce a user-visible answer. Produce the visible answer now.")
+
+
+def test_after_a_served_retry_the_history_without_the_instruction_continues_it():
+    """OpenClaw's retry: the history, the user's message, its instruction to answer. Served, the next request
+    resends the message and the reply but not the instruction: its prefix matches the retry's second hash,
+    and only that one (its own continuation hash keeps the instruction)."""
+    asked = [*HISTORY, assistant("4"), user("And 3+3?")]
+    retry = [*asked, INTERNAL, RETRY]
+    next_request = [*asked, assistant("6"), user("thanks"), INTERNAL]
+    six = {"role": "assistant", "content": "6"}
+    assert prefix_hashes(next_request)[0] == continuation_hash_without_retry(retry, six)
+    assert prefix_hashes(next_request)[0] != continuation_hash(retry, six)
+    second = continuation_hash_without_retry(retry, six)
+    assert second == continuation_hash(asked, six)
+    # Each retry message after the first is dropped, however many there are.
+    assert continuation_hash_without_retry([*asked, RETRY, user("please")], six) == second
+    # A different reply, or a different message before the instruction, is another conversation.
+    assert prefix_hashes([*asked, assistant("7"), user("thanks")])[0] != second
+    other = [*HISTORY, assistant("4"), user("And 3+4?"), RETRY]
+    assert continuation_hash_without_retry(other, six) != continuation_hash_without_retry(retry, six)
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [*HISTORY],  # one trailing user message: nothing to drop
+        [*HISTORY, INTERNAL],  # internal context is not a message of the user's
+        [system(), INTERNAL, user("What is 2+2?")],
+        [*HISTORY, assistant("4"), tool("result")],  # a tool result is not a user message
+    ],
+)
+def test_no_second_continuation_hash_without_trailing_retry_messages(messages):
+    assert continuation_hash_without_retry(messages, REPLY) == ""
+
+
+def test_no_second_continuation_hash_without_a_reply():
+    assert continuation_hash_without_retry([*HISTORY, RETRY], None) == ""
+    assert continuation_hash_without_retry([*HISTORY, RETRY], REPLY) != ""
 
 
 def test_tool_call_arguments_and_ids_are_canonical():
@@ -161,8 +205,9 @@ def test_configured_side_patterns():
 
 
 def test_capture_encodes_each_message_of_a_record_once(monkeypatch):
-    """Capture takes four hashes of a record's history (prefixes, prompt, retries, continuation) in one pass:
-    each message canonicalised and encoded once, not once per hash (0.66 ms vs 0.24 ms on a 92 KB body)."""
+    """Capture takes five hashes of a record's history (prefixes, prompt, retries, both continuations) in
+    one pass: each message canonicalised and encoded once, not once per hash (0.66 ms vs 0.24 ms on a 92 KB
+    body)."""
     from clawhub.conversations import capture, identity
     from clawhub.gateway.records import TurnRecord
 
@@ -178,3 +223,4 @@ def test_capture_encodes_each_message_of_a_record_once(monkeypatch):
     item = capture._item(record)
     assert len(encoded) == len(messages) + 1  # and the reply
     assert item.candidates and item.prompt_hash and item.continuation and len(item.retry_hashes) == 2
+    assert item.continuation_without_retry not in ("", item.continuation)

@@ -451,6 +451,42 @@ def test_openclaw_retries_a_served_reply_it_could_not_use(key, first_turn):
     assert len({turn(r).session_id for r in (t1, dropped, retry, after) if r is not None}) == 1
 
 
+@pytest.mark.parametrize("sibling", ["failed", "served"])
+@pytest.mark.parametrize("writes", ["one by one", "retry and next together", "next before the retry"])
+def test_the_turn_after_a_served_retry_continues_it_without_the_instruction(key, judged, sibling, writes):
+    """OpenClaw's retry (the user's message, then its instruction to answer) is served, and OpenClaw's next
+    request resends the user's message and the retry's reply but not the instruction: that request still
+    continues the retry (its second continuation hash, without the trailing retry messages), so the retry
+    gets the user's next message as its next state. Seen in a shuffled run of the real CLI: turn 3 = message
+    2 + the instruction, served; turn 4 = message 2, that reply, message 3, unlinked."""
+    sys = system("You are OpenClaw. " * 200)
+    internal = {"role": "user", "content": INTERNAL}
+    first = user(f"[Wed 2026-12-02 09:00 UTC] say hi\n\n{RUNTIME}")
+    second = user("[Wed 2026-12-02 09:01 UTC] one sentence about tea")
+    third = user("[Wed 2026-12-02 09:02 UTC] and about coffee?")
+    a = make_record(key, [sys, first, internal], reply="hi")
+    history = [sys, first, assistant("hi"), second]
+    b = (make_record(key, [*history, internal], status="failed", error="upstream 502") if sibling == "failed"
+         else make_record(key, [*history, internal], reply='<tool_call>\n{"name": "read", "arguments": {"pa'))
+    c = make_record(key, [*history, internal, user(RETRY_INSTRUCTION)], reply="Tea is a calm drink.")
+    d = make_record(key, [*history, assistant("Tea is a calm drink."), third, internal], reply="Coffee, too.")
+    batches = {
+        "one by one": [[a], [b], [c], [d]],
+        "retry and next together": [[a, b], [c, d]],
+        "next before the retry": [[a, b], [d], [c]],  # a faster writer stored d: c adopts it
+    }[writes]
+    ready = []
+    for batch in batches:
+        ready = judged(batch)
+    assert links(b, c, d) == {
+        b.request_id: ("next", a.request_id),
+        c.request_id: ("regenerate", b.request_id),
+        d.request_id: ("next", c.request_id),
+    }
+    assert turn(c).next_state == [third]
+    assert turn(c).pk in ready
+    assert len({turn(r).session_id for r in (a, b, c, d)}) == 1
+
 # --- cut turns --------------------------------------------------------------------------------------------
 
 
