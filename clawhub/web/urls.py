@@ -4,6 +4,7 @@ from clawhub.web import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("dashboard/", views.dashboard, name="dashboard"),
     path("learning/", views.learning_index, name="learning_index"),
     path("learning/<int:tenant_id>/", views.learning, name="learning"),

@@ -1,5 +1,7 @@
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponsePermanentRedirect
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.views.decorators.http import require_GET
 
 from clawhub.core.views import page_errors
@@ -10,6 +12,12 @@ def home(request):
     if request.user.is_authenticated:
         return redirect("dashboard")
     return render(request, "web/home.html")
+
+
+@require_GET
+def favicon(request):
+    """Browsers ask for /favicon.ico whatever the page links to; send them to the icon the pages name."""
+    return HttpResponsePermanentRedirect(static("clawhub/favicon.svg"))
 
 
 @login_required

@@ -1,0 +1,138 @@
+"""Every main page of a signed-in user's console in Debian's Chromium, on a phone (390 px) and on a laptop
+(1280 px): the page never scrolls sideways (wide tables scroll inside their own box), the navigation stays on
+screen, and the browser logs no error. A screenshot of each page at each width is left in test-output/.
+The module's tests share one Chromium, each page gets a context of its own."""
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from clawhub.adapters import services as adapter_services
+from clawhub.adapters.evaluation import PROMOTE, Decision
+from clawhub.review.models import Sample
+from clawhub.training.models import TrainingRun
+from tests.factories import make_group, make_run, make_user
+from tests.review.conftest import make_sample, old_key
+from tests.web.conftest import chromium_browser
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    with chromium_browser() as browser:
+        yield browser
+
+
+def a_used_account():
+    """A user with a key, judged turns in several states, a promoted version from a finished run, and a group:
+    what makes each page show its tables instead of its empty states."""
+    me = make_user("layout-tester-with-a-long-address@example.com")
+    key = old_key(me, name="laptop agent with a long descriptive name")
+    long_prompt = "Please list every fruit in the basket with its price per kilogram " * 4
+    samples = [make_sample(me, key=key, reward=reward, prompt=long_prompt, hints=hints)
+               for reward, hints in ((1, []), (-1, ["Say which fruit is cheapest first."]), (1, []), (0, []))]
+    run = make_run(me.tenant, state=TrainingRun.State.SUCCEEDED, started_by=me,
+                   sample_ids=[s.pk for s in samples[:2]], finished_at=timezone.now())
+    version = adapter_services.adapter_version_create(tenant=me.tenant, parent=None)
+    run.adapter_version = version
+    run.save(update_fields=["adapter_version"])
+    adapter_services.adapter_record_decision(version=version, decision=Decision(
+        PROMOTE, "margin +0.220", {"confidence": 0.9, "held_out": 12,
+                                   "margin": {"delta": 0.22, "low": 0.18, "high": 0.27}}))
+    adapter_services.adapter_activate(version=version, upstreams=[])
+    trained = Sample.objects.filter(pk__in=[s.pk for s in samples[:2]])
+    trained.update(training_run=run, trained_at=timezone.now())
+    make_sample(me, key=key, reward=1, votes=[1, -1, 1], prompt=long_prompt)  # split votes: waits for review
+    group = make_group(me, name="Fruit lab with a rather long group name")
+    return me, {
+        "dashboard": "/dashboard/",
+        "keys": "/keys/",
+        "key": f"/keys/{key.pk}/",
+        "conversations": "/conversations/",
+        "conversation": f"/conversations/{samples[1].turn.session_id}/",
+        "review": "/review/",
+        "review-sample": f"/review/{samples[1].pk}/",
+        "training": f"/training/{me.tenant.pk}/",
+        "run": f"/training/runs/{run.pk}/",
+        "learning": f"/learning/{me.tenant.pk}/",
+        "usage": "/usage/",
+        "groups": "/groups/",
+        "group": f"/groups/{group.slug}/",
+        "privacy": "/privacy/",
+        "audit": "/audit/",
+        "password": "/account/password/",
+        "onboarding": "/onboarding/",
+        "not-found": "/no-such-page/",
+    }
+
+
+# The innermost elements that reach past the right edge: what a failure should point at.
+PAST_THE_EDGE = """() => [...document.querySelectorAll('body *')]
+    .filter(e => e.getBoundingClientRect().right > window.innerWidth
+                 && ![...e.children].some(c => c.getBoundingClientRect().right > window.innerWidth))
+    .slice(0, 5).map(e => [e.tagName.toLowerCase(), e.getAttribute('class')].filter(Boolean).join('.'))"""
+
+
+def session_cookie(user, url: str) -> dict:
+    client = Client()
+    client.force_login(user)
+    return {"name": "sessionid", "value": client.cookies["sessionid"].value, "url": url}
+
+
+def visit(chromium, url: str, cookie: dict, viewport: dict, screenshot) -> list[str]:
+    """What is wrong with the page at this width: sideways scroll, navigation off screen, browser errors, a
+    request the page made (its icon, styles, scripts) that failed."""
+    context = chromium.new_context(viewport=viewport)
+    context.add_cookies([cookie])
+    page = context.new_page()
+    errors = []
+
+    def on_console(message):  # the page's own status is checked below; a failed part of it is an error
+        own_status = message.text.startswith("Failed to load resource") and message.location.get("url") == url
+        if message.type == "error" and not own_status:
+            errors.append(message.text)
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("response", lambda r: r.status >= 400 and r.url != url and errors.append(f"{r.status} {r.url}"))
+    response = page.goto(url)
+    expected = 404 if url.endswith("/no-such-page/") else 200
+    problems = [f"HTTP {response.status}"] if response.status != expected else []
+    if page.evaluate("getComputedStyle(document.querySelector('.brand')).fontWeight") != "700":
+        problems.append("not styled by the site's stylesheet")
+    problems += [f"console: {e}" for e in errors]
+    scroll = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    if scroll[0] > scroll[1]:
+        problems.append(f"scrolls sideways: {scroll[0]} px wide in {scroll[1]} px, "
+                        f"past the edge: {page.evaluate(PAST_THE_EDGE)}")
+    off_screen = page.evaluate("""() => [...document.querySelectorAll('header a, header button')]
+        .filter(e => { const r = e.getBoundingClientRect();
+                       return r.right > window.innerWidth || r.left < 0; })
+        .map(e => e.textContent.trim())""")
+    if off_screen:
+        problems.append(f"navigation off screen: {off_screen}")
+    page.screenshot(path=str(screenshot), full_page=True)
+    context.close()
+    return problems
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_every_main_page_fits_a_phone_and_a_laptop(live_server, chromium, output_dir):
+    me, pages = a_used_account()
+    cookie = session_cookie(me, live_server.url)
+    problems = {}
+    for width, viewport in (("phone", PHONE), ("laptop", DESKTOP)):
+        for name, path in pages.items():
+            shot = output_dir / f"{name}-{width}.png"
+            found = visit(chromium, live_server.url + path, cookie, viewport, shot)
+            if found:
+                problems[f"{path} at {viewport['width']} px"] = found
+    assert problems == {}
+
+    context = chromium.new_context()  # what a browser that asks for /favicon.ico gets
+    icon = context.new_page().goto(f"{live_server.url}/favicon.ico")
+    assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    context.close()
