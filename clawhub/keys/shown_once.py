@@ -22,13 +22,14 @@ def _xor(data: bytes, pad: bytes) -> bytes:
 
 
 def secret_stash(request: HttpRequest, response: HttpResponse, *, key_id: int, secret: str,
-                 rotated: bool) -> HttpResponse:
-    """Keeps ``secret`` for the next load of the key's secret page (``response`` is the redirect there)."""
+                 rotated: bool, page: str | None = None) -> HttpResponse:
+    """Keeps ``secret`` for the next load of ``page`` (by default the key's secret page; ``response`` is the
+    redirect there)."""
     data = secret.encode()
     pad = secrets.token_bytes(len(data))
     request.session[_SESSION_KEY.format(key_id=key_id)] = {"masked": _xor(data, pad).hex(),
                                                             "rotated": rotated}
-    response.set_cookie(_COOKIE, pad.hex(), max_age=_COOKIE_SECONDS, path=_page(key_id),
+    response.set_cookie(_COOKIE, pad.hex(), max_age=_COOKIE_SECONDS, path=page or _page(key_id),
                         secure=request.is_secure(), httponly=True, samesite="Strict")
     return response
 
@@ -47,8 +48,8 @@ def secret_take(request: HttpRequest, *, key_id: int) -> tuple[str, bool] | None
     return secret, bool(kept["rotated"])
 
 
-def secret_forget(response: HttpResponse, *, key_id: int) -> HttpResponse:
-    response.delete_cookie(_COOKIE, path=_page(key_id), samesite="Strict")
+def secret_forget(response: HttpResponse, *, key_id: int, page: str | None = None) -> HttpResponse:
+    response.delete_cookie(_COOKIE, path=page or _page(key_id), samesite="Strict")
     return response
 
 

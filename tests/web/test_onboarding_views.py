@@ -1,5 +1,6 @@
-"""The onboarding pages without a browser: login, the key made by the POST, the secret kept nowhere but that
-response, and a checklist that reads only the viewer's own tenant."""
+"""The onboarding pages without a browser: login, the key made by the POST, its secret shown once on the page
+the POST redirects to (a reload makes no second key), and a checklist that reads only the viewer's own
+tenant."""
 
 import pytest
 from django.test import Client
@@ -22,21 +23,37 @@ def test_pages_need_a_login():
         assert Client().get(url)["Location"].startswith("/login/?next=")
 
 
-def test_the_post_creates_a_personal_key_and_shows_its_secret_only_in_that_response():
+def test_the_post_creates_a_personal_key_and_a_reload_makes_no_second_one():
     person = make_user()
     browser = Client(enforce_csrf_checks=False)
     browser.force_login(person)
     assert b'id="create-key"' in browser.get("/onboarding/").content
     response = browser.post("/onboarding/")
-    assert response.status_code == 200 and response["Cache-Control"] == "no-store"
     key = ApiKey.objects.get(owner=person)
     assert key.group_id is None and key.name == "OpenClaw"
-    secret = response.context["secret"]
-    assert secret.startswith("chk_") and secret in response.text
-    assert 'data-model="clawhub-personal"' in response.text
+    assert response.status_code == 302 and response["Location"] == f"/onboarding/?key={key.pk}"
+
+    shown = browser.get(response["Location"])
+    assert shown.status_code == 200 and shown["Cache-Control"] == "no-store"
+    secret = shown.context["secret"]
+    assert secret.startswith("chk_") and secret in shown.text
+    assert 'data-model="clawhub-personal"' in shown.text
     assert secret not in str(dict(browser.session))
-    again = browser.get("/onboarding/")
-    assert secret not in again.text and "You already have 1 key" in again.text
+
+    reloaded = browser.get(response["Location"], follow=True)  # what the reload button does
+    assert ApiKey.objects.filter(owner=person).count() == 1
+    assert secret not in reloaded.text and "was shown once" in reloaded.text
+    assert "You already have 1 key" in reloaded.text
+    assert secret not in browser.get("/onboarding/").text
+
+
+def test_the_secret_page_takes_only_the_viewers_own_key():
+    person = make_user()
+    browser = Client()
+    browser.force_login(person)
+    others = make_key(make_user())[0]
+    for bad in (str(others.pk), "x", "-1", "9" * 30):
+        assert browser.get("/onboarding/", {"key": bad}).status_code == 404
 
 
 def test_the_checklist_follows_the_tenant_and_no_one_elses():
