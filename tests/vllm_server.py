@@ -26,8 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from clawhub.web import vllm_cpu
-from workers import base_models
+from workers import base_models, vllm_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_BIN = vllm_cpu.vllm_bin(ROOT)

@@ -1,5 +1,5 @@
 """What ClawHub knows about each base model it serves and trains: one description per model, read by the vLLM
-command line (clawhub/web/vllm_cpu.py), ``manage.py serve``, the settings' defaults (the judge's model and
+command line (workers/vllm_cpu.py), ``manage.py serve``, the settings' defaults (the judge's model and
 temperature), the trainer (its LoRA targets) and ``manage.py prepare_model``, which builds the default model's
 folder.
 

@@ -391,7 +391,7 @@ CLAWHUB_BASE_MODEL_NAME = env.str("CLAWHUB_BASE_MODEL_NAME", default="")
 CLAWHUB_VLLM_PORT = env.int("CLAWHUB_VLLM_PORT", default=8100)
 CLAWHUB_VLLM_ARGS = env.str("CLAWHUB_VLLM_ARGS", default="")
 # What the upstream's log-probs are (vLLM's --logprobs-mode): "processed_logprobs" (the vLLM that serve
-# starts, clawhub/web/vllm_cpu.py) are those of the distribution sampled from, after temperature, top-k and
+# starts, workers/vllm_cpu.py) are those of the distribution sampled from, after temperature, top-k and
 # top-p, and the trainer uses them as pi_old; with vLLM's default "raw_logprobs" only turns sampled at
 # temperature 1 with nothing filtered can. A remote upstream must be started with the mode named here.
 CLAWHUB_VLLM_LOGPROBS_MODE = env.str("CLAWHUB_VLLM_LOGPROBS_MODE", default="processed_logprobs")

@@ -12,10 +12,10 @@ import re
 import httpx
 import pytest
 
-from clawhub.web.vllm_cpu import MAX_CPU_LORAS
 from tests.factories import make_key, make_user
 from tests.gateway.conftest import activate_adapter
 from tests.gateway.processes import start_gateway_process
+from workers.vllm_cpu import MAX_CPU_LORAS
 
 pytestmark = pytest.mark.vllm
 

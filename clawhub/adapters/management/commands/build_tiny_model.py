@@ -8,8 +8,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from clawhub.web import vllm_cpu
-from workers import base_models
+from workers import base_models, vllm_cpu
 
 
 class Command(BaseCommand):

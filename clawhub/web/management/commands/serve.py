@@ -33,9 +33,8 @@ import httpx
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from clawhub.web import vllm_cpu
 from clawhub.web.supervisor import Child, Supervisor, start_all, stop_all, wait_any
-from workers import base_models
+from workers import base_models, vllm_cpu
 
 WAITING_NOTE_EVERY_SECONDS = 60
 # Long enough for vLLM to free its memory and for the worker to finish a short task; a long training step is
