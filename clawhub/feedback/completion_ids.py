@@ -1,9 +1,9 @@
 """The id a client sees for a completion the gateway served, and back: ``chatcmpl-<request id>`` (chat),
-``cmpl-<request id>`` (completions) or ``msg_<request id>`` (Anthropic's Messages API). The gateway writes it
-into every response; explicit feedback on /v1/feedback names the turn by it. Plain functions, imported by both
-sides."""
+``cmpl-<request id>`` (completions), ``msg_<request id>`` (Anthropic's Messages API) or ``resp_<request id>``
+(OpenAI's Responses API). The gateway writes it into every response; explicit feedback on /v1/feedback names
+the turn by it. Plain functions, imported by both sides."""
 
-_PREFIXES = {"chat": "chatcmpl-", "completions": "cmpl-", "messages": "msg_"}
+_PREFIXES = {"chat": "chatcmpl-", "completions": "cmpl-", "messages": "msg_", "responses": "resp_"}
 
 
 def completion_id_for(*, request_id: str, route: str) -> str:

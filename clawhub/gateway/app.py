@@ -24,7 +24,7 @@ from clawhub.core.metrics import (
     UPSTREAM_ERRORS,
     model_label,
 )
-from clawhub.gateway import feedback, limits, messages, tool_calls
+from clawhub.gateway import feedback, limits, messages, responses, tool_calls
 from clawhub.gateway.auth import KeyCache, KeyInfo, presented_secret
 from clawhub.gateway.config import GatewayConfig
 from clawhub.gateway.dbreads import CachedLoader, DbRunner
@@ -65,7 +65,12 @@ CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocol
 # What a pooled connection the upstream closed while it sat idle looks like when it is reused: the request
 # went nowhere. Retried once on a fresh connection, without holding it against the upstream.
 STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", messages.PATH: "messages"}
+ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", messages.PATH: "messages",
+          responses.PATH: "responses"}
+# The other APIs served through the chat route: each module translates a request to chat (``to_chat``), reads
+# its client's session id (``client_session_id``) and gives the reply back in its own shape.
+TRANSLATED = {"messages": messages, "responses": responses}
+TO_CLIENT = {"messages": messages.to_message, "responses": responses.to_response}
 # Routes whose clients read errors in Anthropic's shape rather than OpenAI's.
 ANTHROPIC_ROUTES = frozenset({"messages", "count_tokens"})
 ADMIT_LOOKUPS = 3  # fresh lookups of a key whose generation moved before admission gives up (503)
@@ -75,7 +80,8 @@ ADMIT_LOOKUPS = 3  # fresh lookups of a key whose generation moved before admiss
 class Served:
     """What ``_http`` needs to count a request that no TurnRecord counts (the writer counts the others)."""
 
-    # "chat" | "completions" | "messages" | "count_tokens" | "models"; None for unknown routes (never counted)
+    # "chat" | "completions" | "messages" | "responses" | "count_tokens" | "models"; None for unknown routes
+    # (never counted)
     route: str | None
     model: str | None = None
     recorded: bool = False  # a TurnRecord went to the writer, which updates the metrics from it
@@ -395,14 +401,14 @@ class Gateway:
         started_wall, t0 = time.time(), perf_counter()
         secret, digest, entry = await self._authenticate(headers, check_generation=False)
         raw = await read_body(receive, headers, self.config.max_body_bytes)
-        api = "openai"
-        if route == "messages":
+        api = route if route in TRANSLATED else "openai"
+        if api != "openai":
             # Served as the chat request it translates to; the turn is a chat turn like any other.
             given = parse_json(raw)
-            body, route, api = messages.to_chat(given), "chat", "messages"
+            body, route = TRANSLATED[api].to_chat(given), "chat"
             identity = extract_identity(headers, body)
             if identity.session_id is None:
-                identity.session_id = messages.client_session_id(headers, given)
+                identity.session_id = TRANSLATED[api].client_session_id(headers, given)
         else:
             body = parse_request(raw, route == "chat")
             identity = extract_identity(headers, body)
@@ -480,8 +486,8 @@ class Gateway:
             upstream["return_token_ids"] = True
         if body.get("stream") is True:
             options = dict(body.get("stream_options") or {})
-            # A Messages stream always ends with its usage (message_delta).
-            wants.usage = bool(options.get("include_usage")) or wants.api == "messages"
+            # A Messages or Responses stream always ends with its usage (message_delta, response.completed).
+            wants.usage = bool(options.get("include_usage")) or wants.api != "openai"
             options["include_usage"] = True
             upstream["stream_options"] = options
         else:
@@ -491,13 +497,13 @@ class Gateway:
     async def _forward(self, scope, send, body: dict, record: TurnRecord, identity: Identity,
                        adapter: ActiveAdapter | None, chat: bool, tenant_id: int,
                        api: str = "openai") -> None:
-        id_route = "messages" if api == "messages" else record.route
+        id_route = record.route if api == "openai" else api
         wants = Wants(model=body["model"],
                       logprobs=bool(body.get("logprobs")) if chat else body.get("logprobs") is not None,
                       token_ids=bool(body.get("return_token_ids")), usage=False,
                       completion_id=feedback.completion_id_for(request_id=record.request_id, route=id_route),
                       declared_tools=tool_calls.declared_tools(body) if chat else None, api=api)
-        path = "/v1/chat/completions" if api == "messages" else scope["path"]
+        path = scope["path"] if api == "openai" else "/v1/chat/completions"
         upstream_body = self._upstream_body(body, identity, chat, wants)
         requested = limits.requested_output(upstream_body)
         name = adapter.name if adapter else None
@@ -595,8 +601,8 @@ class Gateway:
                 UPSTREAM_ERRORS.labels(kind="protocol").inc()
                 raise upstream_refused("The model server sent a malformed response.") from None
             rewrite_response(data, wants, record)
-            if wants.api == "messages":
-                data = messages.to_message(data, wants.model)
+            if wants.api != "openai":
+                data = TO_CLIENT[wants.api](data, wants.model)
             record.status = "complete"
             await send_json(send, 200, orjson.dumps(data))
             return

@@ -18,7 +18,7 @@ import httpx
 import orjson
 
 from clawhub.core.metrics import UPSTREAM_ERRORS
-from clawhub.gateway import messages, tool_calls
+from clawhub.gateway import messages, responses, tool_calls
 from clawhub.gateway.errors import GatewayError, normalise_upstream_error, upstream_refused, upstream_timeout
 from clawhub.gateway.records import TurnRecord
 
@@ -28,6 +28,8 @@ SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),  # nginx and friends must not buffer the stream
 ]
 DONE = b"data: [DONE]\n\n"
+# The event streams of the APIs served through chat, by Wants.api: chat chunks in, that API's events out.
+FRAMES = {"messages": messages.MessageFrames, "responses": responses.ResponseFrames}
 
 
 @dataclass(slots=True)
@@ -43,8 +45,9 @@ class Wants:
     completion_id: str = ""
     # The tools a chat request declared, the only ones a reply may call (tool_calls.py); None: not chat.
     declared_tools: frozenset[str] | None = None
-    # The API the client speaks: "openai" (chat or completions, as the route says) or "messages" (Anthropic's
-    # Messages API, served through chat and given back in its own shape: clawhub.gateway.messages).
+    # The API the client speaks: "openai" (chat or completions, as the route says), "messages" (Anthropic's
+    # Messages API) or "responses" (OpenAI's Responses API), the last two served through chat and given back
+    # in their own shapes (clawhub.gateway.messages, clawhub.gateway.responses).
     api: str = "openai"
 
 
@@ -196,7 +199,7 @@ async def relay_stream(response: httpx.Response, send, wants: Wants, record: Tur
     failures (the client gets an error chunk and the record says "cut")."""
     joiner = StreamJoiner(chat)
     tools = tool_calls.ToolCallStream(wants.declared_tools) if wants.declared_tools is not None else None
-    frames = messages.MessageFrames(wants.model) if wants.api == "messages" else None
+    frames = FRAMES[wants.api](wants.model) if wants.api in FRAMES else None
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
     buffer = b""
     saw_done = False
