@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_SECONDS = 1.0
 
+# A readiness check: its detail for the body, or an exception (CheckFailed for its own verdict).
+Check = Callable[[], dict[str, Any] | None]
+
 
 def _no_store(response: HttpResponse) -> HttpResponse:
     response["Cache-Control"] = "no-store"
@@ -45,25 +48,26 @@ def healthz(request: HttpRequest) -> HttpResponse:
 @require_GET
 def readyz(request: HttpRequest) -> HttpResponse:
     """The web app is ready for traffic: database answers, broker reachable, at least one upstream healthy (if
-    any), and the capture hand-off able to take finished turns.
+    any), and what the apps register (the gateway: the capture hand-off able to take finished turns).
 
     The body names each check and what failed, but no addresses or error texts: this endpoint is public. Those
     go to the log.
     """
     return _readiness({"database": check_database, "broker": check_broker, "upstreams": check_upstreams,
-                       "capture": check_capture})
+                       **_app_checks(gateway=False)})
 
 
 @require_GET
 def readyz_gateway(request: HttpRequest) -> HttpResponse:
     """The /v1 gateway is ready: at least one upstream healthy (if any) and the capture hand-off able to take
-    finished turns. Neither the database nor the broker: through their outage the gateway serves known keys
-    from its last good lookups and hands turns to the log, so a pod that serves /v1 must stay in the Service.
-    It never touches the database, so a database that hangs (rather than refuses) cannot stall the probe."""
-    return _readiness({"upstreams": check_upstreams, "capture": check_capture})
+    finished turns (the gateway app registers that check with ``gateway=True``). Neither the database nor the
+    broker: through their outage the gateway serves known keys from its last good lookups and hands turns to
+    the log, so a pod that serves /v1 must stay in the Service. It never touches the database, so a database
+    that hangs (rather than refuses) cannot stall the probe."""
+    return _readiness({"upstreams": check_upstreams, **_app_checks(gateway=True)})
 
 
-def _readiness(checks: dict[str, Callable[[], dict[str, Any] | None]]) -> HttpResponse:
+def _readiness(checks: dict[str, Check]) -> HttpResponse:
     results = {name: _run_check(name, check) for name, check in checks.items()}
     failed = [name for name, result in results.items() if not result["ok"]]
     body = {"status": "unavailable" if failed else "ok", "checks": results, "failed": failed}
@@ -88,7 +92,23 @@ class CheckFailed(Exception):
     """A readiness check's own verdict (as opposed to an exception from the thing it checked)."""
 
 
-def _run_check(name: str, check: Callable[[], dict[str, Any] | None]) -> dict[str, Any]:
+# The checks the apps add, as core imports no app (the gateway's capture hand-off): name -> (check, whether
+# /readyz/gateway runs it too). They run after core's own, in the order registered.
+_registered: dict[str, tuple[Check, bool]] = {}
+
+
+def register_readiness_check(name: str, check: Check, *, gateway: bool) -> None:
+    """Adds ``check`` to /readyz, and to /readyz/gateway when ``gateway``. Called from the app's
+    ``AppConfig.ready()``; registering a name again replaces its check."""
+    _registered[name] = (check, gateway)
+
+
+def _app_checks(*, gateway: bool) -> dict[str, Check]:
+    """The registered checks /readyz/gateway runs (``gateway``), or all of them (/readyz)."""
+    return {name: check for name, (check, for_gateway) in _registered.items() if for_gateway or not gateway}
+
+
+def _run_check(name: str, check: Check) -> dict[str, Any]:
     try:
         detail = check() or {}
     except CheckFailed as exc:
@@ -135,26 +155,6 @@ def check_broker() -> dict[str, Any]:
         with Connection(url, connect_timeout=PROBE_TIMEOUT_SECONDS) as conn:
             conn.ensure_connection(max_retries=1, timeout=PROBE_TIMEOUT_SECONDS)
     return {"kind": scheme}
-
-
-def check_capture() -> dict[str, Any]:
-    """The capture log takes records: this host's spool is below its bound. A Redis stream that is unreachable
-    or over its byte bound is no reason to stop serving (turns wait in the spool); the body says so."""
-    from clawhub.gateway.handoff import HandoffSettings, Spool, handoff_state
-
-    cfg = HandoffSettings.from_settings()
-    try:
-        state = handoff_state(cfg)
-    except Exception as exc:
-        log.warning("capture log state unavailable: %s: %s", type(exc).__name__, exc)
-        used = Spool(cfg.spool_dir, max_bytes=cfg.spool_max_bytes).rescan() if cfg.spool_dir.is_dir() else 0
-        state = {"backend": "redis", "stream": "unreachable", "spool_bytes": used}
-    if state["spool_bytes"] >= cfg.spool_max_bytes * 0.95:
-        raise CheckFailed("capture spool full")
-    detail = {k: state[k] for k in ("backend", "stream", "backlog", "pending", "spool_bytes") if k in state}
-    if "lag_seconds" in state:
-        detail["lag_seconds"] = round(state["lag_seconds"], 1)
-    return detail
 
 
 def upstream_urls() -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,6 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
-
-from clawhub.tenants import naming
 
 log = logging.getLogger(__name__)
 
@@ -142,60 +140,54 @@ TASK_DURATION = Histogram(
 )
 
 
+def _unregistered_model_label(model: str | None) -> str:
+    # Until the tenants app registers its rule nothing is known about ids, and a raw id must never be a label.
+    return "none" if not model else "other"
+
+
+_model_label: Callable[[str | None], str] = _unregistered_model_label
+
+
+def register_model_label(label: Callable[[str | None], str]) -> None:
+    """Sets the rule ``model_label`` follows; the tenants app, which owns model ids, registers it in its
+    ``AppConfig.ready()`` (core imports no app)."""
+    global _model_label
+    _model_label = label
+
+
 def model_label(model: str | None) -> str:
     """The ``model`` label value for a client-facing model id, with few distinct values.
 
     Group ids carry a slug per group; they are folded into ``clawhub-group`` so a site with thousands of
     groups does not create thousands of series (per-group numbers are in the usage dashboards).
     """
-    return naming.metric_label(model)
+    return _model_label(model)
 
-
-# What the capture log reports at scrape time (clawhub.gateway.handoff.handoff_state): clawhub_capture_<name>.
-CAPTURE_GAUGES = (
-    ("backlog", "Finished turns waiting in the Redis stream to be stored (read or not)."),
-    ("backlog_bytes", "Bytes of finished turns waiting to be stored (stream, or spool without Redis)."),
-    ("max_bytes", "The log's byte bound: above it the gateway spools locally (stream) or drops (spool)."),
-    ("pending", "Turns a consumer has read and not yet acknowledged."),
-    ("lag_seconds", "Age of the oldest turn not yet stored."),
-    ("spool_bytes", "Bytes in this host's local spool folder."),
-    ("spool_max_bytes", "The local spool's byte bound: beyond it turns are dropped."),
-    ("stored", "Turns the consumers stored (acknowledged after commit), since the log was created."),
-    ("retries", "Store attempts the consumers repeated (database outage or a failing record)."),
-    ("dead_letters", "Records moved to the dead letters (undecodable, or failing after every attempt)."),
-    ("lost_in_flight", "Requests in flight when a gateway process crashed (from its journal)."),
-    ("forwarded", "Spooled turns the gateway moved into the stream once Redis answered again."),
-    ("heartbeat_age", "Seconds since a capture consumer last reported."),
-)
 
 # --- scrape-time gauges -------------------------------------------------------------------------------------
 
 
+# What the apps read at scrape time, as core imports no app (the gateway: its capture log's state): name ->
+# a function returning metric families. Collected after core's own, in the order registered.
+_registered_collectors: dict[str, Callable[[], Iterable[Metric]]] = {}
+
+
+def register_collector(name: str, collect: Callable[[], Iterable[Metric]]) -> None:
+    """Adds ``collect``'s families to every /metrics scrape. Called from the app's ``AppConfig.ready()``;
+    registering a name again replaces its function. ``collect`` must not raise: a scrape returns the other
+    metrics whatever one part's state."""
+    _registered_collectors[name] = collect
+
+
 class ScrapeTimeCollector:
-    """Reads queue depths and training runs by state at scrape time, so no process has to keep them."""
+    """Reads queue depths, training runs by state and what the apps register at scrape time, so no process
+    has to keep them."""
 
     def collect(self) -> Iterator[Metric]:
         yield from self._queue_depth()
         yield from self._training_runs()
-        yield from self._capture()
-
-    def _capture(self) -> Iterable[Metric]:
-        from clawhub.gateway.handoff import handoff_state
-
-        try:
-            state = handoff_state()
-        except Exception as exc:
-            log.warning("capture log state unavailable: %s", type(exc).__name__)
-            return []
-        families = []
-        for name, help_text in CAPTURE_GAUGES:
-            value = state.get(name)
-            if value is None:
-                continue
-            family = GaugeMetricFamily(f"clawhub_capture_{name}", help_text, labels=["backend"])
-            family.add_metric([state["backend"]], float(value))
-            families.append(family)
-        return families
+        for collect in _registered_collectors.values():
+            yield from collect()
 
     def _queue_depth(self) -> Iterable[Metric]:
         from django.conf import settings

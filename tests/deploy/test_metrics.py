@@ -106,6 +106,8 @@ def test_every_metric_family_is_exposed(client, db):
         ("clawhub_adapter_evictions", "counter"),
         ("clawhub_task_duration_seconds", "histogram"),
         ("clawhub_queue_depth", "gauge"),
+        # read at scrape time from the capture log (the gateway app registers it)
+        ("clawhub_capture_spool_bytes", "gauge"),
     ]:
         # The text format names counters with their _total suffix.
         name = f"{family}_total" if kind == "counter" else family
