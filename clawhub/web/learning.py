@@ -161,13 +161,14 @@ def _timeline(tenant: Tenant, versions: list[AdapterVersion]) -> list[Event]:
 
 
 def _verdict(gate: list[GateRow], days: list[tuple[date, int, int, int]]) -> tuple[str, str]:
-    evaluated = [r for r in gate if r.delta is not None]
-    if not evaluated:
+    if not gate:
         if days:
             return ("Not yet known: no version has been through the promotion gate. Turns are being judged "
                     "(below); a first version is trained once enough feedback is approved."), "none"
         return "Not yet known: no turns have been judged yet.", "none"
-    last = evaluated[-1]
+    last = gate[-1]
+    if last.delta is None:  # the gate decided without a margin (too few held-out turns to measure one)
+        return _unmeasured_verdict(last)
     pct = f"{last.confidence:.0%} " if last.confidence else ""
     span = (f" ({pct}interval [{last.low:+.3f}, {last.high:+.3f}])"
             if last.low is not None and last.high is not None else "")
@@ -180,6 +181,15 @@ def _verdict(gate: list[GateRow], days: list[tuple[date, int, int, int]]) -> tup
                 f"{'rejected it' if last.version.state == 'rejected' else 'recorded it'}."), "worse"
     return (f"Not clear yet: {v} changed the margin by {last.delta:+.3f}{span}; the interval still includes "
             "no change. More judged turns narrow it."), "unsure"
+
+
+def _unmeasured_verdict(row: GateRow) -> tuple[str, str]:
+    v = f"v{row.version.version}"
+    if row.version.state == AdapterVersion.State.REJECTED:
+        return f"No: the promotion gate rejected {v} ({row.version.decision_reason}).", "worse"
+    return (f"Not measured yet: {v} passed the promotion gate without a measured change, as too few judged "
+            f"turns were held out to measure one (the gate: {row.version.decision_reason}). More judged "
+            "turns let the gate measure the next version."), "unsure"
 
 
 def learning_for_tenant(*, tenant: Tenant, days: int = DAYS) -> Learning:

@@ -34,6 +34,7 @@ class Feedback:
     positive: int = 0
     negative: int = 0
     hinted: int = 0
+    held_out: int = 0  # claimed by the run to check it at the gate, not trained on
     examples: list[tuple[int, str]] = field(default_factory=list)  # (reward, the user's next message)
 
     @property
@@ -89,16 +90,35 @@ def _run_ids(versions: list[AdapterVersion]) -> dict[int, int]:
     return found
 
 
+def _not_trained(run_ids: list[int]) -> tuple[set[int], set[int]]:
+    """The samples the runs claimed but did not train on: the gate's held-out slice, and those dropped."""
+    held_out: set[int] = set()
+    dropped: set[int] = set()
+    if apps.is_installed("clawhub.training"):
+        from clawhub.training.models import TrainingRun
+
+        for heldout_ids, dropped_rows in TrainingRun.objects.filter(pk__in=run_ids).values_list(
+                "heldout_ids", "dropped"):
+            held_out.update(heldout_ids or [])
+            dropped.update(d["sample_id"] for d in dropped_rows or [] if "sample_id" in d)
+    return held_out, dropped
+
+
 def _feedback(tenant: Tenant, run_ids: list[int], *, with_texts: bool) -> dict[int, Feedback]:
     from clawhub.review.services import next_state_text
 
-    samples = Sample.objects.filter(tenant=tenant, training_run_id__in=run_ids).exclude(
+    held_out, dropped = _not_trained(run_ids)
+    claimed = Sample.objects.filter(tenant=tenant, training_run_id__in=run_ids).exclude(
         state=Sample.State.DELETED)
+    samples = claimed.exclude(pk__in=held_out | dropped)
     rows = (samples.values("training_run_id")
             .annotate(pos=Count("id", filter=Q(reward__gt=0)), neg=Count("id", filter=Q(reward__lt=0)),
                       hinted=Count("id", filter=Q(has_hint=True))))
     out = {r["training_run_id"]: Feedback(positive=r["pos"], negative=r["neg"], hinted=r["hinted"])
            for r in rows}
+    for run_id, count in (claimed.filter(pk__in=held_out).values("training_run_id")
+                          .annotate(n=Count("id")).values_list("training_run_id", "n")):
+        out.setdefault(run_id, Feedback()).held_out = count
     if with_texts and out:
         texts = samples.order_by("training_run_id", "reward", "id").values_list(
             "training_run_id", "reward", "turn__next_state")

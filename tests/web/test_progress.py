@@ -62,7 +62,7 @@ def test_the_dashboard_plots_each_versions_eval_score_and_what_fed_it():
     assert "serving v2" in html
     # The feedback that trained v2: counts, and the user's own next messages.
     row = re.search(r"<tr>\s*<td>v2</td>.*?</tr>", html, flags=re.S).group(0)
-    assert "1 positive" in row and "1 corrections" in row and f"/training/runs/{run.pk}/" in row
+    assert "1 positive" in row and "1 correction<" in row and f"/training/runs/{run.pk}/" in row
     assert row.count("<li") == 2 and "reply " in row  # the sample builder's next-state texts
 
 
@@ -93,7 +93,7 @@ def test_group_members_see_counts_but_not_each_others_words():
     run = run_for(group.tenant, adapter_version=v1)
     fed(owner, run, tenant=group.tenant, reward=-1)
     html = dashboard(member)
-    assert f"group {group.slug}" in html and "1 corrections" in html
+    assert f"group {group.slug}" in html and "1 correction<" in html
     assert 'class="feedback-examples"' not in html and "reply " not in html
 
 

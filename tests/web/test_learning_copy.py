@@ -1,0 +1,104 @@
+"""What the learning pages say must agree with what they list: the learning page's verdict with its gate
+table, a turn's review line with its sample's state and the user's own correction, the dashboard's "learned
+from" counts with what the run trained on (not what it held out to check the version)."""
+
+import re
+
+import pytest
+from django.test import Client
+
+from clawhub.adapters import services as adapter_services
+from clawhub.adapters.evaluation import NOT_ENOUGH, REJECT, Decision
+from clawhub.feedback.services import feedback_submit
+from clawhub.privacy.services import sample_delete_own
+from clawhub.review.models import Sample
+from tests.factories import make_run, make_user
+from tests.review.conftest import make_sample, old_key
+
+pytestmark = pytest.mark.django_db
+
+
+def browser(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def text(html: str) -> str:
+    """The page as a reader sees it: no tags, one space between words, none before a comma."""
+    return re.sub(r" ([,.)])", r"\1", " ".join(re.sub(r"<[^>]+>", " ", html).split()))
+
+
+def _decided_without_a_margin(tenant, outcome: str, reason: str):
+    version = adapter_services.adapter_version_create(tenant=tenant, parent=None)
+    decision = Decision(outcome, reason, {"held_out": 1})  # too few held-out turns: no margin measured
+    adapter_services.adapter_record_decision(version=version, decision=decision)
+    version.refresh_from_db()
+    return version
+
+
+def test_a_version_promoted_without_a_measured_margin_is_not_called_ungated():
+    me = make_user()
+    make_sample(me, key=old_key(me), reward=1)
+    version = _decided_without_a_margin(me.tenant, NOT_ENOUGH, "not enough evidence yet: 1 held-out turn; "
+                                        "promoted because every safety check passed")
+    adapter_services.adapter_activate(version=version, upstreams=[])
+    page = text(browser(me).get(f"/learning/{me.tenant.pk}/").content.decode())
+    assert "not_enough_evidence" in page  # the gate table lists v1's decision
+    assert "no version has been through the promotion gate" not in page
+    assert "Not measured yet: v1 passed the promotion gate without a measured change" in page
+    assert "promoted because every safety check passed" in page
+
+
+def test_a_version_rejected_without_a_measured_margin_is_a_no():
+    me = make_user()
+    make_sample(me, key=old_key(me), reward=1)
+    _decided_without_a_margin(me.tenant, REJECT, "a canary generation degenerated")
+    page = text(browser(me).get(f"/learning/{me.tenant.pk}/").content.decode())
+    assert "No: the promotion gate rejected v1 (a canary generation degenerated)." in page
+    assert "no version has been through the promotion gate" not in page
+
+
+def _review_line(client, sample) -> str:
+    html = client.get(f"/conversations/{sample.turn.session_id}/").content.decode()
+    return text(re.search(r'<dd class="review-state">(.*?)</dd>', html, re.S).group(1))
+
+
+def test_a_deleted_sample_does_not_say_it_trains():
+    me = make_user()
+    sample = make_sample(me, key=old_key(me), reward=1)
+    client = browser(me)
+    assert _review_line(client, sample).startswith("approved · trains with reward +1")
+    sample_delete_own(actor=me, sample_id=sample.pk)
+    line = _review_line(client, sample)
+    assert line.startswith("deleted · never trained on") and "trains" not in line
+
+
+def test_a_thumb_down_with_a_corrected_reply_says_why_it_trains_at_plus_one():
+    me = make_user()
+    sample = make_sample(me, key=old_key(me), reward=-1)
+    feedback_submit(actor=me, turn=sample.turn, source="web", thumb="down",
+                    demonstration="Apples are cheapest, at 2 euros a kilo.")
+    sample.refresh_from_db()
+    assert sample.reward == 1  # the correction is what trains, as a good reply
+    line = _review_line(browser(me), sample)
+    assert "trains with reward +1" in line
+    assert "Your corrected reply is what trains, at +1, in place of the reply shown here" in line
+    assert "the thumb down says this reply was wrong" in line
+
+
+def test_the_dashboard_counts_only_what_a_run_trained_on():
+    me = make_user()
+    key = old_key(me)
+    trained, corrected, held_out = (make_sample(me, key=key, reward=r) for r in (1, -1, -1))
+    run = make_run(me.tenant, state="succeeded", sample_ids=[trained.pk, corrected.pk],
+                   heldout_ids=[held_out.pk])
+    Sample.objects.filter(pk__in=[trained.pk, corrected.pk, held_out.pk]).update(training_run=run)
+    run.adapter_version = adapter_services.adapter_version_create(tenant=me.tenant, parent=None)
+    run.save(update_fields=["adapter_version"])
+    page = text(browser(me).get("/dashboard/").content.decode())
+    assert "1 positive, 1 correction" in page and "1 corrections" not in page and "2 corrections" not in page
+    assert "1 more held out to check it at the gate, not trained on" in page
+
+    line = _review_line(browser(me), held_out)
+    assert "held out to check a version, not trained on" in line and "trains" not in line
