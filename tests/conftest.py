@@ -34,6 +34,8 @@ SLOW = {
     "tests/model/test_tiny_model.py::test_build_tiny_model_command_writes_a_loadable_model": "builds a model",
     "tests/model/test_tiny_model.py::test_the_committed_model_reads_the_corpus_hints": "scores the corpus",
     "tests/gateway/test_fuzz_bodies.py::test_random_bodies_get_a_success_or_an_openai_4xx": "fuzzing",
+    "tests/gateway/test_fuzz_bodies.py::"
+    "test_random_messages_and_responses_bodies_get_a_reply_or_a_4xx_in_their_api_shape": "fuzzing",
     "tests/gateway/test_imports.py": "fresh interpreters importing the product",
     "tests/gateway/test_traffic.py::test_a_crashed_workers_lease_frees_within_its_lease_period":
         "a lease period",

@@ -1,7 +1,8 @@
 """Hypothesis drives /v1/chat/completions and /v1/completions with random bodies (JSON of any shape, wrong
 types, large values, other encodings, odd headers) against the fake upstream. Every answer is a proxied
 success or an OpenAI-shaped 4xx, never a 5xx and never a hang, and a refused request leaves no capture
-record. /v1/messages and its count_tokens get the same with Anthropic-shaped bodies and errors."""
+record. /v1/messages (and its count_tokens) and /v1/responses get the same with their own bodies and
+errors."""
 
 import json
 import time
@@ -173,7 +174,51 @@ def _is_anthropic_error(response) -> bool:
             and isinstance(data["error"]["message"], str))
 
 
-def test_random_messages_bodies_get_a_message_or_an_anthropic_4xx(gateway_factory, fake, secret):
+# /v1/responses: Responses-shaped bodies (Codex's input items), with any JSON in any place.
+good_items = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "developer"]),
+                           "content": st.one_of(st.text(max_size=80), st.lists(st.fixed_dictionaries(
+                               {"type": st.sampled_from(["input_text", "output_text"]),
+                                "text": _mostly(st.text(max_size=40))}), max_size=2))}),
+    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": _mostly(st.just("call_1")),
+                           "name": _mostly(st.just("search")), "arguments": _mostly(st.just('{"q": 1}'))}),
+    st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": _mostly(st.just("call_1")),
+                           "output": _mostly(st.text(max_size=40))}))
+responses_bodies = st.fixed_dictionaries(
+    {"model": st.just("clawhub-personal"),
+     "input": st.one_of(st.text(max_size=80),
+                        st.lists(st.one_of(good_items, good_items, good_items, json_values), max_size=4))},
+    optional={"instructions": _mostly(st.text(max_size=40)), "stream": _mostly(st.booleans()),
+              "store": st.sampled_from([False, False, False, True]),
+              "max_output_tokens": _mostly(st.integers(min_value=1, max_value=64)),
+              "tools": _mostly(st.just([{"type": "function", "name": "search", "parameters": {}}])),
+              "tool_choice": json_values, "reasoning": json_values,
+              "previous_response_id": st.sampled_from([None, None, None, "resp_1"]),
+              "prompt_cache_key": json_values}).flatmap(
+        lambda body: st.dictionaries(st.text(max_size=10), json_values, max_size=2).map(
+            lambda extra: {**extra, **body}))
+TRANSLATED_ROUTES = {"/messages": messages_bodies, "/messages/count_tokens": messages_bodies,
+                     "/responses": responses_bodies}
+
+
+def _answered(route: str, response) -> bool:
+    """Whether a 200 from ``route`` is the reply that API's clients expect; True for a proxied turn."""
+    streamed = response.headers["content-type"].startswith("text/event-stream")
+    if route == "/messages/count_tokens":
+        assert isinstance(response.json()["input_tokens"], int)
+        return False
+    if route == "/messages":
+        assert (response.text.startswith("event: message_start") and "event: message_stop" in response.text
+                if streamed else response.json()["type"] == "message")
+    else:
+        assert (response.text.startswith("event: response.created") and (
+            "event: response.completed" in response.text or "event: response.incomplete" in response.text)
+                if streamed else response.json()["object"] == "response")
+    return True
+
+
+def test_random_messages_and_responses_bodies_get_a_reply_or_a_4xx_in_their_api_shape(gateway_factory, fake,
+                                                                                      secret):
     gateway = gateway_factory([fake.url], max_body_bytes=MAX_BODY)
     seen: dict[str, int] = {}
     proxied = 0
@@ -182,26 +227,21 @@ def test_random_messages_bodies_get_a_message_or_an_anthropic_4xx(gateway_factor
     @settings(max_examples=EXAMPLES // 2, deadline=None, database=None,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
               print_blob=False)
-    @given(body=messages_bodies, count=st.booleans())
-    def one(body, count):
+    @given(data=st.data(), route=st.sampled_from(sorted(TRANSLATED_ROUTES)))
+    def one(data, route):
         nonlocal proxied
-        route = "/messages/count_tokens" if count else "/messages"
+        body = data.draw(TRANSLATED_ROUTES[route])
         response = httpx.post(f"{gateway.v1}{route}", json=body, headers={"x-api-key": secret}, timeout=15)
         seen[f"{route} {response.status_code}"] = seen.get(f"{route} {response.status_code}", 0) + 1
         assert response.status_code < 500, (route, body, response.text[:500])
-        if response.status_code != 200:
-            assert 400 <= response.status_code < 500 and _is_anthropic_error(response), response.text[:500]
-        elif count:
-            assert isinstance(response.json()["input_tokens"], int)
-        elif response.headers["content-type"].startswith("text/event-stream"):
-            assert response.text.startswith("event: message_start") and "event: message_stop" in response.text
-            proxied += 1
+        if response.status_code == 200:
+            proxied += _answered(route, response)
         else:
-            assert response.json()["type"] == "message"
-            proxied += 1
+            shaped = _is_openai_error if route == "/responses" else _is_anthropic_error
+            assert 400 <= response.status_code < 500 and shaped(response), response.text[:500]
 
     one()
     gateway.spy.wait_for(proxied, timeout=30)
     time.sleep(1.0)
-    print(f"\nmessages fuzz: statuses {dict(sorted(seen.items()))}, {proxied} proxied")
+    print(f"\ntranslated APIs fuzz: statuses {dict(sorted(seen.items()))}, {proxied} proxied")
     assert len(gateway.spy.records) == proxied and proxied > 0

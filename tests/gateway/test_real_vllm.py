@@ -190,3 +190,84 @@ def test_tool_calls_to_a_named_function_sync_and_streaming(vgw):
     assert joined["function"] == {"name": "get_weather", "arguments": arguments}
     assert record.request["tools"] == [WEATHER]
     assert len(record.token_ids) == len(record.logprobs) == record.completion_tokens > 0
+
+
+def test_claude_code_shaped_messages_turns_are_served_captured_and_linked(vgw, tokenizer):
+    """POST /v1/messages on real vLLM: a streamed tool call, the tool's result sent back, count_tokens; both
+    turns carry the served token ids and log-probs and the second is the first's next state."""
+    import anthropic
+
+    from clawhub.conversations.capture import capture_store
+    from clawhub.conversations.models import Turn
+
+    user = make_user()
+    _, secret = make_key(user)
+    client = anthropic.Anthropic(base_url=vgw.url, auth_token=secret, max_retries=0, timeout=120)
+    weather = {"name": "get_weather", "description": WEATHER["function"]["description"],
+               "input_schema": WEATHER["function"]["parameters"]}
+    history: list = [{"role": "user", "content": WEATHER_MSGS[0]["content"]}]
+    # This SDK version has no temperature argument; the route still reads the field.
+    common = {"model": "base", "tools": [weather], "max_tokens": 40, "extra_body": {"temperature": 0},
+              "extra_headers": {"X-Claude-Code-Session-Id": "cc-real"}}
+
+    counted = client.messages.count_tokens(model="base", tools=[weather], messages=history)
+    with client.messages.stream(messages=history, tool_choice={"type": "tool", "name": "get_weather"},
+                                **common) as stream:
+        first = stream.get_final_message()
+    call = first.content[-1]
+    assert call.type == "tool_use" and call.name == "get_weather" and isinstance(call.input, dict)
+    # count_tokens renders the prompt exactly as the served request was rendered.
+    assert first.usage.input_tokens == counted.input_tokens > 0
+    history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
+                                              "content": "Sunny, 21 C"}]}]
+    second = client.messages.create(messages=history, **common)
+    assert second.model == "base" and second.usage.output_tokens > 0
+
+    records = vgw.spy.wait_for(2)
+    for record in records:
+        assert len(record.token_ids) == len(record.logprobs) == record.completion_tokens > 0
+        assert len(record.prompt_token_ids) == record.prompt_tokens and record.session_id == "cc-real"
+    text = "".join(b.text for b in second.content if b.type == "text")
+    if second.stop_reason == "end_turn" and text:
+        assert tokenizer.decode(records[1].token_ids, skip_special_tokens=True) == text
+    capture_store(records)
+    turns = list(Turn.objects.filter(user=user).order_by("created_at"))
+    assert len(turns) == 2 and turns[0].session.external_id == "cc-real"
+    assert turns[1].parent_id == turns[0].pk and turns[1].link == "next"
+    assert turns[0].next_state == [{"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 C"}]
+
+
+def test_codex_shaped_responses_turns_are_served_captured_and_linked(vgw):
+    """POST /v1/responses on real vLLM: a streamed function call, its output sent back with the whole
+    conversation (store: false); both turns carry the served token ids and log-probs, the second is the
+    first's next state."""
+    from clawhub.conversations.capture import capture_store
+    from clawhub.conversations.models import Turn
+
+    user = make_user()
+    _, secret = make_key(user)
+    client = sdk(vgw, secret)
+    weather = {"type": "function", **WEATHER["function"]}
+    history: list = [{"role": "user", "content": WEATHER_MSGS[0]["content"]}]
+    common = {"model": "base", "tools": [weather], "temperature": 0, "max_output_tokens": 40, "store": False,
+              "extra_headers": {"session_id": "codex-real"}}
+
+    with client.responses.stream(input=history, tool_choice={"type": "function", "name": "get_weather"},
+                                 **common) as stream:
+        first = stream.get_final_response()
+    call = first.output[-1]
+    assert call.type == "function_call" and call.name == "get_weather" and call.call_id
+    history += [item.model_dump(exclude_none=True) for item in first.output]
+    history.append({"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 C"})
+    second = client.responses.create(input=history, **common)
+    assert second.model == "base" and second.usage.output_tokens > 0
+
+    records = vgw.spy.wait_for(2)
+    for record in records:
+        assert len(record.token_ids) == len(record.logprobs) == record.completion_tokens > 0
+        assert len(record.prompt_token_ids) == record.prompt_tokens and record.session_id == "codex-real"
+    capture_store(records)
+    turns = list(Turn.objects.filter(user=user).order_by("created_at"))
+    assert len(turns) == 2 and turns[1].parent_id == turns[0].pk and turns[1].link == "next"
+    assert turns[0].next_state == [{"role": "tool", "tool_call_id": call.call_id, "content": "Sunny, 21 C"}]
