@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "clawhub.feedback",
     "clawhub.review",
     "clawhub.usage",
+    "clawhub.privacy",
     "clawhub.training",
     "clawhub.web",
     "clawhub.devtools",
