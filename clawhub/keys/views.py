@@ -14,6 +14,7 @@ from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound
 from clawhub.core.forms import form_add_service_error
 from clawhub.keys.claude_code import claude_code_env
+from clawhub.keys.codex import codex_config
 from clawhub.keys.forms import KeyCreateForm, KeyEditForm
 from clawhub.keys.models import ApiKey
 from clawhub.keys.openclaw import DOWNLOAD_FILENAME, openclaw_config_json, openclaw_onboard_command
@@ -46,6 +47,7 @@ def _secret_page(request, key: ApiKey, secret: str, *, rotated: bool) -> HttpRes
         "config_json": config_json,
         "onboard_command": openclaw_onboard_command(key=key, secret=secret),
         "claude_code_env": claude_code_env(key=key, secret=secret),
+        "codex_config": codex_config(key=key, secret=secret),
         # A data: URL lets the browser save the file with the secret in it without the server keeping it.
         "download_href": "data:application/json;charset=utf-8," + quote(config_json, safe=""),
         "download_filename": DOWNLOAD_FILENAME,
@@ -119,6 +121,7 @@ def _detail_page(request, key: ApiKey, form: KeyEditForm, *, status: int = 200) 
         "config_json": openclaw_config_json(key=key),
         "onboard_command": openclaw_onboard_command(key=key),
         "claude_code_env": claude_code_env(key=key),
+        "codex_config": codex_config(key=key),
         "download_filename": DOWNLOAD_FILENAME,
     }, status=status)
 

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound
 from clawhub.keys.claude_code import claude_code_env
+from clawhub.keys.codex import codex_config
 from clawhub.keys.openclaw import PROVIDER_ID, openclaw_config_json, openclaw_onboard_command
 from clawhub.keys.selectors import key_get_for_owner, keys_for_user
 from clawhub.keys.services import key_create
@@ -68,6 +69,7 @@ def onboarding(request):
             "config_json": config_json,
             "onboard_command": openclaw_onboard_command(key=key, secret=secret),
             "claude_code_env": claude_code_env(key=key, secret=secret),
+            "codex_config": codex_config(key=key, secret=secret),
             "test_model": _test_model(json.loads(config_json)),
         })
     response = render(request, "web/onboarding.html", context, status=status)
