@@ -81,6 +81,8 @@ def run_progress(*, run: TrainingRun) -> dict[str, Any]:
         "seconds": round(run.seconds or 0.0, 1),
         "version": version.version if version else None,
         "version_state": version.display_state if version else None,
+        # Whether the run can still be cancelled: the page hides its Cancel button once it cannot.
+        "open": run.is_open,
         # The poller stops once nothing more can change.
         "done": phase in ("serving", "rejected", "failed", "cancelled"),
     }

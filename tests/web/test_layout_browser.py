@@ -1,7 +1,8 @@
 """Every main page of a signed-in user's console in Debian's Chromium, on a phone (390 px) and on a laptop
 (1280 px): the page never scrolls sideways (wide tables scroll inside their own box), the navigation stays on
-screen, and the browser logs no error. A screenshot of each page at each width is left in test-output/.
-The module's tests share one Chromium, each page gets a context of its own."""
+screen, and the browser logs no error. A screenshot of each page at each width is left in test-output/. And
+a run's page, open while the run finishes, takes its Cancel button away. The module's tests share one
+Chromium, each page gets a context of its own."""
 
 import pytest
 from django.test import Client
@@ -10,6 +11,8 @@ from django.utils import timezone
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.evaluation import PROMOTE, Decision
 from clawhub.review.models import Sample
+from clawhub.training import services as training
+from clawhub.training import views as training_views
 from clawhub.training.models import TrainingRun
 from tests.factories import make_group, make_run, make_user
 from tests.review.conftest import make_sample, old_key
@@ -135,4 +138,23 @@ def test_every_main_page_fits_a_phone_and_a_laptop(live_server, chromium, output
     context = chromium.new_context()  # what a browser that asks for /favicon.ico gets
     icon = context.new_page().goto(f"{live_server.url}/favicon.ico")
     assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    context.close()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_run_page_stops_offering_cancel_once_the_run_has_succeeded(live_server, chromium, monkeypatch):
+    from playwright.sync_api import expect
+
+    monkeypatch.setattr(training_views, "POLL_SECONDS", 0.3)
+    me = make_user()
+    run = make_run(me.tenant, state=TrainingRun.State.RUNNING, started_by=me)
+    context = chromium.new_context(viewport=PHONE)
+    context.add_cookies([session_cookie(me, live_server.url)])
+    page = context.new_page()
+    page.goto(f"{live_server.url}/training/runs/{run.pk}/")
+    expect(page.locator("#cancel-form")).to_be_visible()
+    training.run_succeed(run_id=run.pk, metrics=[], trained_sample_ids=[], dropped=[], resumed_from_step=None)
+    expect(page.locator("#cancel-form")).to_be_hidden(timeout=10_000)  # the page's poller saw the run finish
+    expect(page.locator(".run-live [data-field=state]")).to_have_text("succeeded")
     context.close()

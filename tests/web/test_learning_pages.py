@@ -122,7 +122,7 @@ def test_a_runs_progress_says_where_it_is_and_what_comes_next(me):
     def progress():
         return client.get(f"/training/runs/{run.pk}/progress/").json()
 
-    assert progress()["phase"] == "queued" and progress()["done"] is False
+    assert progress()["phase"] == "queued" and progress()["done"] is False and progress()["open"] is True
     assert 'class="run-live' in client.get(f"/training/runs/{run.pk}/").content.decode()
     assert 'class="run-live' in client.get(f"/training/{me.tenant.pk}/").content.decode()
     training.run_mark_running(run_id=run.pk, task_id="t")
@@ -139,4 +139,5 @@ def test_a_runs_progress_says_where_it_is_and_what_comes_next(me):
     adapter_services.adapter_activate(version=version, upstreams=[])
     done = progress()
     assert done["phase"] == "serving" and done["done"] is True and "v1 is promoted" in done["next"]
+    assert done["open"] is False  # the page hides its Cancel button
     assert browser(make_user()).get(f"/training/runs/{run.pk}/progress/").status_code == 404

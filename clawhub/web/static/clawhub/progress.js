@@ -23,6 +23,10 @@
     section.querySelectorAll("[data-phase]").forEach(function (li) {
       li.classList.toggle("current", li.getAttribute("data-phase") === data.phase);
     });
+    // What only an open run offers (its Cancel button) goes once the run has finished.
+    document.querySelectorAll('[data-while-open="' + data.run + '"]').forEach(function (el) {
+      el.hidden = !data.open;
+    });
     section.setAttribute("data-phase", data.phase);
     section.setAttribute("data-done", data.done ? "true" : "false");
   }
