@@ -4,7 +4,6 @@ from clawhub.groups import views
 
 urlpatterns = [
     path("groups/", views.group_list, name="groups"),
-    path("groups/<slug:slug>/", views.group_detail, name="group_detail"),
     path("groups/<slug:slug>/rename/", views.group_rename, name="group_rename"),
     path("groups/<slug:slug>/delete/", views.group_delete, name="group_delete"),
     path("groups/<slug:slug>/leave/", views.group_leave, name="group_leave"),

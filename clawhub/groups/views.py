@@ -1,4 +1,5 @@
-"""Server-rendered pages for groups and invitations.
+"""Server-rendered pages for groups and invitations (the group page itself, which shows review's figures too,
+is clawhub/web/group_page.py).
 
 Every change is a POST (CSRF-checked) that calls a service and redirects back; a refusal from the service
 comes back to the user as a message on the page.
@@ -7,7 +8,6 @@ comes back to the user as a message on the page.
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -17,20 +17,18 @@ from django.views.decorators.http import require_POST
 from clawhub.accounts.selectors import local_mailbox_enabled
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound
-from clawhub.groups import rules, selectors, services
+from clawhub.groups import selectors, services
 from clawhub.groups.forms import GroupCreateForm, GroupRenameForm, InvitationForm, RoleForm, TransferForm
 from clawhub.groups.models import Group, Role
-from clawhub.review import selectors as review_selectors
-from clawhub.tenants import naming
 from clawhub.tenants.access import group_access
 
 # A link-only invitation's link is shown once: on the page rendered right after its creation, then popped.
-_NEW_LINK_SESSION_KEY = "groups:new_invitation_link"
+NEW_LINK_SESSION_KEY = "groups:new_invitation_link"
 
 _FAILED = object()
 
 
-def _group_or_404(request: HttpRequest, slug: str) -> tuple[Group, Role]:
+def group_or_404(request: HttpRequest, slug: str) -> tuple[Group, Role]:
     """The group and the user's role (tenants.access.group_access: non-members, staff included, get 404)."""
     try:
         access = group_access(actor=request.user, slug=slug)
@@ -83,43 +81,9 @@ def group_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def group_detail(request: HttpRequest, slug: str) -> HttpResponse:
-    group, role = _group_or_404(request, slug)
-    members = []
-    for membership in selectors.group_members(group=group):
-        target_role = Role(membership.role)
-        is_self = membership.user_id == request.user.pk
-        members.append({
-            "membership": membership,
-            "is_self": is_self,
-            "role_choices": [] if is_self else [
-                r for r in rules.GRANTABLE_ROLES if rules.can_change_role(role, target_role, r)
-            ],
-            "can_remove": not is_self and rules.can_remove(role, target_role),
-            "can_receive_ownership": role == Role.OWNER and not is_self,
-        })
-    can_manage = rules.can_manage(role)
-    influence_versions, influence = review_selectors.group_member_influence(group=group)
-    return render(request, "groups/detail.html", {
-        "group": group,
-        "role": role,
-        "is_owner": role == Role.OWNER,
-        "can_manage": can_manage,
-        "members": members,
-        "invitations": selectors.group_invitations(group=group) if can_manage else [],
-        "invite_roles": rules.grantable_roles(role),
-        "new_invitation_link": request.session.pop(_NEW_LINK_SESSION_KEY, None),
-        "model_id": naming.group_model_id(group.slug),
-        "influence_versions": influence_versions,
-        "influence": influence,
-        "influence_cap_pct": round(settings.CLAWHUB_INFLUENCE_CAP * 100),
-    })
-
-
-@login_required
 @require_POST
 def group_rename(request: HttpRequest, slug: str) -> HttpResponse:
-    group, _ = _group_or_404(request, slug)
+    group, _ = group_or_404(request, slug)
     form = GroupRenameForm(request.POST)
     if form.is_valid():
         _attempt(request, "Group renamed.", services.group_update, group=group,
@@ -132,7 +96,7 @@ def group_rename(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def group_delete(request: HttpRequest, slug: str) -> HttpResponse:
-    group, _ = _group_or_404(request, slug)
+    group, _ = group_or_404(request, slug)
     done = _attempt(request, f"Group {group.name} deleted; its keys were revoked.", services.group_delete,
                     group=group)
     return redirect("group_detail", slug=slug) if done is _FAILED else redirect("groups")
@@ -141,7 +105,7 @@ def group_delete(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def group_leave(request: HttpRequest, slug: str) -> HttpResponse:
-    group, _ = _group_or_404(request, slug)
+    group, _ = group_or_404(request, slug)
     done = _attempt(request, f"You left {group.name}.", services.membership_leave, group=group)
     return redirect("group_detail", slug=slug) if done is _FAILED else redirect("groups")
 
@@ -149,7 +113,7 @@ def group_leave(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def group_transfer(request: HttpRequest, slug: str) -> HttpResponse:
-    group, _ = _group_or_404(request, slug)
+    group, _ = group_or_404(request, slug)
     form = TransferForm(request.POST)
     if form.is_valid():
         new_owner = _member_or_404(group, form.cleaned_data["user_id"])
@@ -163,7 +127,7 @@ def group_transfer(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def group_invite(request: HttpRequest, slug: str) -> HttpResponse:
-    group, _ = _group_or_404(request, slug)
+    group, _ = group_or_404(request, slug)
     form = InvitationForm(request.POST)
     if not form.is_valid():
         _form_errors(request, form)
@@ -177,14 +141,14 @@ def group_invite(request: HttpRequest, slug: str) -> HttpResponse:
     created = _attempt(request, success, services.invitation_create, group=group, email=email,
                        role=form.cleaned_data["role"])
     if created is not _FAILED and not email:
-        request.session[_NEW_LINK_SESSION_KEY] = created[1]
+        request.session[NEW_LINK_SESSION_KEY] = created[1]
     return redirect("group_detail", slug=slug)
 
 
 @login_required
 @require_POST
 def group_invitation_revoke(request: HttpRequest, slug: str, invitation_id: int) -> HttpResponse:
-    group, _ = _group_or_404(request, slug)
+    group, _ = group_or_404(request, slug)
     try:
         invitation = selectors.group_invitation_get(group=group, invitation_id=invitation_id)
     except NotFound as exc:
@@ -196,7 +160,7 @@ def group_invitation_revoke(request: HttpRequest, slug: str, invitation_id: int)
 @login_required
 @require_POST
 def group_member_role(request: HttpRequest, slug: str, user_id: int) -> HttpResponse:
-    group, _ = _group_or_404(request, slug)
+    group, _ = group_or_404(request, slug)
     form = RoleForm(request.POST)
     if form.is_valid():
         _attempt(request, "Role changed.", services.membership_change_role, group=group,
@@ -209,7 +173,7 @@ def group_member_role(request: HttpRequest, slug: str, user_id: int) -> HttpResp
 @login_required
 @require_POST
 def group_member_remove(request: HttpRequest, slug: str, user_id: int) -> HttpResponse:
-    group, _ = _group_or_404(request, slug)
+    group, _ = group_or_404(request, slug)
     leaving = user_id == request.user.pk
     success = f"You left {group.name}." if leaving else "Member removed; their group keys were revoked."
     done = _attempt(request, success, services.membership_remove, group=group,

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from clawhub.web import views
+from clawhub.web import group_page, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -8,4 +8,6 @@ urlpatterns = [
     path("dashboard/", views.dashboard, name="dashboard"),
     path("learning/", views.learning_index, name="learning_index"),
     path("learning/<int:tenant_id>/", views.learning, name="learning"),
+    # The group page (the group's actions stay under groups/ in clawhub/groups/urls.py).
+    path("groups/<slug:slug>/", group_page.group_detail, name="group_detail"),
 ]
