@@ -185,38 +185,3 @@ def turn_training_source(*, turn: Turn) -> tuple[str, str]:
     if not turn.token_ids:
         return RERENDERED, "served without reply token ids"
     return SERVED_IDS, ""
-
-
-def training_sources_for_tenant(*, tenant_id: int) -> dict:
-    """For the training page: how many of the tenant's samples train on served ids, how many on a re-render
-    and why (``turn_training_source`` per sample, counted in the database)."""
-    from django.db.models import BooleanField, ExpressionWrapper
-
-    from clawhub.review.models import Sample
-
-    rows = (
-        Sample.objects.filter(tenant_id=tenant_id)
-        .annotate(
-            no_prompt_ids=ExpressionWrapper(
-                Q(turn__prompt_token_count__isnull=True), output_field=BooleanField()
-            ),
-            no_ids=ExpressionWrapper(Q(turn__token_ids__isnull=True), output_field=BooleanField()),
-        )
-        .values("turn__route", "no_prompt_ids", "no_ids")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    served, why_counts = 0, {}
-    for row in rows:
-        probe = Turn(
-            route=row["turn__route"],
-            prompt_token_count=None if row["no_prompt_ids"] else 1,
-            token_ids=None if row["no_ids"] else [0],
-        )
-        source, why = turn_training_source(turn=probe)
-        if source == SERVED_IDS:
-            served += row["n"]
-        else:
-            why_counts[why] = why_counts.get(why, 0) + row["n"]
-    rerendered = sorted(why_counts.items(), key=lambda item: -item[1])
-    return {"served": served, "rerendered": sum(why_counts.values()), "reasons": rerendered}

@@ -13,12 +13,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Min, Q, QuerySet, Window
+from django.db.models import BooleanField, Count, ExpressionWrapper, F, Min, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from clawhub.accounts.models import User
 from clawhub.adapters.selectors import tenant_label  # noqa: F401  (re-exported: labels as the adapter pages)
+from clawhub.conversations.models import Turn
+from clawhub.conversations.selectors import SERVED_IDS, turn_training_source
 from clawhub.core.exceptions import ValidationFailed
 from clawhub.groups.models import Group
 from clawhub.groups.selectors import group_members
@@ -252,3 +254,34 @@ def group_member_influence(*, group: Group, versions: int = 5) -> tuple[list[int
         for m in group_members(group=group)
     ]
     return [r.adapter_version.version for r in runs], members
+
+
+def training_sources_for_tenant(*, tenant_id: int) -> dict:
+    """For the training page: how many of the tenant's samples train on served ids, how many on a re-render
+    and why (``turn_training_source`` per sample, counted in the database)."""
+    rows = (
+        Sample.objects.filter(tenant_id=tenant_id)
+        .annotate(
+            no_prompt_ids=ExpressionWrapper(
+                Q(turn__prompt_token_count__isnull=True), output_field=BooleanField()
+            ),
+            no_ids=ExpressionWrapper(Q(turn__token_ids__isnull=True), output_field=BooleanField()),
+        )
+        .values("turn__route", "no_prompt_ids", "no_ids")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    served, why_counts = 0, {}
+    for row in rows:
+        probe = Turn(
+            route=row["turn__route"],
+            prompt_token_count=None if row["no_prompt_ids"] else 1,
+            token_ids=None if row["no_ids"] else [0],
+        )
+        source, why = turn_training_source(turn=probe)
+        if source == SERVED_IDS:
+            served += row["n"]
+        else:
+            why_counts[why] = why_counts.get(why, 0) + row["n"]
+    rerendered = sorted(why_counts.items(), key=lambda item: -item[1])
+    return {"served": served, "rerendered": sum(why_counts.values()), "reasons": rerendered}
