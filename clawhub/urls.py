@@ -29,7 +29,7 @@ urlpatterns = [
     path("", include("clawhub.groups.urls")),
     path("", include("clawhub.keys.urls")),
     path("", include("clawhub.adapters.urls")),
-    path("", include("clawhub.conversations.urls")),
+    path("", include("clawhub.web.conversations_urls")),
     path("", include("clawhub.usage.urls")),
     path("", include("clawhub.review.urls")),
     path("", include("clawhub.privacy.urls")),

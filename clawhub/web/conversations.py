@@ -1,6 +1,7 @@
 """Server-rendered pages: the user's conversations, and one conversation turn by turn, with what each turn
 taught the model: its judgment, the person's own rating, its sample's review, the version that answered and
-the run that trained on it."""
+the run that trained on it. They show what feedback, review and training made of the conversations app's
+turns, so they live with the pages that combine apps."""
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
