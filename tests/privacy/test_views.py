@@ -59,3 +59,12 @@ def test_delete_account_from_the_page(browser_as):
     response = browser.post("/privacy/delete-account/", {"password": PASSWORD})
     assert response.status_code == 302 and not User.objects.filter(pk=user.pk).exists()
     assert browser.get("/privacy/").status_code == 302  # logged out
+
+
+def test_the_privacy_page_leads_to_the_password_page(browser_as):
+    user = make_user()
+    browser = browser_as(user)
+    html = browser.get("/privacy/").content.decode()
+    assert 'href="/account/password/" id="password-change-link"' in html and user.email in html
+    page = browser.get("/account/password/").content.decode()
+    assert "Change your password" in page and "Sign out everywhere" in page
