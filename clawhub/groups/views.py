@@ -12,7 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from clawhub.accounts.selectors import local_mailbox_enabled
 from clawhub.core.api import client_ip
@@ -20,6 +20,7 @@ from clawhub.core.exceptions import ClawHubError, NotFound
 from clawhub.groups import selectors, services
 from clawhub.groups.forms import GroupCreateForm, GroupRenameForm, InvitationForm, RoleForm, TransferForm
 from clawhub.groups.models import Group, Role
+from clawhub.keys.selectors import keys_for_group
 from clawhub.tenants.access import group_access
 
 # A link-only invitation's link is shown once: on the page rendered right after its creation, then popped.
@@ -94,9 +95,23 @@ def group_rename(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def group_delete(request: HttpRequest, slug: str) -> HttpResponse:
-    group, _ = group_or_404(request, slug)
+    """GET: a page that says what deleting the group does and asks to confirm; its form's POST (with
+    ``confirm=yes``) deletes. A POST without it changes nothing and is sent to that page, so a stray or
+    scripted one-click post cannot delete a group."""
+    group, role = group_or_404(request, slug)
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        if role != Role.OWNER:  # the service says the same on the POST that would delete
+            messages.error(request, "Only the owner of the group can delete it.")
+            return redirect("group_detail", slug=slug)
+        if request.method == "POST":
+            return redirect("group_delete", slug=slug)
+        return render(request, "groups/delete.html", {
+            "group": group,
+            "members": selectors.group_members(group=group).count(),
+            "keys": keys_for_group(group=group, actor=request.user).filter(revoked_at__isnull=True).count(),
+        })
     done = _attempt(request, f"Group {group.name} deleted; its keys were revoked.", services.group_delete,
                     group=group)
     return redirect("group_detail", slug=slug) if done is _FAILED else redirect("groups")

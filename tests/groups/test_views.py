@@ -57,14 +57,14 @@ def test_outsiders_get_404_on_the_detail_page(crew, web_as):
 
 def test_detail_shows_only_the_controls_the_role_allows(crew, web_as):
     owner = page(web_as(crew.owner).get("/groups/crew/"))
-    for marker in ('id="invite-form"', 'id="rename-form"', 'id="transfer-form"', 'id="delete-form"',
+    for marker in ('id="invite-form"', 'id="rename-form"', 'id="transfer-form"', 'id="delete-link"',
                    f"/groups/crew/members/{crew.admin2.pk}/role/"):
         assert marker in owner, marker
     assert 'id="leave-form"' not in owner
 
     admin = page(web_as(crew.admin).get("/groups/crew/"))
     assert 'id="invite-form"' in admin and 'id="rename-form"' in admin and 'id="leave-form"' in admin
-    assert 'id="delete-form"' not in admin and 'id="transfer-form"' not in admin
+    assert 'id="delete-link"' not in admin and 'id="transfer-form"' not in admin
     assert f"/groups/crew/members/{crew.target.pk}/role/" in admin
     assert f"/groups/crew/members/{crew.admin2.pk}/role/" not in admin  # admins are the owner's call
     assert f"/groups/crew/members/{crew.admin2.pk}/remove/" not in admin
@@ -123,7 +123,12 @@ def test_web_role_change_remove_rename_transfer_delete(crew, web_as, django_capt
     assert role_of(group=crew.group, user=crew.owner) == Role.ADMIN
     left = owner.post("/groups/crew/leave/")
     assert left["Location"] == "/groups/" and role_of(group=crew.group, user=crew.owner) is None
-    deleted = admin.post("/groups/crew/delete/")
+    # Deleting asks first, on a page of its own: a post without its confirmation changes nothing.
+    one_click = admin.post("/groups/crew/delete/")
+    assert one_click["Location"] == "/groups/crew/delete/" and Group.objects.filter(slug="crew").exists()
+    confirm = page(admin.get("/groups/crew/delete/"))
+    assert "Delete Crew Two?" in confirm and 'name="confirm" value="yes"' in confirm
+    deleted = admin.post("/groups/crew/delete/", {"confirm": "yes"})
     assert deleted["Location"] == "/groups/" and not Group.objects.filter(slug="crew").exists()
 
 
@@ -260,3 +265,16 @@ def test_the_mailbox_is_only_there_when_the_site_keeps_its_mail(crew, settings):
     settings.EMAIL_BACKEND = LOCAL_MAILBOX_BACKEND
     assert client.get("/mailbox/").status_code == 200
     assert 'href="/mailbox/"' in page(client.get("/groups/"))
+
+
+def test_only_the_owner_is_asked_to_delete_the_group(crew, web_as):
+    for who in (crew.admin, crew.member):
+        client = web_as(who)
+        for response in (client.get("/groups/crew/delete/"),
+                         client.post("/groups/crew/delete/", {"confirm": "yes"})):
+            assert response["Location"] == "/groups/crew/"
+        assert Group.objects.filter(slug="crew").exists()
+    assert "Only the owner of the group can delete it." in page(web_as(crew.admin).get("/groups/crew/delete/",
+                                                                                  follow=True))
+    confirm = page(web_as(crew.owner).get("/groups/crew/delete/"))
+    assert "revokes its" in confirm and "clawhub-group-crew" in confirm
