@@ -15,6 +15,11 @@ active adapter, used in turn, so key and adapter caches miss as often as real ag
 gateway's CPU is read after the capture log drained, so the work it defers (its XADD sender, its metrics
 and registry thread) is in the figure; the consumer's CPU is a line of its own. ``--profile PATH`` runs the
 gateway's event loop under cProfile (thread CPU time) and prints where it went.
+
+``--apis`` adds the same turns through ClawHub's other APIs, which it serves through its chat route:
+Anthropic's Messages API (``clawhub-messages``, what Claude Code sends) and OpenAI's Responses API
+(``clawhub-responses``, what Codex CLI sends), each row with its CPU per request next to chat completions'
+(``cpu_over_chat``).
 """
 
 import asyncio
@@ -122,6 +127,31 @@ def bench_messages(body: str) -> tuple[list[dict], list[dict]]:
     return messages, _TOOLS
 
 
+# The APIs ClawHub serves, each at its own path with its own body for the same turn.
+API_PATHS = {"chat": "/chat/completions", "messages": "/messages", "responses": "/responses"}
+
+
+def api_body(api: str, *, model: str, max_tokens: int, stream: bool, messages: list[dict],
+             tools: list[dict]) -> dict:
+    """One turn's request body in ``api``'s shape (the bench's messages are plain strings)."""
+    if api == "chat":
+        body = {"model": model, "max_tokens": max_tokens, "stream": stream, "messages": messages}
+        return {**body, "tools": tools} if tools else body
+    system = "\n".join(m["content"] for m in messages if m["role"] == "system")
+    turns = [m for m in messages if m["role"] != "system"]
+    functions = [tool["function"] for tool in tools]
+    if api == "messages":
+        body = {"model": model, "max_tokens": max_tokens, "stream": stream, "messages": turns}
+        if tools:
+            body["tools"] = [{"name": f["name"], "description": f.get("description", ""),
+                              "input_schema": f["parameters"]} for f in functions]
+        return {**body, "system": system} if system else body
+    body = {"model": model, "max_output_tokens": max_tokens, "stream": stream, "store": False, "input": turns}
+    if tools:
+        body["tools"] = [{"type": "function", **f} for f in functions]
+    return {**body, "instructions": system} if system else body
+
+
 def capture_backlog() -> int:
     """What the capture consumer has yet to store (stream entries, or spool bytes); 0 without a log."""
     try:
@@ -140,6 +170,7 @@ class Target:
     model: str
     pid: int | None  # the process tree whose CPU is charged to this target
     keys: list[str] | None = None  # one per tenant, used in turn (ClawHub); None: api_key for every request
+    api: str = "chat"  # which of API_PATHS it is sent as
 
 
 def spawn(args: list[str], env: dict | None = None, *, drop: tuple[str, ...] = ()) -> subprocess.Popen:
@@ -164,12 +195,15 @@ def percentile(values: list[float], q: float) -> float:
 async def drive(target: Target, *, stream: bool, requests: int, concurrency: int, max_tokens: int,
                 body_shape: str = "short", consumer_pid: int | None = None) -> dict:
     messages, tools = bench_messages(body_shape)
-    body = {"model": target.model, "max_tokens": max_tokens, "stream": stream, "messages": messages}
-    if tools:
-        body["tools"] = tools
+
+    def turn(history: list[dict]) -> dict:
+        return api_body(target.api, model=target.model, max_tokens=max_tokens, stream=stream,
+                        messages=history, tools=tools)
+
+    body = turn(messages)
     keys = target.keys or [target.api_key]
     key_turn = iter(range(10**9))
-    url = f"{target.base_url}/chat/completions"
+    url = f"{target.base_url}{API_PATHS[target.api]}"
     latencies, ttfts, failures = [], [], 0
     statuses: dict[str, int] = {}
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -180,7 +214,7 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
         nonlocal failures, body
         if shaped:  # every request a turn of its own, as an agent's would be
             last = {"role": "user", "content": f"Next step {next(counter)}."}
-            body = {**body, "messages": [*messages, last]}
+            body = turn([*messages, last])
         headers = {"Authorization": f"Bearer {keys[next(key_turn) % len(keys)]}"}
         t0 = time.perf_counter()
         if stream:
@@ -216,7 +250,7 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
                 remaining[0] -= 1
                 await one(client)
 
-        track = consumer_pid is not None and target.name == "clawhub"
+        track = consumer_pid is not None and target.name.startswith("clawhub")
         if track:  # start from an empty log, so the drain time is this run's own
             await _drained(timeout=600)
         cpu0 = tree_cpu_seconds(target.pid) if target.pid else 0.0
@@ -245,7 +279,8 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
                        "consumer_cpu_ms_per_request": round(ccpu * 1000 / requests, 3),
                        "gateway_plus_consumer_cpu_ms_per_request": round((cpu + ccpu) * 1000 / requests, 3)}
     return {
-        "mode": target.name, "stream": stream, "requests": requests, "concurrency": concurrency,
+        "mode": target.name, "api": target.api, "stream": stream, "requests": requests,
+        "concurrency": concurrency,
         "failures": failures, **({"failed_statuses": statuses} if statuses else {}),
         "rps": round(requests / elapsed, 1),
         "p50_ms": round(percentile(latencies, 0.5), 2), "p99_ms": round(percentile(latencies, 0.99), 2),
@@ -347,7 +382,7 @@ def litellm_version(exe: str) -> str:
 
 def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litellm: bool, out,
         body: str = "short", modes: tuple[bool, ...] = (False, True), tenants: int = 200,
-        profile: str | None = None) -> list[dict]:
+        profile: str | None = None, apis: tuple[str, ...] = ("chat",)) -> list[dict]:
     """``profile``: a path; the gateway's event loop runs under cProfile and its stats are written there
     (one worker only), with the top entries by own time printed at the end."""
     import logging
@@ -378,6 +413,8 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
         targets = [Target("direct", f"{upstream}/v1", "none", "tiny", fake.pid),
                    Target("clawhub", f"http://127.0.0.1:{gw_port}/v1", secrets[0], model, gateway.pid,
                           keys=secrets)]
+        targets += [Target(f"clawhub-{api}", f"http://127.0.0.1:{gw_port}/v1", secrets[0], model, gateway.pid,
+                           keys=secrets, api=api) for api in apis if api != "chat"]
         if litellm:
             exe = ensure_litellm()
             if exe is None:
@@ -409,6 +446,9 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
                 lite = by_mode["litellm"]["cpu_ms_per_request"]
                 if lite:
                     claw["litellm_over_clawhub_cpu"] = round(lite / claw["cpu_ms_per_request"], 1)
+            for row in by_mode.values():
+                if row["mode"].startswith("clawhub-") and claw["cpu_ms_per_request"]:
+                    row["cpu_over_chat"] = round(row["cpu_ms_per_request"] / claw["cpu_ms_per_request"], 2)
             for row in by_mode.values():
                 out.write(json.dumps(row) + "\n")
                 out.flush()

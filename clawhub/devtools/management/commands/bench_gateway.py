@@ -2,7 +2,7 @@
 
 import sys
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
@@ -17,6 +17,9 @@ class Command(BaseCommand):
         parser.add_argument("--body", choices=["short", "openclaw-32k", "openclaw-90k"], default="short",
                             help="one short message, or OpenClaw-shaped bodies (prompt, tools, history)")
         parser.add_argument("--mode", choices=["both", "plain", "stream"], default="both")
+        parser.add_argument("--apis", default="chat,messages,responses",
+                            help="ClawHub's APIs to drive, comma-separated: chat (chat completions), "
+                                 "messages (Anthropic Messages), responses (OpenAI Responses)")
         parser.add_argument("--tenants", type=int, default=200,
                             help="tenants, each with its own key and active adapter, used in turn")
         parser.add_argument("--profile", default=None,
@@ -24,9 +27,13 @@ class Command(BaseCommand):
                                  "figures of that run are not comparable)")
 
     def handle(self, *args, requests, concurrency, workers, max_tokens, no_litellm, body, mode, tenants,
-               profile, **options):
-        from clawhub.devtools.gateway_bench import run
+               profile, apis, **options):
+        from clawhub.devtools.gateway_bench import API_PATHS, run
 
+        chosen = tuple(api.strip() for api in apis.split(",") if api.strip())
+        if not chosen or set(chosen) - set(API_PATHS):
+            raise CommandError(f"--apis takes a comma-separated list of {', '.join(API_PATHS)}.")
         modes = {"both": (False, True), "plain": (False,), "stream": (True,)}[mode]
         run(requests=requests, concurrency=concurrency, workers=workers, max_tokens=max_tokens,
-            litellm=not no_litellm, out=sys.stdout, body=body, modes=modes, tenants=tenants, profile=profile)
+            litellm=not no_litellm, out=sys.stdout, body=body, modes=modes, tenants=tenants, profile=profile,
+            apis=chosen)
