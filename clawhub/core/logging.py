@@ -203,7 +203,7 @@ def build_logging(*, level: str = "INFO", json_format: bool = True) -> dict[str,
             # Django logs every 4xx/5xx once through django.request; the root handler prints it.
             "django": {"level": level, "propagate": True},
             # Celery's own task loggers should print through the same handler (the worker keeps our root
-            # logger because workers/celery.py sets worker_hijack_root_logger=False).
+            # logger because clawhub/core/celery_app.py sets worker_hijack_root_logger=False).
             "celery": {"level": level, "propagate": True},
         },
     }

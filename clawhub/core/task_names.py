@@ -1,6 +1,6 @@
 """Celery task names and queues, defined once: ``clawhub.core.tasks`` sends by these names and
-``workers.celery`` routes them (a module of plain constants, so the Celery app can read it without importing
-the sender that loads the app).
+``clawhub.core.celery_app`` routes them (a module of plain constants, so the Celery app can read it without
+importing the sender that loads the app).
 
 Queues and who consumes them (every worker command in deploy/ and ``./dev run``'s worker must say so):
 

@@ -2,8 +2,9 @@
 
 Senders name a task (``clawhub.core.task_names``, re-exported here) instead of importing it, so no app imports
 ``workers.tasks`` (which import the apps back) and the Celery app is loaded only when something is sent.
-``workers.celery`` routes every name in ``TASK_QUEUES`` to its queue, so a task sent by name lands where its
-worker listens; the task modules declare the same queues (tests/workers checks that they agree).
+The app (``clawhub.core.celery_app``) routes every name in ``TASK_QUEUES`` to its queue, so a task sent by
+name lands where its worker listens; the task modules declare the same queues (tests/workers checks that
+they agree).
 """
 
 from collections.abc import Callable
@@ -45,7 +46,7 @@ def enqueue(task_name: str, *ids: int, queue: str | None = None, countdown: floa
     routes)."""
     if task_name not in TASK_QUEUES:
         raise ValueError(f"unknown task {task_name!r}: add it to clawhub.core.tasks.TASK_QUEUES")
-    from workers.celery import app  # the Celery app loads only when a task is sent
+    from clawhub.core.celery_app import app  # the Celery app loads only when a task is sent
 
     options: dict[str, Any] = {}
     if countdown:

@@ -520,7 +520,7 @@ def run_cancel(*, access: TenantAccess, run: TrainingRun, ip: str | None = None)
 
 
 def _revoke(task_id: str) -> None:
-    from workers.celery import app
+    from clawhub.core.celery_app import app
 
     # Not terminate=True: the train worker uses one process; the task sees the state at its next step.
     app.control.revoke(task_id)
