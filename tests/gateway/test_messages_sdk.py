@@ -3,6 +3,7 @@ anthropic SDK over HTTP as Claude Code drives it: served through the chat route,
 
 import anthropic
 import httpx
+import openai
 import pytest
 
 from clawhub.conversations.capture import capture_store
@@ -138,3 +139,24 @@ def test_count_tokens_renders_through_the_upstreams_tokenizer(gateway, fake, bob
     with pytest.raises(anthropic.NotFoundError):
         client(gateway, secret).messages.count_tokens(model="claude-opus-9",
                                                       messages=[{"role": "user", "content": "x"}])
+
+
+def test_one_keys_quota_and_output_clamp_hold_across_the_three_apis(gateway, fake):
+    _, limited = make_key(make_user(), rpm_limit=2)
+    openai_client = openai.OpenAI(base_url=gateway.v1, api_key=limited, max_retries=0)
+    openai_client.chat.completions.create(model="clawhub-personal",
+                                          messages=[{"role": "user", "content": "x"}])
+    # Claude Code asks for far more output than the served context holds: clamped as on the chat route.
+    with client(gateway, limited).messages.stream(model="clawhub-personal", max_tokens=32000,
+                                                  messages=[{"role": "user", "content": "x"}]) as stream:
+        reply = stream.get_final_message()
+    assert fake.stats()["last_request"]["max_tokens"] <= 2048  # the fake's max_model_len
+    assert gateway.spy.wait_for(2)[-1].clamped_max_tokens <= 2048 and reply.usage.output_tokens <= 2048
+    # The key's third request in the minute is refused, whichever API it comes through, in that API's shape.
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        client(gateway, limited).messages.create(model="clawhub-personal", max_tokens=8,
+                                                 messages=[{"role": "user", "content": "x"}])
+    assert refused.value.body["error"]["type"] == "rate_limit_error"
+    assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
+    with pytest.raises(openai.RateLimitError):
+        openai_client.responses.create(model="clawhub-personal", input="x", store=False)
