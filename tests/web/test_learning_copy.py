@@ -102,3 +102,14 @@ def test_the_dashboard_counts_only_what_a_run_trained_on():
 
     line = _review_line(browser(me), held_out)
     assert "held out to check a version, not trained on" in line and "trains" not in line
+
+
+def test_the_rating_buttons_are_named_by_what_they_show():
+    """A screen reader (and a voice command: "click Good") names a button by what sighted users read on it."""
+    me = make_user()
+    sample = make_sample(me, key=old_key(me), reward=1)
+    html = browser(me).get(f"/conversations/{sample.turn.session_id}/").content.decode()
+    buttons = re.findall(r'<button[^>]*aria-label="([^"]+)"[^>]*>(.*?)</button>', html, re.S)
+    assert len(buttons) == 2
+    for name, shown in buttons:
+        assert name.startswith(text(shown).replace("▲", "").replace("▼", "").strip()), (name, shown)
