@@ -1,8 +1,8 @@
 """Every main page of a signed-in user's console in Debian's Chromium, on a phone (390 px) and on a laptop
 (1280 px): the page never scrolls sideways (wide tables scroll inside their own box), the navigation stays on
-screen, and the browser logs no error. A screenshot of each page at each width is left in test-output/. And
-a run's page, open while the run finishes, takes its Cancel button away. The module's tests share one
-Chromium, each page gets a context of its own."""
+screen, no chart is cut off, and the browser logs no error. A screenshot of each page at each width is left
+in test-output/. And a run's page, open while the run finishes, takes its Cancel button away. The module's
+tests share one Chromium, each page gets a context of its own."""
 
 import pytest
 from django.test import Client
@@ -63,6 +63,7 @@ def a_used_account():
         "usage": "/usage/",
         "groups": "/groups/",
         "group": f"/groups/{group.slug}/",
+        "group-delete": f"/groups/{group.slug}/delete/",
         "privacy": "/privacy/",
         "audit": "/audit/",
         "password": "/account/password/",
@@ -116,6 +117,10 @@ def visit(chromium, url: str, cookie: dict, viewport: dict, screenshot) -> list[
         .map(e => e.textContent.trim())""")
     if off_screen:
         problems.append(f"navigation off screen: {off_screen}")
+    cut_charts = page.evaluate("""() => [...document.querySelectorAll('.chart-box svg')]
+        .filter(s => s.getBoundingClientRect().width > s.parentElement.clientWidth + 1).length""")
+    if cut_charts:
+        problems.append(f"{cut_charts} chart(s) wider than their box, cut off")
     page.screenshot(path=str(screenshot), full_page=True)
     context.close()
     return problems
