@@ -36,8 +36,8 @@ import httpx
 
 from clawhub.adapters.vllm_admin import VllmAdmin, adapter_names
 from clawhub.core.metrics import ADAPTER_LOAD_DURATION, ADAPTER_LOADS, REDIS_FAILURES
+from clawhub.core.model_limits import max_model_len_of
 from clawhub.gateway.errors import upstream_refused
-from clawhub.gateway.limits import max_model_len_of
 
 logger = logging.getLogger("clawhub.gateway")
 

@@ -13,7 +13,7 @@ import shlex
 
 from django.conf import settings
 
-from clawhub.gateway.limits import served_limits
+from clawhub.core.model_limits import served_limits
 from clawhub.keys.models import ApiKey
 from clawhub.keys.openclaw import SECRET_PLACEHOLDER, primary_model_id
 from clawhub.keys.selectors import key_tenant

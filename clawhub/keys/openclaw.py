@@ -3,9 +3,9 @@
 set`` lines.
 
 Both carry the served model's real limits (``contextWindow`` from vLLM's ``max_model_len``, ``maxTokens``
-derived from it; see clawhub/gateway/limits.py). Onboarding cannot set them: OpenClaw 2026.9's onboard has no
-such flags and writes 128000 / 4096 whatever the model, so the config lines follow it. The onboard line also
-carries what a first non-interactive run needs: ``--accept-risk`` (it refuses to run without the
+derived from it; see clawhub/core/model_limits.py). Onboarding cannot set them: OpenClaw 2026.9's onboard has
+no such flags and writes 128000 / 4096 whatever the model, so the config lines follow it. The onboard line
+also carries what a first non-interactive run needs: ``--accept-risk`` (it refuses to run without the
 acknowledgement) and ``--skip-health`` (otherwise it waits for an OpenClaw gateway daemon a new user does not
 run yet).
 
@@ -18,7 +18,7 @@ import shlex
 
 from django.conf import settings
 
-from clawhub.gateway.limits import served_limits
+from clawhub.core.model_limits import served_limits
 from clawhub.keys.models import ApiKey
 from clawhub.keys.selectors import BASE_MODEL_ID, key_tenant, models_for_key
 from clawhub.tenants.models import Tenant

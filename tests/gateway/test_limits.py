@@ -7,6 +7,7 @@ import httpx
 import openai
 import pytest
 
+from clawhub.core.model_limits import max_model_len_of
 from clawhub.gateway import limits
 from tests.factories import make_key, make_user
 from tests.gateway.conftest import forget_tenant_adapters
@@ -48,8 +49,8 @@ def test_clamp_and_applied_cap():
     assert limits.applied_cap(requested=2040, forwarded=None, max_model_len=2048, prompt_tokens=48) == 2000
     assert limits.applied_cap(requested=None, forwarded=None, max_model_len=2048, prompt_tokens=48) is None
     listed = [{"id": "t1-v1", "max_model_len": 4096}, {"id": "tiny", "max_model_len": 2048}]
-    assert limits.max_model_len_of(listed, "tiny") == 2048
-    assert limits.max_model_len_of([{"id": "x"}], "tiny") is None
+    assert max_model_len_of(listed, "tiny") == 2048
+    assert max_model_len_of([{"id": "x"}], "tiny") is None
 
 
 pytestmark = pytest.mark.vllm

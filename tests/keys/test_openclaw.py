@@ -109,7 +109,7 @@ def served(settings, monkeypatch):
     """Limits from the served model: no overrides, and an upstream whose /v1/models says ``max_model_len``."""
     from django.core.cache import cache
 
-    from clawhub.gateway import limits
+    from clawhub.core import model_limits as limits
 
     settings.MODEL_CONTEXT_WINDOW = settings.MODEL_MAX_TOKENS = None
     settings.CLAWHUB_UPSTREAMS = [{"url": "http://vllm.invalid:8000", "base_model": "tiny"}]
@@ -137,7 +137,7 @@ def test_limits_come_from_the_served_model_and_are_cached(served):
     answer.value = None  # every upstream down: the last value seen is still the truth
     from django.core.cache import cache
 
-    from clawhub.gateway import limits
+    from clawhub.core import model_limits as limits
 
     cache.delete(limits.SERVED_CACHE_KEY)
     assert limits.served_limits() == limits.ModelLimits(2048, 512, "last-served")
@@ -156,6 +156,6 @@ def test_a_setting_overrides_the_served_value(served, settings):
 @pytest.mark.parametrize(("context", "expected"), [(2048, 512), (4096, 1024), (32768, 8192), (131072, 8192),
                                                    (300, 150)])
 def test_max_tokens_rule(context, expected):
-    from clawhub.gateway.limits import max_tokens_for
+    from clawhub.core.model_limits import max_tokens_for
 
     assert max_tokens_for(context) == expected
