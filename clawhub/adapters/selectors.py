@@ -27,12 +27,6 @@ def tenants_for_user(*, user: User) -> list[Tenant]:
     )
 
 
-def tenant_label(tenant: Tenant) -> str:
-    if tenant.kind == Tenant.Kind.GROUP:
-        return f"group {tenant.group.slug}"
-    return f"personal: {tenant.user.email}"
-
-
 # --- versions -----------------------------------------------------------------------------------------------
 
 

@@ -18,7 +18,6 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from clawhub.accounts.models import User
-from clawhub.adapters.selectors import tenant_label  # noqa: F401  (re-exported: labels as the adapter pages)
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import SERVED_IDS, turn_training_source
 from clawhub.core.exceptions import ValidationFailed
@@ -29,6 +28,7 @@ from clawhub.review.consensus import PROBATION, member_standings
 from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.tenants.access import managed_tenants, review_access_by_id
 from clawhub.tenants.models import Tenant
+from clawhub.tenants.selectors import tenant_label  # noqa: F401  (re-exported: labels as the adapter pages)
 
 # --- policy -------------------------------------------------------------------------------------------------
 

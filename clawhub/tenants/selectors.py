@@ -9,3 +9,9 @@ def tenant_for_user(*, user) -> Tenant:
 
 def tenant_for_group(*, group) -> Tenant:
     return Tenant.objects.select_related("group").get(kind=Tenant.Kind.GROUP, group=group)
+
+
+def tenant_label(tenant: Tenant) -> str:
+    if tenant.kind == Tenant.Kind.GROUP:
+        return f"group {tenant.group.slug}"
+    return f"personal: {tenant.user.email}"

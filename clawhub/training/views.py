@@ -13,12 +13,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from clawhub.adapters import selectors as adapter_selectors
 from clawhub.adapters import services as adapter_services
-from clawhub.adapters.selectors import tenant_label, tenants_for_user
+from clawhub.adapters.selectors import tenants_for_user
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ValidationFailed
 from clawhub.core.views import page_errors, post_and_redirect
 from clawhub.review.selectors import trainable_count, training_sources_for_tenant
 from clawhub.tenants.access import tenant_page, tenant_row_page
+from clawhub.tenants.selectors import tenant_label
 from clawhub.training import selectors, services
 from clawhub.training.models import Backend, Method
 from clawhub.training.progress import run_progress

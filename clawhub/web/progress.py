@@ -19,10 +19,11 @@ from django.db.models import Count, Q
 
 from clawhub.accounts.models import User
 from clawhub.adapters.models import AdapterVersion
-from clawhub.adapters.selectors import tenant_label, tenants_for_user
+from clawhub.adapters.selectors import tenants_for_user
 from clawhub.core.charts import SvgChart, svg_chart
 from clawhub.review.models import Sample
 from clawhub.tenants.models import Tenant
+from clawhub.tenants.selectors import tenant_label
 
 VERSIONS_SHOWN = 20
 EXAMPLES_PER_VERSION = 3

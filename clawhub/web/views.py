@@ -47,7 +47,8 @@ def learning_index(request):
 @tenant_page
 def learning(request, access):
     """"Is my model getting better?": the gate's metric per version, judged turns per day, the timeline."""
-    from clawhub.adapters.selectors import tenant_label, tenants_for_user
+    from clawhub.adapters.selectors import tenants_for_user
+    from clawhub.tenants.selectors import tenant_label
     from clawhub.web.learning import learning_for_tenant
 
     return render(request, "web/learning.html", {
