@@ -78,7 +78,7 @@ def test_oversize_body_is_413_by_header_and_by_count(gateway_factory, fake, secr
 
 def test_unknown_model_is_404_and_unknown_route_too(gateway, secret):
     assert_error(post(gateway, secret, chat("gpt-4o")), 404, code="model_not_found")
-    assert_error(post(gateway, secret, chat(), path="/responses"), 404)
+    assert_error(post(gateway, secret, chat(), path="/embeddings"), 404)
     still_serving(gateway, secret)
 
 
