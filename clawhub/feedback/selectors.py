@@ -132,34 +132,3 @@ def turn_for_rating(*, actor: User, turn_id: int | None = None, request_id: str 
     if not own and not managed_tenants(actor=actor).filter(pk=turn.tenant_id).exists():
         raise NotFound("No such turn.")
     return turn
-
-
-def learning_for_turns(*, turns: list[Turn]) -> dict[int, dict[str, Any]]:
-    """Per turn id, what the turn taught: its judgment, the person's own rating, its sample (review state,
-    flags, who decided), the training run that claimed it and whether that run held it out. A few queries for
-    a whole page of turns."""
-    from clawhub.review.models import Sample
-    from clawhub.training.models import TrainingRun
-
-    ids = [t.pk for t in turns]
-    judgments = {j.turn_id: j for j in Judgment.objects.filter(turn_id__in=ids)}
-    explicit = {f.turn_id: f for f in
-                ExplicitFeedback.objects.filter(turn_id__in=ids).select_related("rated_by")}
-    samples = {s.turn_id: s for s in Sample.objects.filter(turn_id__in=ids).select_related("decided_by")}
-    runs = TrainingRun.objects.in_bulk({s.training_run_id for s in samples.values() if s.training_run_id})
-    learned = {}
-    for turn_id in ids:
-        judgment, sample = judgments.get(turn_id), samples.get(turn_id)
-        judged = judgment is not None and judgment.status == Judgment.Status.OK
-        run = runs.get(sample.training_run_id) if sample and sample.training_run_id else None
-        learned[turn_id] = {
-            "judgment": judgment,
-            "explicit": explicit.get(turn_id),
-            "sample": sample,
-            "run": run,
-            # Claimed by the run only to check its version at the gate: never trained on.
-            "held_out": run is not None and sample.pk in (run.heldout_ids or []),
-            # What training takes from the turn: the sample's reward, else the judge's.
-            "effective_reward": sample.reward if sample else (judgment.reward if judged else None),
-        }
-    return learned

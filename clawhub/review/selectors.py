@@ -1,4 +1,5 @@
-"""Reads for review: who may review what, the console's lists, the training selector and members' influence.
+"""Reads for review: who may review what, the console's lists and the training selector (members' influence
+on a group's adapter is in clawhub.training.selectors).
 
 Who reviews a tenant's samples is ``clawhub.tenants.access.review_access``: site staff review every tenant,
 group owners and admins their group's samples, and every user their own personal tenant's (it is their
@@ -8,21 +9,17 @@ adapter; nobody else's is at stake). Members and viewers of a group see their ow
 """
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db.models import BooleanField, Count, ExpressionWrapper, F, Min, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
-from django.utils import timezone
 
 from clawhub.accounts.models import User
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import SERVED_IDS, turn_training_source
 from clawhub.core.exceptions import ValidationFailed
-from clawhub.groups.models import Group
-from clawhub.groups.selectors import group_members
 from clawhub.review import flags
 from clawhub.review.consensus import PROBATION, member_standings
 from clawhub.review.models import ReviewPolicy, Sample
@@ -185,75 +182,6 @@ def samples_for_training(
 def trainable_count(*, tenant: Tenant) -> int:
     """How many samples the tenant could train on now (before the per-member cap)."""
     return _trainable(tenant).count()
-
-
-# --- members' influence -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MemberInfluence:
-    """One member's weight in the group adapter: their share of the advantage mass of each of the last
-    versions (oldest first; None where they had no sample in it), the smallest loss weight the influence cap
-    gave their samples, and, over the review guards' window, their flagged and rejected samples and where the
-    consensus guard stands with them now (review.consensus.member_standings; "" with no styled sample)."""
-
-    user: Any
-    shares: list[float | None]
-    min_weight: float | None
-    flagged: int
-    consensus: str  # the latest consensus guard's reason for this member, or ""
-    rejected: int
-    standing: str = ""
-
-
-def group_member_influence(*, group: Group, versions: int = 5) -> tuple[list[int], list[MemberInfluence]]:
-    """(the version numbers, oldest first; a row per current member) for the group page. A version's shares
-    are each member's sum of loss weight x advantage mass over its run's samples, divided by the run's total
-    (training.influence)."""
-    from clawhub.training.models import TrainingRun
-
-    tenant = group.tenant
-    runs = list(TrainingRun.objects.filter(tenant=tenant, state=TrainingRun.State.SUCCEEDED,
-                                           adapter_version__isnull=False)
-                .select_related("adapter_version").order_by("-created_at", "-id")[:versions])[::-1]
-    mass: dict[tuple[int, int], float] = {}
-    weight: dict[int, float] = {}
-    rows = (Sample.objects.filter(tenant=tenant, training_run_id__in=[r.pk for r in runs])
-            .values_list("training_run_id", "user_id", "train_weight", "advantage_mass"))
-    for run_id, user_id, w, m in rows:
-        mass[run_id, user_id] = mass.get((run_id, user_id), 0.0) + w * m
-        weight[user_id] = min(weight.get(user_id, 1.0), w)
-    totals = {r.pk: sum(v for (run, _), v in mass.items() if run == r.pk) for r in runs}
-    policy = review_policy_for(tenant=tenant)
-    since = timezone.now() - policy.outlier_window
-    standings = member_standings(tenant=tenant, policy=policy)
-    recent = (Sample.objects.filter(tenant=tenant, created_at__gte=since)
-              .values_list("user_id", "state", "flags"))
-    flagged: dict[int, int] = {}
-    rejected: dict[int, int] = {}
-    consensus: dict[int, str] = {}
-    for user_id, state, sample_flags in recent.order_by("created_at", "id"):
-        codes = {f.get("code"): f.get("detail", "") for f in sample_flags or [] if isinstance(f, dict)}
-        if codes.keys() & {flags.CONSENSUS, flags.MEMBER_OUTLIER}:
-            flagged[user_id] = flagged.get(user_id, 0) + 1
-        if flags.CONSENSUS in codes:
-            consensus[user_id] = codes[flags.CONSENSUS]
-        if state == Sample.State.REJECTED:
-            rejected[user_id] = rejected.get(user_id, 0) + 1
-    members = [
-        MemberInfluence(
-            user=m.user,
-            shares=[mass[r.pk, m.user_id] / totals[r.pk] if totals[r.pk] and (r.pk, m.user_id) in mass
-                    else None for r in runs],
-            min_weight=weight.get(m.user_id),
-            flagged=flagged.get(m.user_id, 0),
-            consensus=consensus.get(m.user_id, ""),
-            rejected=rejected.get(m.user_id, 0),
-            standing=standings[m.user_id].state if m.user_id in standings else "",
-        )
-        for m in group_members(group=group)
-    ]
-    return [r.adapter_version.version for r in runs], members
 
 
 def training_sources_for_tenant(*, tenant_id: int) -> dict:

@@ -1,12 +1,22 @@
-"""Reads for training: a tenant's settings and effective config, runs, and a run's claimed samples."""
+"""Reads for training: a tenant's settings and effective config, runs, a run's claimed samples, what each turn
+taught (the conversation page) and each member's weight in a group's adapter (the group page)."""
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
+from django.utils import timezone
 
+from clawhub.conversations.models import Turn
+from clawhub.feedback.models import ExplicitFeedback, Judgment
+from clawhub.groups.models import Group
+from clawhub.groups.selectors import group_members
+from clawhub.review import flags
+from clawhub.review.consensus import member_standings
 from clawhub.review.models import Sample
+from clawhub.review.selectors import review_policy_for
 from clawhub.tenants.models import Tenant
 from clawhub.training.models import Method, TrainingRun, TrainingSettings
 from clawhub.training.schema import overrides_schema
@@ -207,3 +217,98 @@ def sample_standing(*, tenant: Tenant) -> dict[int, str]:
         else:
             standing[sample.pk] = "lost"  # trained into a version that was retired outside the lineage
     return standing
+
+
+def learning_for_turns(*, turns: list[Turn]) -> dict[int, dict[str, Any]]:
+    """Per turn id, what the turn taught: its judgment, the person's own rating, its sample (review state,
+    flags, who decided), the training run that claimed it and whether that run held it out. A few queries for
+    a whole page of turns."""
+    ids = [t.pk for t in turns]
+    judgments = {j.turn_id: j for j in Judgment.objects.filter(turn_id__in=ids)}
+    explicit = {f.turn_id: f for f in
+                ExplicitFeedback.objects.filter(turn_id__in=ids).select_related("rated_by")}
+    samples = {s.turn_id: s for s in Sample.objects.filter(turn_id__in=ids).select_related("decided_by")}
+    runs = TrainingRun.objects.in_bulk({s.training_run_id for s in samples.values() if s.training_run_id})
+    learned = {}
+    for turn_id in ids:
+        judgment, sample = judgments.get(turn_id), samples.get(turn_id)
+        judged = judgment is not None and judgment.status == Judgment.Status.OK
+        run = runs.get(sample.training_run_id) if sample and sample.training_run_id else None
+        learned[turn_id] = {
+            "judgment": judgment,
+            "explicit": explicit.get(turn_id),
+            "sample": sample,
+            "run": run,
+            # Claimed by the run only to check its version at the gate: never trained on.
+            "held_out": run is not None and sample.pk in (run.heldout_ids or []),
+            # What training takes from the turn: the sample's reward, else the judge's.
+            "effective_reward": sample.reward if sample else (judgment.reward if judged else None),
+        }
+    return learned
+
+
+# --- members' influence -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemberInfluence:
+    """One member's weight in the group adapter: their share of the advantage mass of each of the last
+    versions (oldest first; None where they had no sample in it), the smallest loss weight the influence cap
+    gave their samples, and, over the review guards' window, their flagged and rejected samples and where the
+    consensus guard stands with them now (review.consensus.member_standings; "" with no styled sample)."""
+
+    user: Any
+    shares: list[float | None]
+    min_weight: float | None
+    flagged: int
+    consensus: str  # the latest consensus guard's reason for this member, or ""
+    rejected: int
+    standing: str = ""
+
+
+def group_member_influence(*, group: Group, versions: int = 5) -> tuple[list[int], list[MemberInfluence]]:
+    """(the version numbers, oldest first; a row per current member) for the group page. A version's shares
+    are each member's sum of loss weight x advantage mass over its run's samples, divided by the run's total
+    (training.influence)."""
+    tenant = group.tenant
+    runs = list(TrainingRun.objects.filter(tenant=tenant, state=TrainingRun.State.SUCCEEDED,
+                                           adapter_version__isnull=False)
+                .select_related("adapter_version").order_by("-created_at", "-id")[:versions])[::-1]
+    mass: dict[tuple[int, int], float] = {}
+    weight: dict[int, float] = {}
+    rows = (Sample.objects.filter(tenant=tenant, training_run_id__in=[r.pk for r in runs])
+            .values_list("training_run_id", "user_id", "train_weight", "advantage_mass"))
+    for run_id, user_id, w, m in rows:
+        mass[run_id, user_id] = mass.get((run_id, user_id), 0.0) + w * m
+        weight[user_id] = min(weight.get(user_id, 1.0), w)
+    totals = {r.pk: sum(v for (run, _), v in mass.items() if run == r.pk) for r in runs}
+    policy = review_policy_for(tenant=tenant)
+    since = timezone.now() - policy.outlier_window
+    standings = member_standings(tenant=tenant, policy=policy)
+    recent = (Sample.objects.filter(tenant=tenant, created_at__gte=since)
+              .values_list("user_id", "state", "flags"))
+    flagged: dict[int, int] = {}
+    rejected: dict[int, int] = {}
+    consensus: dict[int, str] = {}
+    for user_id, state, sample_flags in recent.order_by("created_at", "id"):
+        codes = {f.get("code"): f.get("detail", "") for f in sample_flags or [] if isinstance(f, dict)}
+        if codes.keys() & {flags.CONSENSUS, flags.MEMBER_OUTLIER}:
+            flagged[user_id] = flagged.get(user_id, 0) + 1
+        if flags.CONSENSUS in codes:
+            consensus[user_id] = codes[flags.CONSENSUS]
+        if state == Sample.State.REJECTED:
+            rejected[user_id] = rejected.get(user_id, 0) + 1
+    members = [
+        MemberInfluence(
+            user=m.user,
+            shares=[mass[r.pk, m.user_id] / totals[r.pk] if totals[r.pk] and (r.pk, m.user_id) in mass
+                    else None for r in runs],
+            min_weight=weight.get(m.user_id),
+            flagged=flagged.get(m.user_id, 0),
+            consensus=consensus.get(m.user_id, ""),
+            rejected=rejected.get(m.user_id, 0),
+            standing=standings[m.user_id].state if m.user_id in standings else "",
+        )
+        for m in group_members(group=group)
+    ]
+    return [r.adapter_version.version for r in runs], members

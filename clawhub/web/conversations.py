@@ -23,8 +23,9 @@ from clawhub.core.api import client_ip
 from clawhub.core.exceptions import NotFound
 from clawhub.core.views import page_errors, post_and_redirect
 from clawhub.feedback.models import ExplicitFeedback
-from clawhub.feedback.selectors import learning_for_turns, turn_for_rating
+from clawhub.feedback.selectors import turn_for_rating
 from clawhub.feedback.services import feedback_submit
+from clawhub.training.selectors import learning_for_turns
 
 PER_PAGE = 50
 

@@ -11,8 +11,8 @@ from django.shortcuts import render
 from clawhub.groups import rules, selectors
 from clawhub.groups.models import Role
 from clawhub.groups.views import NEW_LINK_SESSION_KEY, group_or_404
-from clawhub.review.selectors import group_member_influence
 from clawhub.tenants import naming
+from clawhub.training.selectors import group_member_influence
 
 
 @login_required

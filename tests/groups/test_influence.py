@@ -152,7 +152,7 @@ def test_the_group_page_shows_each_members_share_weight_flags_and_rejections(gro
     sample_reject(access=review_access(actor=owner, tenant=tenant), sample_id=flagged.pk,
                   reason="steers against the group")
 
-    from clawhub.review.selectors import group_member_influence
+    from clawhub.training.selectors import group_member_influence
 
     versions, rows = group_member_influence(group=tenant.group)
     assert versions == [1]
