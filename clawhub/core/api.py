@@ -80,12 +80,16 @@ PAGE_PARAMETERS = [
 
 
 def _check_counts(request, minimums: dict[str, int]) -> None:
-    """Each named query parameter, when given, is an integer of at least its minimum, or the request is 400
-    (DRF's paginators read anything else as "use the default")."""
+    """Each named query parameter, when given, is one integer of at least its minimum, or the request is 400.
+    DRF's paginators read anything else as "use the default": a value that is not a count, the last of
+    repeated ones, and nothing at all of ``page[x]=1`` (an object, in OpenAPI's deepObject style)."""
+    params = request.query_params
     for name, least in minimums.items():
-        value = request.query_params.get(name)
-        if value is not None and not (value.isascii() and value.isdigit() and int(value) >= least):
-            raise ValidationFailed(f"'{name}' must be an integer of at least {least}.", field=name,
+        values = params.getlist(name)
+        as_object = any(key.startswith(f"{name}[") for key in params)
+        if as_object or len(values) > 1 or (values and not (
+                values[0].isascii() and values[0].isdigit() and int(values[0]) >= least)):
+            raise ValidationFailed(f"'{name}' must be one integer of at least {least}.", field=name,
                                    fields={name: [f"An integer of at least {least} is required."]})
 
 

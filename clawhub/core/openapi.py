@@ -41,6 +41,11 @@ _GENERIC = {
 }
 _WRITE = {"post", "put", "patch", "delete"}
 NUL = "\\u0000"  # a regular expression (ECMA 262 and Python alike) that finds a NUL character
+# A character that Python's str.strip() keeps, which is what DRF's trimming and the services' "is it blank"
+# checks use. Spelled out because ``\S`` differs between regex engines (ECMA 262 calls U+001C-U+001F and
+# U+0085 text and U+FEFF space; Python the other way round), and a tester generating from the schema would
+# disagree with the server.
+NOT_SPACE = r"[^\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 
 
 class ClawHubAutoSchema(AutoSchema):
@@ -62,7 +67,7 @@ class ClawHubAutoSchema(AutoSchema):
             result.setdefault("minLength", 1)
             if (type(field) in (serializers.CharField, serializers.EmailField) and field.trim_whitespace
                     and "pattern" not in result):
-                result["pattern"] = r"\S"  # at least one character that is not whitespace
+                result["pattern"] = NOT_SPACE  # at least one character that is not whitespace
         return result
 
 

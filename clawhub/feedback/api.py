@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from clawhub.core.api import client_ip, openapi_error
 from clawhub.core.exceptions import NotFound
+from clawhub.core.openapi import NOT_SPACE, NUL
 from clawhub.feedback.completion_ids import completion_id_for
 from clawhub.feedback.models import ExplicitFeedback, JudgeRules
 from clawhub.feedback.selectors import (
@@ -20,7 +21,15 @@ from clawhub.feedback.selectors import (
     judgment_for_turn,
     turn_for_rating,
 )
-from clawhub.feedback.services import COMMENT_MAX, DEMONSTRATION_MAX, feedback_submit, judge_rules_set
+from clawhub.feedback.services import (
+    COMMENT_MAX,
+    DEMONSTRATION_MAX,
+    MAX_HINT_CHARS,
+    MAX_HINT_TEMPLATES,
+    MAX_RULE_NAME_CHARS,
+    feedback_submit,
+    judge_rules_set,
+)
 from clawhub.tenants.access import group_access
 from clawhub.tenants.models import Tenant
 from clawhub.tenants.selectors import tenant_for_user
@@ -33,16 +42,19 @@ from workers.judge.judges import (
 )
 
 # One tenant rule, as workers.judge.judges.compile_rule reads it. Any RE2 pattern is allowed after "re:" (and
-# in {"pattern", "regex": true}); the schema's own patterns admit only the ones that always compile.
+# in {"pattern", "regex": true}); the schema's own patterns admit only the ones that always compile. No text
+# in a rule may hold a NUL (PostgreSQL's JSON cannot store one), and a phrase needs a character that is not
+# whitespace (the judge strips it).
 _PLAIN = r"^[A-Za-z0-9 ]*[A-Za-z0-9][A-Za-z0-9 ]*$"
+_TEXT = {"type": "string", "not": {"pattern": NUL}}
 RULE_SCHEMA = {"anyOf": [
-    {"type": "string", "maxLength": MAX_PATTERN_CHARS, "pattern": r"^(?!re:)[\s\S]*\S",
+    {**_TEXT, "maxLength": MAX_PATTERN_CHARS, "pattern": r"^(?!re:)[\s\S]*" + NOT_SPACE,
      "description": "A phrase: whole words, any whitespace between them, case-insensitive."},
-    {"type": "string", "maxLength": MAX_PATTERN_CHARS + 3, "pattern": "^re:" + _PLAIN[1:],
+    {**_TEXT, "maxLength": MAX_PATTERN_CHARS + 3, "pattern": "^re:" + _PLAIN[1:],
      "description": "re:<pattern>: an RE2 regular expression (no backreferences or lookaround)."},
-    {"type": "object", "required": ["pattern"], "properties": {
-        "name": {"type": "string", "maxLength": 200},
-        "pattern": {"type": "string", "maxLength": MAX_PATTERN_CHARS, "pattern": _PLAIN},
+    {"type": "object", "required": ["pattern"], "additionalProperties": False, "properties": {
+        "name": {**_TEXT, "maxLength": MAX_RULE_NAME_CHARS},
+        "pattern": {**_TEXT, "maxLength": MAX_PATTERN_CHARS, "pattern": _PLAIN},
         "regex": {"type": "boolean", "default": True}}},
 ]}
 RULES_SCHEMA = {"items": RULE_SCHEMA, "maxItems": MAX_TENANT_RULES}
@@ -91,7 +103,12 @@ class JudgeRulesUpdateApi(TenantJudgeRulesApi):
                                                   max_length=200, style={"openapi": RULES_SCHEMA})
         positive_patterns = serializers.ListField(child=serializers.JSONField(), required=False,
                                                   max_length=200, style={"openapi": RULES_SCHEMA})
-        hint_templates = serializers.DictField(child=serializers.CharField(max_length=1000), required=False)
+        hint_templates = serializers.DictField(
+            child=serializers.CharField(max_length=MAX_HINT_CHARS), required=False, style={"openapi": {
+                "maxProperties": MAX_HINT_TEMPLATES,
+                # OpenAPI 3.0 has no propertyNames: the rule on the names is said in words.
+                "description": f"Rule name -> hint. A name has at most {MAX_RULE_NAME_CHARS} characters "
+                               "and no NUL."}})
         extend_defaults = serializers.BooleanField(required=False)
 
         class Meta:

@@ -123,11 +123,27 @@ def _pattern_list(value: Any, field: str) -> list:
         raise ValidationFailed("A list of rules was expected.", field=field)
     _no_nul(value, field)
     for rule in value:
-        name = rule.get("name") if isinstance(rule, dict) else None
-        if isinstance(name, str) and len(name) > MAX_RULE_NAME_CHARS:
-            raise ValidationFailed(f"A rule's name has at most {MAX_RULE_NAME_CHARS} characters.",
-                                   field=field)
+        if isinstance(rule, dict):
+            _rule_object(rule, field)
     return value
+
+
+# A rule written as an object: its fields and their JSON types (the judge would read "regex": 0 as false and
+# a name of 0 as "0", and ignore any other field).
+_RULE_FIELDS = {"name": str, "pattern": str, "regex": bool}
+
+
+def _rule_object(rule: dict, field: str) -> None:
+    unknown = sorted(set(rule) - set(_RULE_FIELDS))
+    if unknown:
+        raise ValidationFailed(f"A rule has only name, pattern and regex, not {', '.join(unknown)}.",
+                               field=field)
+    for name, kind in _RULE_FIELDS.items():
+        if name in rule and not isinstance(rule[name], kind):
+            raise ValidationFailed(f"A rule's {name} must be a {'boolean' if kind is bool else 'text'}.",
+                                   field=field)
+    if len(rule.get("name", "")) > MAX_RULE_NAME_CHARS:
+        raise ValidationFailed(f"A rule's name has at most {MAX_RULE_NAME_CHARS} characters.", field=field)
 
 
 def _hint_templates(value: Any) -> dict[str, str]:
