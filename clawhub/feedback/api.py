@@ -203,7 +203,9 @@ class TurnFeedbackDetailApi(APIView):
 
 class TurnFeedbackRateApi(APIView):
     """Rate a turn: thumb, 1–5 score, comment and/or corrected reply. Rating again updates it (fields left out
-    keep their value, null clears one). Your own turns, and those of tenants you review."""
+    keep their value, null clears one). Your own turns, and those of tenants you review. Rule across fields
+    and the turn's earlier rating: the feedback after the change says something (a thumb, a score, a comment
+    or a corrected reply that is not blank), or the request is refused (400 empty_feedback)."""
 
     InputSerializer = TurnFeedbackInputSerializer
 

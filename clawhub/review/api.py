@@ -8,6 +8,7 @@ from rest_framework.views import APIView
 
 from clawhub.conversations.selectors import turn_request
 from clawhub.core.api import PAGE_PARAMETERS, Pagination, QueryChoiceField, client_ip, openapi_error, page_of
+from clawhub.core.openapi import NOT_SPACE
 from clawhub.review import flags, selectors, services
 from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.tenants.access import (
@@ -221,7 +222,7 @@ class SampleBulkApi(APIView):
             # A rejection needs a reason; an approval may have one.
             openapi = {"anyOf": [
                 {"properties": {"action": {"pattern": "^approve$"}}},
-                {"required": ["reason"], "properties": {"reason": {"pattern": r"\S"}}},
+                {"required": ["reason"], "properties": {"reason": {"pattern": NOT_SPACE}}},
             ]}
 
     @extend_schema(tags=REVIEW_TAGS, request=InputSerializer, responses={

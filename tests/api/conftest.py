@@ -15,6 +15,8 @@ from django.test import Client
 from django.utils import timezone
 
 from clawhub.adapters.models import AdapterVersion
+from clawhub.feedback.models import ExplicitFeedback
+from clawhub.feedback.services import feedback_submit
 from clawhub.groups.models import Role
 from clawhub.groups.services import invitation_create
 from clawhub.keys.models import ApiKey, ApiKeySecret
@@ -119,6 +121,8 @@ def _side(user, groups_owned, groups_admin) -> World:
                                    next_text="That's wrong, redo it."))
     samples = [s for s in samples if s is not None]
     turns = [make_turn(user, key=keys[0]), *(s.turn for s in samples)]
+    # One rated turn, so that reading a turn's feedback has something to find.
+    feedback_submit(actor=user, turn=turns[0], source=ExplicitFeedback.Source.WEB, thumb="up")
     versions = [v for t in tenants for v in _adapter_versions(t)]
     runs = [_run(t, user) for t in tenants]
     invitations = [invitation_create(actor=user, group=g, role=Role.MEMBER) for g in groups]
@@ -129,6 +133,7 @@ def _side(user, groups_owned, groups_admin) -> World:
         "key_id": [k.pk for k in keys],
         "sample_id": [s.pk for s in samples],
         "session_id": sorted({t.session_id for t in turns}),
+        "turn_id": [t.pk for t in turns],
         "version_id": [v.pk for v in versions],
         "run_id": [r.pk for r in runs],
         "invitation_id": [inv.pk for inv, _link in invitations],

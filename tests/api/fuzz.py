@@ -23,8 +23,10 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
+from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    negative_data_rejection,
     positive_data_acceptance,
     response_schema_conformance,
     status_code_conformance,
@@ -32,6 +34,10 @@ from schemathesis.specs.openapi.checks import (
 
 # What every response must satisfy: no 5xx; status, content type and body as the schema documents them.
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+# And by the kind of request: schema-valid ones are not refused as invalid (a schema looser than the server),
+# schema-breaking ones are refused (a server looser than the schema).
+MODE_CHECKS = {GenerationMode.POSITIVE: [positive_data_acceptance],
+               GenerationMode.NEGATIVE: [negative_data_rejection]}
 SEED = 18
 
 
@@ -39,10 +45,14 @@ SEED = 18
 class Report:
     requests: int = 0
     statuses: Counter = field(default_factory=Counter)
+    by_operation: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    # check name -> how many requests failed it
+    counts: Counter = field(default_factory=Counter)
     # check name -> operation label -> first few messages
     failures: dict[str, dict[str, list[str]]] = field(default_factory=lambda: defaultdict(dict))
 
     def add(self, check: str, operation: str, message: str) -> None:
+        self.counts[check] += 1
         found = self.failures[check].setdefault(operation, [])
         message = " ".join(message.split())
         where = re.search(r"Schema at (\S+)", message)
@@ -54,8 +64,21 @@ class Report:
     def operations_failing(self, check: str) -> list[str]:
         return sorted(self.failures.get(check, {}))
 
+    def only_not_found(self) -> list[str]:
+        """Operations that never got past 404: the fuzzer never reached what is behind them."""
+        return sorted(op for op, statuses in self.by_operation.items() if set(statuses) == {404})
+
+    def totals(self) -> dict[str, int]:
+        return {"requests": self.requests,
+                "server errors": sum(n for status, n in self.statuses.items() if status >= 500),
+                "accepted-invalid": self.counts["negative_data_rejection"],
+                "refused-valid": self.counts["positive_data_acceptance"],
+                "operations only ever 404": len(self.only_not_found())}
+
     def summary(self) -> str:
-        lines = [f"{self.requests} generated requests; statuses {dict(sorted(self.statuses.items()))}"]
+        lines = [", ".join(f"{name}: {n}" for name, n in self.totals().items()),
+                 f"{len(self.by_operation)} operations; statuses {dict(sorted(self.statuses.items()))}"]
+        lines.extend(f"  only 404: {op}" for op in self.only_not_found())
         for check, ops in sorted(self.failures.items()):
             lines.append(f"{check}: {len(ops)} operation(s)")
             for op, messages in sorted(ops.items()):
@@ -79,16 +102,15 @@ def in_process():
 
 def load_schema():
     schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", get_wsgi_application())
-    # NUL characters are refused by every text field (stated in the API description) and are not worth a
-    # pattern on each of them.
-    schema.config.generation.update(allow_x00=False)
     return schema
 
 
 def _order(operation) -> tuple:
-    # Reads first, deletions last, so that most operations meet the objects the caller started with.
+    # Reads first, deletions last, so that most operations meet the objects the caller started with; among
+    # deletions the deepest path first (a group's members and invitations before the group).
     method = operation.method.upper()
-    return ({"GET": 0, "POST": 1, "PUT": 1, "PATCH": 1, "DELETE": 2}.get(method, 1), operation.path, method)
+    rank = {"GET": 0, "POST": 1, "PUT": 1, "PATCH": 1, "DELETE": 2}.get(method, 1)
+    return (rank, -operation.path.count("/") if rank == 2 else 0, operation.path, method)
 
 
 def operations(schema) -> list:
@@ -107,9 +129,19 @@ def _usage_range_holds(case) -> bool:
     return since <= until and (until - since).days <= 400
 
 
-# Rules across fields that JSON Schema cannot state; the operation's description states them, and positive
-# cases keep to them.
-CROSS_FIELD_RULES = {"GET /api/usage/": _usage_range_holds}
+def _feedback_says_something(case) -> bool:
+    """A rating's rule across its fields and the turn's earlier rating, stated in its description: the
+    feedback after the change says something. A request that itself says something always keeps to it."""
+    body = case.body if isinstance(case.body, dict) else {}
+    return (body.get("thumb") not in (None, "") or body.get("score") is not None
+            or any(isinstance(body.get(name), str) and body[name].strip()
+                   for name in ("comment", "demonstration")))
+
+
+# Rules across fields (or state) that JSON Schema cannot state; the operation's description states them, and
+# positive cases keep to them.
+CROSS_FIELD_RULES = {"GET /api/usage/": _usage_range_holds,
+                     "POST /api/turns/{turn_id}/feedback/": _feedback_says_something}
 
 
 def _strategy(operation, mode: GenerationMode, ids: dict[str, list], *, only_own: bool = False):
@@ -153,7 +185,7 @@ def fuzz(schema, *, credential, ids: dict[str, list], examples: int, report: Rep
 
 
 def _fuzz_one(operation, mode, *, credential, ids, examples, report, only_own=False, refused=False):
-    checks = CHECKS + ([positive_data_acceptance] if mode is GenerationMode.POSITIVE and not refused else [])
+    checks = CHECKS + ([] if refused else MODE_CHECKS[mode])
 
     @seed(SEED)
     @settings(max_examples=examples, database=None, deadline=None, derandomize=False,
@@ -162,10 +194,11 @@ def _fuzz_one(operation, mode, *, credential, ids, examples, report, only_own=Fa
     @given(case=_strategy(operation, mode, ids, only_own=only_own))
     def run(case):
         headers = credential.header() if credential is not None else {}
-        cookies = credential.cookies() if credential is not None else {}
+        cookies = _cookies(case, credential)
         response = case.call(headers=headers, cookies=cookies)
         report.requests += 1
         report.statuses[response.status_code] += 1
+        report.by_operation[operation.label][response.status_code] += 1
         if refused and response.status_code not in (403, 404):
             report.add("another_users_ids_refused", operation.label,
                        f"{response.status_code} {case.method} {case.formatted_path} -> {response.text[:300]} "
@@ -186,12 +219,21 @@ def _fuzz_one(operation, mode, *, credential, ids, examples, report, only_own=Fa
         pass
 
 
+def _cookies(case, credential) -> dict[str, str]:
+    cookies = credential.cookies() if credential is not None else {}
+    if case.meta is not None and case.meta.is_negative_at(ParameterLocation.COOKIE):
+        # The case leaves out a cookie the operation requires (the session): the credential's would put it
+        # back and make the request valid.
+        return {name: value for name, value in cookies.items() if name in (case.cookies or {})}
+    return cookies
+
+
 def _check_name(failure, title: str) -> str:
     names = {
         "ServerError": "not_a_server_error", "UndefinedStatusCode": "status_code_conformance",
         "UndefinedContentType": "content_type_conformance", "MalformedMediaType": "content_type_conformance",
         "JsonSchemaError": "response_schema_conformance", "MalformedJson": "response_schema_conformance",
-        "RejectedPositiveData": "positive_data_acceptance",
+        "RejectedPositiveData": "positive_data_acceptance", "AcceptedNegativeData": "negative_data_rejection",
     }
     return names.get(type(failure).__name__, type(failure).__name__)
 
