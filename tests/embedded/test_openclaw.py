@@ -178,17 +178,19 @@ def _drive(setup: str, stack, claw: OpenClaw, out: Path, home: Path) -> Driven:
                   out=out)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def driven(_shared_stack, openclaw, tmp_path_factory) -> dict[str, Driven | BaseException]:
     """Both setups at once: the CLI spends most of its time in single-threaded Node, so two of them share
-    two cores far better than they take turns (and vLLM's prefix cache serves the second system prompt)."""
+    two cores far better than they take turns (and vLLM's prefix cache serves the second system prompt).
+    Once per session: a module-scoped fixture was set up again for the second parameter in a full run (the
+    first one's output folder then still existed: FileExistsError), which would drive OpenClaw twice."""
     from django.conf import settings
 
     outs, homes = {}, {}
     for setup in SETUPS:
         outs[setup] = settings.TEST_OUTPUT_DIR / f"test_real_openclaw_through_what_the_key_shows[{setup}]"
         shutil.rmtree(outs[setup], ignore_errors=True)
-        outs[setup].mkdir(parents=True)
+        outs[setup].mkdir(parents=True, exist_ok=True)
         homes[setup] = tmp_path_factory.mktemp(f"openclaw-{setup}")  # its state holds the key: no artifact
     with ThreadPoolExecutor(len(SETUPS)) as pool:
         futures = {setup: pool.submit(_drive, setup, _shared_stack.stack, openclaw, outs[setup], homes[setup])
