@@ -51,7 +51,13 @@ def test_from_sign_up_to_a_better_model(site, laptop_page, output_dir, monkeypat
     page.click("#create-key")
     secret = page.inner_text("#key-secret").strip()
     page.click("#test-request")
-    expect(page.locator("#test-answer-text")).to_be_visible(timeout=WAIT_MS)
+    answered = page.locator("#test-answer-text")
+    answered.or_(page.locator("#test-answer", has_text="Try again")).first.wait_for(timeout=WAIT_MS)
+    if not answered.is_visible():
+        # A new key's first lookup may outlast the gateway's database timeout on a loaded machine (the full
+        # run at 5d77850: "cannot check this key right now ... Try again shortly"): a user clicks again.
+        page.click("#test-request")
+    expect(answered).to_be_visible(timeout=WAIT_MS)
     shot(page, output_dir, "1-onboarding")
 
     # The agent chats through the SDK; its second request is the first turn's next state.
