@@ -22,14 +22,14 @@ import orjson
 
 from clawhub.gateway import tool_calls
 from clawhub.gateway.errors import GatewayError, bad_request
+from clawhub.gateway.translated import pass_through
+from clawhub.gateway.translated import refuse as _refuse
 
 PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 # Claude Code puts an attribution line with a per-request hash first in its system prompt: left in, it would
 # make every request's prompt differ (no prefix caching, no continuation hash matching the previous turn).
 _BILLING_HEADER = "x-anthropic-billing-header"
-# ClawHub's own identity fields, read by the chat path's identity extraction wherever the client puts them.
-_IDENTITY_FIELDS = ("session_id", "turn_type", "session_done")
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
@@ -47,10 +47,6 @@ def error_body(err: GatewayError) -> bytes:
 
 
 # --- request ------------------------------------------------------------------------------------------------
-def _refuse(message: str, param: str) -> GatewayError:
-    return bad_request(message, param=param)
-
-
 def _text_of(blocks, param: str) -> str:
     """The text of a system prompt or tool result given as a string or a list of text blocks."""
     if isinstance(blocks, str):
@@ -268,15 +264,7 @@ def to_chat(body, *, count_only: bool = False) -> dict:
             raise _refuse("'stop_sequences' must be a list of strings.", "stop_sequences")
         if stops:
             chat["stop"] = stops
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _refuse("'stream' must be a boolean.", "stream")
-    if stream:
-        chat["stream"] = True
-    for name in _IDENTITY_FIELDS:
-        if name in body:
-            chat[name] = body[name]
-    return chat
+    return pass_through(body, chat)
 
 
 def client_session_id(headers: dict[bytes, bytes], body: dict) -> str | None:

@@ -23,20 +23,16 @@ import time
 import orjson
 
 from clawhub.gateway.errors import GatewayError, bad_request
+from clawhub.gateway.translated import pass_through
+from clawhub.gateway.translated import refuse as _refuse
 
 PATH = "/v1/responses"
-# ClawHub's own identity fields, read by the chat path's identity extraction wherever the client puts them.
-_IDENTITY_FIELDS = ("session_id", "turn_type", "session_done")
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _TEXT_PARTS = ("input_text", "output_text", "text")
 # Items a client may send back that carry nothing the model reads (reasoning we never produce).
 _SKIPPED_ITEMS = ("reasoning",)
 # Codex CLI's conversation id, in the headers it has sent it under.
 _SESSION_HEADERS = (b"session_id", b"session-id", b"conversation_id", b"conversation-id")
-
-
-def _refuse(message: str, param: str) -> GatewayError:
-    return bad_request(message, param=param)
 
 
 # --- request ------------------------------------------------------------------------------------------------
@@ -196,15 +192,7 @@ def to_chat(body) -> dict:
         raise _refuse("'max_output_tokens' must be positive.", "max_output_tokens")
     _number(body, "temperature", chat)
     _number(body, "top_p", chat)
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _refuse("'stream' must be a boolean.", "stream")
-    if stream:
-        chat["stream"] = True
-    for name in _IDENTITY_FIELDS:
-        if name in body:
-            chat[name] = body[name]
-    return chat
+    return pass_through(body, chat)
 
 
 def client_session_id(headers: dict[bytes, bytes], body: dict) -> str | None:
