@@ -46,6 +46,25 @@ def reasoning_argv(spec: base_models.BaseModelSpec) -> list[str]:
     return ["--reasoning-parser", "qwen3", "--default-chat-template-kwargs", '{"enable_thinking": false}']
 
 
+def max_model_len(model: str, extra=()) -> int:
+    """The context a vLLM started by ``serve_argv(model=model, extra=extra)`` serves: the last
+    ``--max-model-len`` in ``extra`` (vLLM's command line lets the last one win), else the description's.
+    A value other than a positive number of tokens (vLLM's ``-1``, "auto", "16k") is not second-guessed:
+    the description's stands, and CLAWHUB_MODEL_CONTEXT_WINDOW says otherwise where it must."""
+    found = base_models.describe(model).max_model_len
+    args = list(extra)
+    for index, arg in enumerate(args):
+        if arg == "--max-model-len" and index + 1 < len(args):
+            value = args[index + 1]
+        elif arg.startswith("--max-model-len="):
+            value = arg.partition("=")[2]
+        else:
+            continue
+        if value.isdigit() and int(value) > 0:
+            found = int(value)
+    return found
+
+
 def serve_argv(*, root: Path, model: str, port: int, served_name: str | None = None, extra=()) -> list[str]:
     """`vllm serve` for the model in folder ``model`` as its description (workers/base_models.py) says:
     runtime LoRA, tool calls, reasoning where the model has the tags, its context length and temperature.

@@ -1,17 +1,19 @@
 """The served model's limits as clients are told them: the ``contextWindow`` and ``maxTokens`` of the client
-configs on the key pages, from the ``max_model_len`` the upstreams' ``/v1/models`` report (the settings
-CLAWHUB_MODEL_CONTEXT_WINDOW / CLAWHUB_MODEL_MAX_TOKENS override either). The gateway's pool reads
-``max_model_len`` from the same answer (``max_model_len_of``) to clamp requests (clawhub/gateway/limits.py).
+configs on the key pages, from the base model's description (workers/base_models.py), the one that gives vLLM
+its ``--max-model-len`` (workers/vllm_cpu.py); the settings CLAWHUB_MODEL_CONTEXT_WINDOW /
+CLAWHUB_MODEL_MAX_TOKENS override either. Worked out in process: rendering a key page asks no server
+anything, so it never waits on an upstream or trusts whatever listens on its port. The gateway's pool reads
+``max_model_len`` from the upstreams' ``/v1/models`` (``max_model_len_of``) to clamp requests
+(clawhub/gateway/limits.py), so a remote upstream started with a shorter context than its description is
+clamped there; CLAWHUB_MODEL_CONTEXT_WINDOW tells clients.
 """
 
 from __future__ import annotations
 
-import logging
+import shlex
 from dataclasses import dataclass
 
-import httpx
-
-logger = logging.getLogger("clawhub.gateway")  # where its warning has always been logged
+from workers import vllm_cpu
 
 
 def max_model_len_of(models: list, base_model: str) -> int | None:
@@ -28,20 +30,11 @@ def max_model_len_of(models: list, base_model: str) -> int | None:
     return found
 
 
-# Used when no upstream answered yet and none ever did: what a mid-sized served model offers.
-FALLBACK_CONTEXT_WINDOW = 32768
-SERVED_CACHE_KEY = "clawhub:served-max-model-len"
-SERVED_FRESH_SECONDS = 60  # a restarted vLLM with another --max-model-len shows within a minute
-SERVED_RETRY_SECONDS = 5  # after no upstream answered
-SERVED_KEPT_SECONDS = 30 * 24 * 3600  # the last value seen, for while every upstream is down
-SERVED_TIMEOUT_SECONDS = 2.0
-
-
 @dataclass(frozen=True, slots=True)
 class ModelLimits:
     context_window: int
     max_tokens: int
-    source: str  # "served" (vLLM's max_model_len), "last-served", "settings" or "fallback"
+    source: str  # "settings" (CLAWHUB_MODEL_CONTEXT_WINDOW) or "model" (the base model's description)
 
 
 def max_tokens_for(context_window: int) -> int:
@@ -53,46 +46,24 @@ def max_tokens_for(context_window: int) -> int:
     return max(1, min(8192, max(256, context_window // 4), context_window // 2))
 
 
-def served_max_model_len(upstreams: list[dict]) -> int | None:
-    """The smallest ``max_model_len`` the upstreams' ``/v1/models`` report (a client config must fit any
-    replica it is routed to); None if none answered with one."""
-    found = []
-    for upstream in upstreams:
-        headers = {"authorization": f"Bearer {upstream['api_key']}"} if upstream.get("api_key") else {}
-        try:
-            response = httpx.get(f"{upstream['url'].rstrip('/')}/v1/models", headers=headers,
-                                 timeout=SERVED_TIMEOUT_SECONDS)
-            models = response.json().get("data") if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
-            models = None
-        value = max_model_len_of(models, upstream.get("base_model") or "") if isinstance(models, list) \
-            else None
-        if value is not None:
-            found.append(value)
-    return min(found) if found else None
+def described_context_window() -> int:
+    """The context the base model is served with: what ``manage.py serve`` gives the vLLM it starts
+    (CLAWHUB_VLLM_ARGS included), or for upstreams elsewhere (CLAWHUB_UPSTREAMS) the description of
+    CLAWHUB_BASE_MODEL, the folder they serve."""
+    from django.conf import settings
+
+    extra = shlex.split(settings.CLAWHUB_VLLM_ARGS) if settings.CLAWHUB_START_VLLM else ()
+    return vllm_cpu.max_model_len(settings.CLAWHUB_BASE_MODEL, extra)
 
 
 def served_limits() -> ModelLimits:
-    """contextWindow and maxTokens for client configs: the served model's, cached; the settings
+    """contextWindow and maxTokens for client configs: the served model's; the settings
     CLAWHUB_MODEL_CONTEXT_WINDOW / CLAWHUB_MODEL_MAX_TOKENS override either. Web process only (Django)."""
     from django.conf import settings
-    from django.core.cache import cache
 
     context, source = settings.MODEL_CONTEXT_WINDOW, "settings"
     if context is None:
-        context = cache.get(SERVED_CACHE_KEY)  # 0: no upstream answered a moment ago; do not wait again
-        if context is None:
-            context = served_max_model_len(list(settings.CLAWHUB_UPSTREAMS)) or 0
-            cache.set(SERVED_CACHE_KEY, context, SERVED_FRESH_SECONDS if context else SERVED_RETRY_SECONDS)
-            if context:
-                cache.set(f"{SERVED_CACHE_KEY}:last", context, SERVED_KEPT_SECONDS)
-        source = "served"
-        if not context:
-            context, source = cache.get(f"{SERVED_CACHE_KEY}:last"), "last-served"
-        if context is None:
-            logger.warning("no upstream reported max_model_len; advertising %d tokens of context",
-                           FALLBACK_CONTEXT_WINDOW)
-            context, source = FALLBACK_CONTEXT_WINDOW, "fallback"
+        context, source = described_context_window(), "model"
     max_tokens = settings.MODEL_MAX_TOKENS
     if max_tokens is None:
         max_tokens = max_tokens_for(context)

@@ -1,5 +1,6 @@
 import json
 import shlex
+import socket
 
 import pytest
 
@@ -10,6 +11,7 @@ from clawhub.keys.openclaw import (
     openclaw_provider_config,
 )
 from tests.factories import make_group, make_key, make_user
+from workers.base_models import TINY, TINY_MODEL_DIR
 
 pytestmark = pytest.mark.django_db
 
@@ -105,46 +107,61 @@ def test_onboard_command_quotes_hostile_values(settings):
 
 
 @pytest.fixture
-def served(settings, monkeypatch):
-    """Limits from the served model: no overrides, and an upstream whose /v1/models says ``max_model_len``."""
-    from django.core.cache import cache
-
-    from clawhub.core import model_limits as limits
-
+def listener(settings):
+    """No overrides, and an upstream at a socket that listens but never answers: the limits must come from the
+    model description, without connecting to it."""
     settings.MODEL_CONTEXT_WINDOW = settings.MODEL_MAX_TOKENS = None
-    settings.CLAWHUB_UPSTREAMS = [{"url": "http://vllm.invalid:8000", "base_model": "tiny"}]
-    cache.delete_many([limits.SERVED_CACHE_KEY, f"{limits.SERVED_CACHE_KEY}:last"])
-    calls = []
-
-    def answer(upstreams):
-        calls.append(upstreams)
-        return answer.value
-
-    answer.value = 2048
-    monkeypatch.setattr(limits, "served_max_model_len", answer)
-    yield answer, calls
-    cache.delete_many([limits.SERVED_CACHE_KEY, f"{limits.SERVED_CACHE_KEY}:last"])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        sock.setblocking(False)
+        port = sock.getsockname()[1]
+        settings.CLAWHUB_UPSTREAMS = [{"url": f"http://127.0.0.1:{port}", "base_model": "tiny"}]
+        yield sock
 
 
-def test_limits_come_from_the_served_model_and_are_cached(served):
-    answer, calls = served
+def _connected(sock: socket.socket) -> bool:
+    try:
+        sock.accept()[0].close()
+    except BlockingIOError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("start_vllm", "vllm_args", "expected"), [
+    (False, "", (TINY.max_model_len, 8192)),  # upstreams elsewhere serve the description's context
+    (True, "--max-model-len 4096", (4096, 1024)),  # the vLLM serve starts: its command line's last word
+    (True, "--max-model-len=2048 --dtype float32", (2048, 512)),
+    (False, "--max-model-len 4096", (TINY.max_model_len, 8192)),  # given to no vLLM: not the served context
+])
+def test_limits_come_from_the_model_description_without_asking_a_server(listener, settings, start_vllm,
+                                                                         vllm_args, expected):
+    settings.CLAWHUB_BASE_MODEL = str(TINY_MODEL_DIR)
+    settings.CLAWHUB_START_VLLM, settings.CLAWHUB_VLLM_ARGS = start_vllm, vllm_args
     key, secret = make_key(make_user())
     first = provider(openclaw_provider_config(key=key, secret=secret))["models"][0]
-    assert (first["contextWindow"], first["maxTokens"]) == (2048, 512)  # a quarter of the context
+    assert (first["contextWindow"], first["maxTokens"]) == expected
     lines = openclaw_onboard_command(key=key, secret=secret).splitlines()
-    assert lines[1].endswith(" 2048") and lines[2].endswith(" 512")
-    assert len(calls) == 1  # cached: one look at /v1/models for both renderings
-    answer.value = None  # every upstream down: the last value seen is still the truth
-    from django.core.cache import cache
-
-    from clawhub.core import model_limits as limits
-
-    cache.delete(limits.SERVED_CACHE_KEY)
-    assert limits.served_limits() == limits.ModelLimits(2048, 512, "last-served")
+    assert lines[1].endswith(f" {expected[0]}") and lines[2].endswith(f" {expected[1]}")
+    assert not _connected(listener)
 
 
-def test_a_setting_overrides_the_served_value(served, settings):
+def test_the_key_page_and_onboarding_connect_to_no_upstream(listener, client):
+    user = make_user()
+    key, _ = make_key(user)
+    client.force_login(user)
+    assert client.get(f"/keys/{key.pk}/").status_code == 200
+    created = client.post("/onboarding/")
+    assert created.status_code == 302
+    page = client.get(created["Location"])
+    assert page.status_code == 200 and b"contextWindow" in page.content
+    assert not _connected(listener)
+
+
+def test_a_setting_overrides_the_model_description(settings):
+    settings.CLAWHUB_START_VLLM, settings.CLAWHUB_VLLM_ARGS = True, "--max-model-len 2048"
     settings.MODEL_CONTEXT_WINDOW = 65536
+    settings.MODEL_MAX_TOKENS = None
     key, _ = make_key(make_user())
     first = provider(openclaw_provider_config(key=key))["models"][0]
     assert (first["contextWindow"], first["maxTokens"]) == (65536, 8192)
