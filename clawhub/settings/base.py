@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Redoc's script as a static file: /api/docs/ needs no CDN
     "clawhub.core",
     "clawhub.accounts",
     "clawhub.tenants",
@@ -217,6 +218,8 @@ SPECTACULAR_SETTINGS = {
                    "{\"error\": {\"code\", \"message\", \"data\"}}; text fields refuse NUL characters.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/docs/ loads Redoc from our static files (templates/drf_spectacular/redoc.html drops its web fonts).
+    "REDOC_DIST": "SIDECAR",
     # A PATCH body is described by its serializer as it validates it: fields it requires stay required.
     "COMPONENT_SPLIT_PATCH": False,
     "POSTPROCESSING_HOOKS": [
