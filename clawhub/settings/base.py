@@ -156,8 +156,9 @@ KEY_DEFAULT_TPM_LIMIT = env.int("CLAWHUB_KEY_DEFAULT_TPM_LIMIT", default=0) or N
 KEY_DEFAULT_CONCURRENCY_LIMIT = env.int("CLAWHUB_KEY_DEFAULT_CONCURRENCY_LIMIT", default=8) or None
 INVITATION_TTL = timedelta(seconds=env.int("CLAWHUB_INVITATION_TTL_SECONDS", default=7 * 24 * 3600))
 
-# Models offered to clients. The OpenClaw config shows the context vLLM is given (the base model's description,
-# or --max-model-len in CLAWHUB_VLLM_ARGS) and an output limit derived from it (clawhub/core/model_limits.py); these override either when set.
+# Models offered to clients. The OpenClaw config shows the context vLLM is given (the base model's
+# description, or --max-model-len in CLAWHUB_VLLM_ARGS) and an output limit derived from it
+# (clawhub/core/model_limits.py); these override either when set.
 MODEL_CONTEXT_WINDOW = env.int("CLAWHUB_MODEL_CONTEXT_WINDOW", default=None)
 MODEL_MAX_TOKENS = env.int("CLAWHUB_MODEL_MAX_TOKENS", default=None)
 MODEL_REASONING = env.bool("CLAWHUB_MODEL_REASONING", default=False)
