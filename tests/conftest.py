@@ -4,6 +4,7 @@ import random
 import re
 
 import pytest
+from _pytest.nodeid import NodeId
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
@@ -102,6 +103,17 @@ def pytest_collection_modifyitems(config, items):
     chains = [item for item in items if groups.get(item.nodeid) in rank]
     chains.sort(key=lambda item: (rank[groups[item.nodeid]], collected[item.nodeid]))
     items[:] = chains + [item for item in items if groups.get(item.nodeid) not in rank]
+    if config.getoption("loadgroup", False):  # an xdist worker of --dist loadgroup
+        for item in items:
+            if item.nodeid in groups:
+                _name_group(item, groups[item.nodeid])
+
+
+def _name_group(item, group: str) -> None:
+    """Gives ``item`` the "@group" suffix that --dist loadgroup schedules by. pytest-xdist 3.8's own hook
+    sets a node id attribute pytest 9.2 no longer reads, so without this every group was spread over both
+    workers (each started its own shared stack and vLLM servers, and ran OpenClaw twice)."""
+    item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 def _listed_slow(nodeid: str) -> bool:
