@@ -39,6 +39,8 @@ class TurnOutputSerializer(serializers.Serializer):
     turn_type = serializers.CharField()
     request_id = serializers.CharField()
     route = serializers.CharField()
+    api = serializers.ChoiceField(choices=Turn.Api.choices,
+                                  help_text="The API the client spoke (messages, responses: served as chat).")
     model = serializers.CharField()
     # Which of the tenant's adapter versions answered ("t<tenant>-v<version>", or the base model).
     upstream_model = serializers.CharField()

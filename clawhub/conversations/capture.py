@@ -869,6 +869,7 @@ def _turn(it: _Item, *, index: int) -> Turn:
         turn_type=it.turn_type,
         request_id=r.request_id,
         route=r.route,
+        api=r.api or r.route,
         model=r.model,
         upstream_model=r.upstream_model or "",
         adapter_version_id=r.adapter_version_id,

@@ -72,6 +72,15 @@ class Turn(models.Model):
         REGENERATE = "regenerate"  # repeats the prompt of ``regenerate_of`` (a retry): a sibling
         FORK = "fork"  # extends the parent after another turn already did: a branch
 
+    class Api(models.TextChoices):
+        """The API the client spoke. Messages and Responses requests are served through the chat route (their
+        ``route`` is chat: the request is stored as the chat request it was translated to)."""
+
+        CHAT = "chat", "Chat Completions"
+        COMPLETIONS = "completions", "Completions"
+        MESSAGES = "messages", "Anthropic Messages"
+        RESPONSES = "responses", "OpenAI Responses"
+
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="turns")
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="turns")
     key = models.ForeignKey("keys.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
@@ -80,6 +89,7 @@ class Turn(models.Model):
     turn_type = models.CharField(max_length=4, choices=Type.choices)
     request_id = models.CharField(max_length=100, unique=True)
     route = models.CharField(max_length=16)
+    api = models.CharField(max_length=16, choices=Api.choices, default=Api.CHAT)
     model = models.CharField(max_length=100, help_text="The client-facing model id.")
     upstream_model = models.CharField(max_length=200, blank=True)
     adapter_version = models.ForeignKey(

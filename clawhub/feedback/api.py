@@ -160,7 +160,7 @@ class ExplicitFeedbackOutputSerializer(serializers.Serializer):
     sample = serializers.SerializerMethodField()
 
     def get_completion_id(self, feedback) -> str:
-        return completion_id_for(request_id=feedback.turn.request_id, route=feedback.turn.route)
+        return completion_id_for(request_id=feedback.turn.request_id, route=feedback.turn.api)
 
     @extend_schema_field(JudgeVerdictSerializer(allow_null=True))
     def get_judge(self, feedback) -> dict | None:

@@ -335,16 +335,31 @@ class Gateway:
 
     async def _count_tokens(self, headers: dict[bytes, bytes], receive, send, served: Served) -> None:
         """POST /v1/messages/count_tokens: the prompt a Messages request would send, rendered by vLLM's
-        /tokenize exactly as the chat route renders it. Nothing is sampled, so no quota is taken."""
-        _, _, entry = await self._authenticate(headers)
+        /tokenize exactly as the chat route renders it. Nothing is sampled, but rendering a long prompt costs
+        the upstream CPU: it is admitted like any request (the key's and group's requests per minute and
+        concurrency; no tokens reserved or counted) and refused with a 429 past them."""
+        secret, digest, entry = await self._authenticate(headers, check_generation=False)
         raw = await read_body(receive, headers, self.config.max_body_bytes)
         chat = messages.to_chat(parse_json(raw), count_only=True)
         served.model = chat["model"]
         check_model(entry.info, chat["model"])
+        request_id = f"{self._id_prefix}{next(self._ids):x}"
+        info = await self._admit(secret, digest, entry, request_id, chat["model"], reserve=0, adapter=None)
+        try:
+            count = await self._tokenize(chat, info.tenant_id, served)
+        finally:
+            try:
+                await self.limiter.release(info, request_id, 0)
+            except Exception:
+                logger.exception("quota release failed")
+        await send_json(send, 200, orjson.dumps({"input_tokens": count}))
+
+    async def _tokenize(self, chat: dict, tenant_id: int, served: Served) -> int:
+        """The number of tokens the chat request ``chat`` renders to, from the first upstream that answers."""
         body = {"messages": chat["messages"], "add_generation_prompt": True}
         if "tools" in chat:
             body["tools"] = chat["tools"]
-        for up in self.pool.candidates(None, entry.info.tenant_id):
+        for up in self.pool.candidates(None, tenant_id):
             body["model"] = up.base_model  # the adapter shares the base model's tokenizer
             try:
                 response = await self.client.post(up.url + "/tokenize", content=orjson.dumps(body),
@@ -360,11 +375,9 @@ class Gateway:
                 raise normalise_upstream_error(response.status_code, response.content,
                                                client_model=served.model)
             try:
-                count = orjson.loads(response.content)["count"]
+                return orjson.loads(response.content)["count"]
             except (orjson.JSONDecodeError, KeyError, TypeError):
                 raise upstream_refused("The model server sent a malformed response.") from None
-            await send_json(send, 200, orjson.dumps({"input_tokens": count}))
-            return
         UPSTREAM_ERRORS.labels(kind="no_upstream").inc()
         raise no_upstream()
 
@@ -430,7 +443,7 @@ class Gateway:
             adapter_version_id=adapter.id if adapter else None, upstream="", status="failed", http_status=200,
             started_at=started_wall, latency_ms=0.0, stream=body.get("stream") is True,
             session_id=identity.session_id, turn_type=identity.turn_type, session_done=identity.session_done,
-            request=body, trace_id=trace_id,
+            request=body, trace_id=trace_id, api="" if api == "openai" else api,
         )
         served.recorded = True
         # Everything after admission runs under the finally below, which frees what admission took (the key's,

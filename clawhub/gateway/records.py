@@ -11,7 +11,7 @@ from typing import Any
 @dataclass
 class TurnRecord:
     request_id: str
-    route: str  # "chat" | "completions"
+    route: str  # "chat" | "completions": what was served upstream, and the shape of ``request``
     key_id: int
     user_id: int
     tenant_id: int
@@ -51,3 +51,6 @@ class TurnRecord:
     # The output cap that really applied when it was below the client's max_tokens / max_completion_tokens
     # (clamped to the model's context by the gateway, or by vLLM to what is left after the prompt).
     clamped_max_tokens: int | None = None
+    # The API the client spoke when it is not the route's own: "messages" | "responses" (served as chat).
+    # "" for chat and completions, and in records handed off before the field existed.
+    api: str = ""

@@ -61,17 +61,18 @@ class RequestMeters:
 
     def observe(self, record: TurnRecord) -> None:
         model = metrics.model_label(record.model)
-        key = (record.route, model, record.http_status)
+        route = record.api or record.route  # the API the client spoke, as a refused request is counted
+        key = (route, model, record.http_status)
         counter = self._requests.get(key)
         if counter is None:
             counter = self._requests[key] = metrics.GATEWAY_REQUESTS.labels(
-                route=record.route, model=model, status=str(record.http_status))
+                route=route, model=model, status=str(record.http_status))
         counter.inc()
-        timing = self._timings.get((record.route, model))
+        timing = self._timings.get((route, model))
         if timing is None:
-            timing = self._timings[(record.route, model)] = (
-                metrics.GATEWAY_REQUEST_DURATION.labels(route=record.route, model=model),
-                metrics.GATEWAY_TIME_TO_FIRST_TOKEN.labels(route=record.route, model=model))
+            timing = self._timings[(route, model)] = (
+                metrics.GATEWAY_REQUEST_DURATION.labels(route=route, model=model),
+                metrics.GATEWAY_TIME_TO_FIRST_TOKEN.labels(route=route, model=model))
         timing[0].observe(record.latency_ms / 1000)
         if record.stream and record.ttft_ms is not None:
             timing[1].observe(record.ttft_ms / 1000)

@@ -18,6 +18,7 @@ def test_turns_show_ending_link_and_training_source(key):
     regen = make_record(key, [user("name a colour")], reply="Red.")  # served without ids (another backend)
     cut = make_record(key, [user("name a colour"), assistant("Red."), user("a long story")], reply="Once")
     cut.choices[0]["finish_reason"] = "length"
+    cut.api = "messages"  # Claude Code's request, served as this chat turn
     capture_store([first, regen, cut])
     browser = Client()
     browser.force_login(key.owner)
@@ -33,6 +34,8 @@ def test_turns_show_ending_link_and_training_source(key):
     assert "training sample: re-rendered (served without prompt token ids)" in article[regen.request_id]
     assert "ended: length" in article[cut.request_id] and "cut: not judged" in article[cut.request_id]
     assert "next state of" in article[cut.request_id]
+    assert "via Anthropic Messages" in article[cut.request_id]
+    assert "via Chat Completions" in article[first.request_id]
 
     for turn in turns.values():
         approved_sample(turn)

@@ -196,3 +196,12 @@ def test_training_switched_off_records_feedback_but_makes_no_sample(me, api_as):
     make_judgment(turn, reward=1)
     assert rate(api_as, me, turn.pk, thumb="down").status_code == 201
     assert not Sample.objects.filter(turn=turn).exists()
+
+
+def test_the_completion_id_is_the_one_the_client_was_served(me, judged, api_as):
+    from clawhub.conversations.models import Turn
+
+    # Claude Code's turn: served as chat, answered with a Messages id, which /v1/feedback takes back.
+    Turn.objects.filter(pk=judged.turn_id).update(api="messages")
+    body = rate(api_as, me, judged.turn_id, thumb="up").json()
+    assert body["completion_id"] == f"msg_{judged.turn.request_id}"

@@ -92,6 +92,7 @@ def test_a_tool_round_is_captured_and_the_next_request_links_to_the_turn(gateway
     capture_store(gateway.spy.wait_for(2))
     turns = list(Turn.objects.filter(user=user).order_by("created_at"))
     assert len(turns) == 2 and turns[0].session_id == turns[1].session_id
+    assert [(t.route, t.api) for t in turns] == [("chat", "messages")] * 2
     assert turns[1].parent_id == turns[0].pk and turns[1].link == "next"
     assert turns[0].next_state == [{"role": "tool", "tool_call_id": call.id,
                                     "content": "vLLM serves LoRA adapters."}]
@@ -160,3 +161,16 @@ def test_one_keys_quota_and_output_clamp_hold_across_the_three_apis(gateway, fak
     assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
     with pytest.raises(openai.RateLimitError):
         openai_client.responses.create(model="clawhub-personal", input="x", store=False)
+
+
+def test_count_tokens_takes_a_request_from_the_keys_rate_and_gives_its_slot_back(gateway, fake):
+    # Rendering a long prompt costs the upstream CPU: a key cannot ask for it without limit.
+    _, limited = make_key(make_user(), rpm_limit=3, concurrency_limit=1)
+    anthropic_client = client(gateway, limited)
+    body = {"model": "clawhub-personal", "messages": [{"role": "user", "content": "hi there"}]}
+    # One at a time, each frees its concurrency slot: the next one is admitted.
+    assert [anthropic_client.messages.count_tokens(**body).input_tokens for _ in range(3)] == [2, 2, 2]
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        anthropic_client.messages.count_tokens(**body)
+    assert refused.value.body["error"]["type"] == "rate_limit_error"
+    assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60

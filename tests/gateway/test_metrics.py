@@ -77,6 +77,13 @@ def test_a_served_request_counts_requests_duration_and_tokens(gateway):
     wait_until(lambda: streamed() == 1)
     assert stream_ttft() == 1
 
+    # A Messages request is served as chat and counted under the API the client spoke, as its refusals are.
+    messages, as_chat = requests_delta(route="messages"), requests_delta()
+    assert httpx.post(f"{gateway.v1}/messages", headers={"x-api-key": secret}, timeout=30, json={
+        "model": "clawhub-personal", "max_tokens": 4, "messages": MSGS}).status_code == 200
+    wait_until(lambda: messages() == 1)
+    assert as_chat() == 0
+
 
 def test_refusals_before_a_turn_exists_are_counted_too(gateway):
     secret = personal_key()

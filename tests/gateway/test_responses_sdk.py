@@ -81,6 +81,7 @@ def test_a_tool_round_is_captured_and_the_next_request_links_to_the_turn(gateway
     capture_store(gateway.spy.wait_for(2))
     turns = list(Turn.objects.filter(user=user).order_by("created_at"))
     assert len(turns) == 2 and turns[1].parent_id == turns[0].pk and turns[1].link == "next"
+    assert [(t.route, t.api) for t in turns] == [("chat", "responses")] * 2
     assert turns[0].next_state == [
         {"role": "tool", "tool_call_id": call.call_id, "content": "vLLM serves LoRA."}]
 
