@@ -142,3 +142,26 @@ def usage_totals(
         **{name: Sum(name) for name in SUMMED}
     )
     return _finish(totals)
+
+
+def usage_of_keys(*, user: User, key_ids: list[int], since: date, until: date) -> dict[int, dict]:
+    """Each of the user's keys' sums over the range (only keys that made a request are in it): the key list's
+    columns. A key's rows all carry its owner, so the owner's scope finds them."""
+    rows = usage_summary(scope=usage_scope(actor=user), since=since, until=until, by="key")
+    wanted = set(key_ids)
+    return {row["key_id"]: row for row in rows if row["key_id"] in wanted}
+
+
+def usage_of_key(*, user: User, key_id: int, since: date, until: date) -> dict:
+    """One key's usage as the key page shows it: its totals over the range and since it was made, by day
+    and by model over the range."""
+    scope = usage_scope(actor=user)
+    dates = {"since": since, "until": until, "key_id": key_id}
+    return {
+        "since": since,
+        "until": until,
+        "totals": usage_totals(scope=scope, **dates),
+        "all_time": usage_totals(scope=scope, since=date.min, until=until, key_id=key_id),
+        "by_day": usage_summary(scope=scope, by="day", **dates),
+        "by_model": usage_summary(scope=scope, by="model", **dates),
+    }

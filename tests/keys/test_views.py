@@ -251,3 +251,43 @@ def test_revoke_and_rotate_ask_for_a_confirmation_first(web_client, settings):
     assert key_resolve(secret=secret).key == key
     browser_post(web_client, f"/keys/{key.pk}/revoke/", {"confirm": "yes"})
     assert key_resolve(secret=secret) is None
+
+
+def _usage(key, model, day, *, requests, prompt, completion, errors=0):
+    from clawhub.usage.models import UsageDaily
+
+    return UsageDaily.objects.create(day=day, key=key, user=key.owner, group=key.group,
+                                     tenant=key.owner.tenant, model=model, requests=requests, errors=errors,
+                                     prompt_tokens=prompt, completion_tokens=completion,
+                                     latency_ms_sum=100.0 * requests)
+
+
+def test_the_key_pages_show_each_keys_own_usage(web_client):
+    user = make_user()
+    laptop, _ = make_key(user, name="laptop")
+    server, _ = make_key(user, name="server")
+    other, _ = make_key(make_user(), name="theirs")
+    today = timezone.now().date()
+    _usage(laptop, "clawhub-personal", today, requests=3, prompt=300, completion=45, errors=1)
+    _usage(laptop, "base", today - timedelta(days=2), requests=2, prompt=200, completion=20)
+    _usage(laptop, "base", today - timedelta(days=90), requests=7, prompt=700, completion=70)  # out of range
+    _usage(server, "base", today, requests=11, prompt=1100, completion=110)
+    _usage(other, "base", today, requests=13, prompt=1300, completion=130)
+    web_client.force_login(user)
+
+    page = web_client.get(f"/keys/{laptop.pk}/").content.decode()
+    totals = re.search(r'id="key-usage-totals">(.*?)</p>', page, re.S).group(1)
+    totals = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", totals)))
+    assert "Last 30 days" in totals and "5 requests" in totals and "565 tokens" in totals, totals
+    assert "(500 prompt, 65 completion)" in totals and "1 errors" in totals and "100 ms" in totals, totals
+    assert "12 requests, 1335 tokens" in page  # since it was made
+    assert "<code>clawhub-personal</code>" in page and "<code>base</code>" in page  # by model
+
+    rows = {m.group(1): re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", m.group(2)))
+            for m in re.finditer(r'href="/keys/(\d+)/">.*?</a></td>(.*?)</tr>', web_client.get("/keys/")
+                                 .content.decode(), re.S)}
+    assert " 5 565 " in rows[str(laptop.pk)] and " 11 1210 " in rows[str(server.pk)], rows
+
+    fresh, _ = make_key(user, name="fresh")
+    page = web_client.get(f"/keys/{fresh.pk}/").content.decode()
+    assert "No requests yet" in page and "12 requests" not in page
