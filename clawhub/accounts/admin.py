@@ -3,7 +3,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 
 from clawhub.accounts.models import AuditLog
-from clawhub.accounts.services import login_failed
+from clawhub.accounts.services import login_failed, login_recorded
 from clawhub.accounts.throttle import login_succeeded, login_throttle_check
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import RateLimited
@@ -16,6 +16,7 @@ class ThrottledAdminLoginForm(AdminAuthenticationForm):
 
     def clean(self):
         email, ip = (self.cleaned_data.get("username") or "").strip().lower(), client_ip(self.request)
+        user_agent = self.request.META.get("HTTP_USER_AGENT", "")[:300]
         try:
             login_throttle_check(email=email, ip=ip)
         except RateLimited as exc:
@@ -24,9 +25,10 @@ class ThrottledAdminLoginForm(AdminAuthenticationForm):
             cleaned = super().clean()
         except ValidationError as exc:
             if getattr(exc, "code", None) == "invalid_login":
-                login_failed(email=email, ip=ip)
+                login_failed(email=email, ip=ip, user_agent=user_agent)
             raise
         login_succeeded(email=email, ip=ip)
+        login_recorded(user=self.get_user(), ip=ip, user_agent=user_agent, via="admin")
         return cleaned
 
 

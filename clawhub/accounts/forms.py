@@ -61,3 +61,8 @@ class SetPasswordForm(_NewPasswordMixin, forms.Form):
 
 class EmailForm(forms.Form):
     email = forms.EmailField(widget=forms.EmailInput(attrs={"autocomplete": "email"}))
+
+
+class DisplayNameForm(forms.Form):
+    display_name = forms.CharField(label="Name", max_length=150, required=False,
+                                   widget=forms.TextInput(attrs={"autocomplete": "name"}))

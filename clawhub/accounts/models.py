@@ -111,3 +111,25 @@ class MailboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.to_email}: {self.subject}"
+
+
+class UserSession(models.Model):
+    """A signed-in browser session, so its owner can see where they are signed in and end one. The session's
+    data stays in Django's session store; this row says whose it is (a store keyed by session cannot be
+    searched by user). Rows are written by ``clawhub.accounts.sessions`` and dropped when the session ends;
+    one whose session ended otherwise (expired, a password change, "sign out everywhere") is dropped the
+    next time the list is read."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    session_key = models.CharField(max_length=40, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    user_agent = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-last_seen_at", "-id"]
+        indexes = [models.Index(fields=["user", "-last_seen_at"])]
+
+    def __str__(self) -> str:
+        return f"session of {self.user_id} since {self.created_at:%Y-%m-%d %H:%M}"

@@ -98,6 +98,31 @@ def audit_list(*, user: User, group_slug: str = "", everything: bool = False) ->
     return audit_for_user(user=user)
 
 
+SIGN_IN_ACTIONS = ("auth.login", "auth.login_failed", "auth.lockout")
+
+
+def audit_sign_ins(*, user: User, limit: int = 10) -> list[AuditLog]:
+    """The newest sign-ins to the user's account, and the attempts that failed, for the account page."""
+    return list(_audit_rows().filter(subject_user=user, action__in=SIGN_IN_ACTIONS)[:limit])
+
+
+# (name, what a User-Agent header says) in the order they are told apart: Edge and Opera also say Chrome,
+# Chrome also says Safari, and Android also says Linux.
+_BROWSERS = (("Edge", "Edg/"), ("Opera", "OPR/"), ("Firefox", "Firefox/"), ("Chrome", "Chrome/"),
+             ("Chromium", "Chromium/"), ("Safari", "Safari/"), ("curl", "curl/"), ("Python", "python"))
+_SYSTEMS = (("Android", "Android"), ("iPhone", "iPhone"), ("iPad", "iPad"), ("Windows", "Windows"),
+            ("macOS", "Mac OS X"), ("ChromeOS", "CrOS"), ("Linux", "Linux"))
+
+
+def device_label(user_agent: str) -> str:
+    """"Firefox on Linux" from a User-Agent header; the header itself when neither part is known."""
+    browser = next((name for name, mark in _BROWSERS if mark in user_agent), "")
+    system = next((name for name, mark in _SYSTEMS if mark in user_agent), "")
+    if browser and system:
+        return f"{browser} on {system}"
+    return browser or system or user_agent[:60] or "Unknown device"
+
+
 def audit_groups_for(*, user: User) -> QuerySet[Group]:
     """The groups whose audit log the user may read: the ones they own or administer, or all for staff."""
     groups = Group.objects.order_by("name")

@@ -1,9 +1,11 @@
 """Writes for users and sign-in. The audit log is written by ``clawhub.accounts.audit`` (re-exported here)."""
 
+import time
+from importlib import import_module
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import authenticate, login, logout
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, authenticate, login, logout
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.password_validation import validate_password
 from django.contrib.auth.tokens import default_token_generator
@@ -16,11 +18,12 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.crypto import constant_time_compare
 from django.utils.encoding import force_bytes
 from django.utils.http import urlencode, urlsafe_base64_encode
 
 from clawhub.accounts.audit import audit_record, audit_record_for_tenant  # noqa: F401  (re-exported)
-from clawhub.accounts.models import User
+from clawhub.accounts.models import User, UserSession
 from clawhub.accounts.selectors import (
     EMAIL_VERIFICATION_SALT,
     email_normalize,
@@ -37,7 +40,13 @@ from clawhub.accounts.throttle import (
     login_throttle_check,
 )
 from clawhub.core.api import client_ip
-from clawhub.core.exceptions import AuthenticationFailed, Conflict, PermissionDenied, ValidationFailed
+from clawhub.core.exceptions import (
+    AuthenticationFailed,
+    Conflict,
+    NotFound,
+    PermissionDenied,
+    ValidationFailed,
+)
 from clawhub.core.task_names import ACCOUNT_MAIL
 from clawhub.core.tasks import enqueue_on_commit
 
@@ -135,11 +144,13 @@ def user_login(*, request: HttpRequest, email: str, password: str) -> tuple[User
     login_throttle_check(email=email, ip=ip)
     user = authenticate(request, username=email, password=password)
     if user is None:
-        login_failed(email=email, ip=ip)
+        login_failed(email=email, ip=ip, user_agent=_user_agent(request))
         raise AuthenticationFailed("Wrong email or password.", code="invalid_credentials")
     # The password was right: whatever the outcome below, these were not guesses.
     login_succeeded(email=email, ip=ip)
     if settings.ACCOUNTS_REQUIRE_EMAIL_VERIFICATION and user.email_verified_at is None:
+        audit_record(actor=None, action="auth.login_failed", target=user, subject_user=user, ip=ip,
+                     reason="email_unverified", user_agent=_user_agent(request))
         # Said only after the password matched, so it reveals nothing to someone guessing addresses.
         raise AuthenticationFailed(
             "Confirm your email address before logging in: follow the link we sent you, "
@@ -148,14 +159,31 @@ def user_login(*, request: HttpRequest, email: str, password: str) -> tuple[User
         )
     first_sign_in = user.last_login is None  # login() sets it
     login(request, user)
+    login_recorded(user=user, ip=ip, user_agent=_user_agent(request), via="site")
     return user, first_sign_in
 
 
-def login_failed(*, email: str, ip: str | None) -> None:
+def _user_agent(request: HttpRequest) -> str:
+    return request.META.get("HTTP_USER_AGENT", "")[:UserSession._meta.get_field("user_agent").max_length]
+
+
+def login_recorded(*, user: User, ip: str | None, user_agent: str, via: str) -> None:
+    """Audits a sign-in (the site's login page and API, or Django admin's: ``via``), for the user to see."""
+    audit_record(actor=user, action="auth.login", target=user, subject_user=user, ip=ip, via=via,
+                 user_agent=user_agent)
+
+
+def login_failed(*, email: str, ip: str | None, user_agent: str = "") -> None:
     """Counts one wrong password for the email and the IP (the site's and Django admin's logins alike), and
-    audits the lock-outs it starts."""
-    for scope in login_failure_record(email=email_normalize(email), ip=ip):
-        _audit_lockout(email=email_normalize(email), ip=ip, scope=scope)
+    audits it, and the lock-outs it starts. The row concerns the account with that address, whose owner sees
+    it (not the address it came from: addresses are shown only to whoever acted, and staff); an address
+    with no account is kept for staff."""
+    email = email_normalize(email)
+    user = user_get_by_email(email=email)
+    audit_record(actor=None, action="auth.login_failed", target=user, subject_user=user, ip=ip,
+                 reason="wrong_password", email="" if user else email, user_agent=user_agent)
+    for scope in login_failure_record(email=email, ip=ip):
+        _audit_lockout(email=email, ip=ip, scope=scope)
 
 
 def _audit_lockout(*, email: str, ip: str | None, scope: str) -> None:
@@ -165,7 +193,10 @@ def _audit_lockout(*, email: str, ip: str | None, scope: str) -> None:
 
 
 def user_logout(*, request: HttpRequest) -> None:
+    key = request.session.session_key
     logout(request)
+    if key:
+        UserSession.objects.filter(session_key=key).delete()
 
 
 @transaction.atomic
@@ -174,12 +205,77 @@ def user_sessions_end_all(*, user: User, actor: User | None, ip: str | None = No
     """Ends every session of the user, on every device, the caller's own (``request``) included. API keys are
     not sessions and stay; the key page revokes them."""
     user = User.objects.select_for_update().get(pk=user.pk)
-    user.session_epoch += 1
+    user.session_epoch += 1  # ends them all, listed or not
     user.save(update_fields=["session_epoch"])
+    for row in UserSession.objects.filter(user=user):
+        _session_store(row.session_key).delete()
+        row.delete()
     audit_record(actor=actor, action="user.sessions_end_all", target=user, subject_user=user, ip=ip)
     if request is not None:
         logout(request)
     return user
+
+
+# Sessions: where a user is signed in (UserSession) ---------------------------------------------------------
+
+# [session key, unix time] in the session: when its UserSession row was last written.
+SESSION_SEEN_KEY = "_clawhub_seen"
+# How stale "last active" may be: a signed-in session's row is written at most once in this many seconds.
+SESSION_SEEN_EVERY = 300
+SESSIONS_LISTED = 50
+
+
+def _session_store(session_key: str):
+    return import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+
+
+def user_session_seen(*, request: HttpRequest) -> None:
+    """Records the request's signed-in session in UserSession, at most once per SESSION_SEEN_EVERY. Called
+    for every request (clawhub.accounts.middleware), so a session started anywhere (the login page, the
+    login API, Django admin, a test's force_login) is listed."""
+    session = getattr(request, "session", None)
+    key = session.session_key if session is not None else None
+    if not key or session.get(SESSION_KEY) is None:
+        return  # no session, or nobody signed in to it
+    seen, now = session.get(SESSION_SEEN_KEY), time.time()
+    if isinstance(seen, list) and seen[:1] == [key] and now - seen[-1] < SESSION_SEEN_EVERY:
+        return
+    if str(getattr(request.user, "pk", None)) != session[SESSION_KEY]:
+        return  # its auth hash is stale (Django ends it), or an API key, not the session, authenticated
+    UserSession.objects.update_or_create(
+        session_key=key,
+        defaults={"user": request.user, "last_seen_at": timezone.now(), "ip": client_ip(request),
+                  "user_agent": _user_agent(request)},
+    )
+    session[SESSION_SEEN_KEY] = [key, now]
+
+
+def user_sessions_active(*, user: User) -> list[UserSession]:
+    """The user's signed-in sessions, newest activity first. Rows of sessions that ended without passing
+    through here (expiry, a password change, an epoch bump, a flush) are dropped."""
+    live, ended = [], []
+    user_hash = user.get_session_auth_hash()
+    for row in UserSession.objects.filter(user=user)[:SESSIONS_LISTED]:
+        data = _session_store(row.session_key).load()  # {} when it expired or is gone
+        if data.get(SESSION_KEY) == str(user.pk) and constant_time_compare(data.get(HASH_SESSION_KEY, ""),
+                                                                             user_hash):
+            live.append(row)
+        else:
+            ended.append(row.pk)
+    if ended:
+        UserSession.objects.filter(pk__in=ended).delete()
+    return live
+
+
+def user_session_end(*, user: User, session_id: int, actor: User, ip: str | None = None) -> None:
+    """Signs one of the user's sessions out (another device; this one signs out with "Log out")."""
+    row = UserSession.objects.filter(user=user, pk=session_id).first()
+    if row is None:
+        raise NotFound("No such session: it has ended already.")
+    _session_store(row.session_key).delete()
+    row.delete()
+    audit_record(actor=actor, action="user.session_end", target=user, subject_user=user, ip=ip,
+                 user_agent=row.user_agent, started=row.created_at.isoformat())
 
 
 def _first_verification(*, user: User, ip: str | None, how: str) -> int:

@@ -1,4 +1,5 @@
-"""Server-rendered pages for sign-up, sign-in, passwords, email verification and the audit log."""
+"""Server-rendered pages for sign-up, sign-in, the account (sessions, passwords), email verification and the
+audit log."""
 
 from django.conf import settings
 from django.contrib import messages
@@ -14,6 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from clawhub.accounts import selectors, services
 from clawhub.accounts.forms import (
+    DisplayNameForm,
     EmailForm,
     LoginForm,
     PasswordChangeForm,
@@ -116,6 +118,48 @@ def logout_everywhere(request):
     messages.success(request, "You are signed out on every device. API keys keep working; revoke them on "
                               "the keys page.")
     return redirect(settings.LOGOUT_REDIRECT_URL)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def account(request):
+    """Who you are signed in as, where (each session, and "sign out everywhere"), your password, and the
+    latest sign-ins to the account. A POST changes the display name."""
+    form = DisplayNameForm(request.POST or None, initial={"display_name": request.user.display_name})
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.user_update(user=request.user, actor=request.user, ip=client_ip(request),
+                                 display_name=form.cleaned_data["display_name"])
+        except ValidationFailed as exc:
+            form_add_service_error(form, exc)
+        else:
+            messages.success(request, "Your name has been saved.")
+            return redirect("account")
+    sessions = services.user_sessions_active(user=request.user)
+    for row in sessions:
+        row.device = selectors.device_label(row.user_agent)
+        row.current = row.session_key == request.session.session_key
+    sign_ins = selectors.audit_sign_ins(user=request.user)
+    for row in sign_ins:
+        row.visible_ip = row.ip if selectors.audit_ip_visible(row=row, viewer=request.user) else None
+        row.device = selectors.device_label(row.data.get("user_agent", ""))
+    return render(request, "accounts/account.html", {
+        "form": form, "sessions": sessions, "sign_ins": sign_ins,
+        "local_mailbox": selectors.local_mailbox_enabled(),
+    }, status=400 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def account_session_end(request, session_id: int):
+    try:
+        services.user_session_end(user=request.user, session_id=session_id, actor=request.user,
+                                  ip=client_ip(request))
+    except NotFound as exc:
+        messages.info(request, exc.message)
+    else:
+        messages.success(request, "That session is signed out. Whoever used it must log in again.")
+    return redirect("account")
 
 
 @login_required

@@ -295,8 +295,8 @@ def test_own_rows_by_default_and_everything_for_staff_only(api, roles):
     audit_record(actor=owner, action="test.to_member", target=member, subject_user=member, ip="10.3.3.3")
     audit_record(actor=owner, action="test.private", target=owner, subject_user=owner)
     rows = _audit(api, member).json()["results"]
-    assert [r["action"] for r in rows] == ["test.to_member"]
-    assert rows[0]["actor"] == owner.email and rows[0]["ip"] is None  # not the member's address
+    assert [r["action"] for r in rows] == ["auth.login", "test.to_member"]  # the member's own sign-in too
+    assert rows[1]["actor"] == owner.email and rows[1]["ip"] is None  # not the member's address
     assert api.get("/api/audit/?all=1").status_code == 403
     api.post("/api/auth/logout/")
     everything = _audit(api, roles["staff"], "?all=1").json()
@@ -318,10 +318,10 @@ def test_audit_is_paginated(api, user):
         audit_record(actor=user, action=f"test.row{n}", target=user, subject_user=user)
     api.login(user.email, PASSWORD)
     page1 = api.get("/api/audit/?page_size=5").json()
-    assert page1["count"] == 7 and len(page1["results"]) == 5 and page1["next"]
-    assert page1["results"][0]["action"] == "test.row6"  # newest first
+    assert page1["count"] == 8 and len(page1["results"]) == 5 and page1["next"]
+    assert [r["action"] for r in page1["results"][:2]] == ["auth.login", "test.row6"]  # newest first
     page2 = api.get("/api/audit/?page_size=5&page=2").json()
-    assert [r["action"] for r in page2["results"]] == ["test.row1", "test.row0"]
+    assert [r["action"] for r in page2["results"]] == ["test.row2", "test.row1", "test.row0"]
 
 
 def test_audit_needs_authentication(api_client):

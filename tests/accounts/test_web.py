@@ -1,3 +1,4 @@
+import re
 from datetime import timedelta
 
 import pytest
@@ -214,3 +215,74 @@ def test_audit_page_everything_is_for_staff(browser, roles):
     browser.post("/logout/")
     browser.login(roles["staff"].email, PASSWORD)
     assert b"test.elsewhere" in browser.get("/audit/?all=1").content
+
+
+# The account page ------------------------------------------------------------------------------------------
+
+FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0"
+IPHONE = ("Mozilla/5.0 (iPhone; CPU iPhone OS 18_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+          "Version/18.0 Mobile/15E148 Safari/604.1")
+
+
+def test_log_ins_and_failed_attempts_are_in_the_audit_log_and_on_the_account_page(browser):
+    from clawhub.accounts.models import AuditLog
+
+    user = make_user("s@example.com")
+    assert browser.get("/account/")["Location"].startswith("/login/?next=")
+    browser.login("s@example.com", "wrong-password", HTTP_USER_AGENT=IPHONE)
+    browser.login("nobody@example.com", "wrong-password")
+    browser.login("s@example.com", PASSWORD, HTTP_USER_AGENT=FIREFOX)
+    rows = list(AuditLog.objects.filter(action__startswith="auth.").order_by("id"))
+    assert [(r.action, r.subject_user_id, r.actor_id, r.data.get("reason")) for r in rows] == [
+        ("auth.login_failed", user.pk, None, "wrong_password"),
+        ("auth.login_failed", None, None, "wrong_password"),  # no such account: for staff only
+        ("auth.login", user.pk, user.pk, None),
+    ]
+    assert rows[1].data["email"] == "nobody@example.com" and rows[0].data["email"] == ""
+    assert rows[2].data["user_agent"] == FIREFOX and rows[2].ip == "127.0.0.1"
+    page = browser.get("/account/").content.decode()
+    assert "s@example.com" in page and 'href="/account/password/"' in page
+    sign_ins = page[page.index('id="sign-ins"'):]
+    assert sign_ins.index("Signed in") < sign_ins.index("Wrong password")  # newest first
+    assert "Firefox on Linux" in sign_ins and "Safari on iPhone" in sign_ins
+    assert "nobody@example.com" not in page
+    audit = browser.get("/audit/").content.decode()
+    assert "auth.login" in audit and "auth.login_failed" in audit
+
+
+def test_the_account_page_lists_sessions_and_signs_one_or_all_out(browser):
+    make_user("m@example.com")
+    phone = Client(enforce_csrf_checks=True, HTTP_USER_AGENT=IPHONE)
+    phone.get("/login/")
+    phone.post("/login/", {"email": "m@example.com", "password": PASSWORD,
+                           "csrfmiddlewaretoken": phone.cookies["csrftoken"].value})
+    assert phone.get("/dashboard/").status_code == 200
+    browser.login("m@example.com", PASSWORD, HTTP_USER_AGENT=FIREFOX)
+    page = browser.get("/account/", HTTP_USER_AGENT=FIREFOX).content.decode()
+    sessions = page[page.index('id="sessions"'):page.index('id="sign-ins"')]
+    assert "Safari on iPhone" in sessions and "Firefox on Linux" in sessions
+    assert sessions.count("this browser") == 1 and sessions.count(">Sign out</button>") == 1
+    end = re.search(r'action="(/account/sessions/\d+/end/)"', sessions).group(1)
+    assert browser.post(end)["Location"] == "/account/"
+    assert phone.get("/dashboard/").status_code == 302  # the phone is signed out
+    page = browser.get("/account/").content.decode()
+    assert "Safari on iPhone" not in page[page.index('id="sessions"'):page.index('id="sign-ins"')]
+    assert _logged_in(browser)
+
+    phone.get("/login/")
+    phone.post("/login/", {"email": "m@example.com", "password": PASSWORD,
+                           "csrfmiddlewaretoken": phone.cookies["csrftoken"].value})
+    assert browser.post("/logout/everywhere/")["Location"] == "/login/"
+    assert not _logged_in(browser) and phone.get("/dashboard/").status_code == 302
+    browser.login("m@example.com", PASSWORD)
+    page = browser.get("/account/").content.decode()
+    sessions = page[page.index('id="sessions"'):page.index('id="sign-ins"')]
+    assert sessions.count("this browser") == 1 and "Sign out</button>" not in sessions
+
+
+def test_the_account_page_saves_the_name(browser):
+    make_user("n@example.com")
+    browser.login("n@example.com", PASSWORD)
+    assert browser.post("/account/", {"display_name": "Ada"})["Location"] == "/account/"
+    assert User.objects.get(email="n@example.com").display_name == "Ada"
+    assert b'value="Ada"' in browser.get("/account/").content

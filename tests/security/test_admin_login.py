@@ -49,3 +49,8 @@ def test_a_good_admin_login_still_works_and_clears_the_email(settings):
     admin_login(client, "root@example.com", "guess")
     assert admin_login(client, "root@example.com", PASSWORD).status_code == 302
     assert signed_in(client)
+    # Both the guesses and the sign-in are in the account's audit log, and the admin session is listed.
+    rows = AuditLog.objects.filter(action__in=["auth.login", "auth.login_failed"]).order_by("id")
+    assert [(r.action, r.data.get("via")) for r in rows] == [
+        ("auth.login_failed", None), ("auth.login_failed", None), ("auth.login", "admin")]
+    assert "this browser" in client.get("/account/").content.decode()
