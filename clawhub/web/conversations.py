@@ -21,7 +21,7 @@ from clawhub.conversations.selectors import (
 )
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import NotFound
-from clawhub.core.views import page_errors, post_and_redirect
+from clawhub.core.views import messages_by_anchor, page_errors, post_and_redirect
 from clawhub.feedback.models import ExplicitFeedback
 from clawhub.feedback.selectors import turn_for_rating
 from clawhub.feedback.services import feedback_submit
@@ -108,9 +108,15 @@ def conversation_detail(request: HttpRequest, session_id: int) -> HttpResponse:
     chosen = {name: request.GET.get(name, "") for name in ("reward", "flag", "version")}
     versions = sorted({t.adapter_version.version for t in rows if t.adapter_version_id})
     shown = [row for row in turns if _kept(row, **chosen)]
+    # A rating's answer goes with the turn it rated: its redirect scrolls there, past the top of the page.
+    top_messages, anchored = messages_by_anchor(request)
+    for row in shown:
+        row["messages"] = anchored.pop(f"turn-{row['turn'].pk}", [])
+    top_messages += [message for placed in anchored.values() for message in placed]  # a turn filtered out
     return render(request, "conversations/detail.html",
                   {"session": session, "turns": shown, "turn_type": turn_type, "total": len(turns),
-                   "versions": versions, "chosen": chosen, "thumbs": ExplicitFeedback.Thumb.values})
+                   "versions": versions, "chosen": chosen, "thumbs": ExplicitFeedback.Thumb.values,
+                   "top_messages": top_messages})
 
 
 @login_required

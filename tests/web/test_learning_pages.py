@@ -53,6 +53,11 @@ def test_the_conversation_page_explains_each_turn_and_rates_it(me):
     assert response.status_code == 302 and response["Location"].endswith(f"#turn-{good.turn_id}")
     feedback = ExplicitFeedback.objects.get(turn=good.turn)
     assert (feedback.thumb, feedback.comment, feedback.source) == ("down", "Too chatty.", "web")
+    # The answer is shown in the rated turn, where the redirect scrolls, not at the top of the page.
+    page = client.get(response["Location"]).content.decode()
+    rated = page[page.index(f'id="turn-{good.turn_id}"'):page.index(f'id="turn-{bad.pk}"')]
+    assert "Thanks: your feedback is recorded" in rated
+    assert page.count("Thanks: your feedback is recorded") == 1
     good.refresh_from_db()
     assert good.state == Sample.State.PENDING and good.reward == -1
     sample_approve(access=review_access(actor=me, tenant=good.tenant), sample_id=good.pk,
