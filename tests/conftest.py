@@ -54,7 +54,8 @@ SLOW = {
     "tests/test_settings.py::test_embedded_default_uses_sqlite_and_a_serverless_broker": "a subprocess",
     "tests/api/test_cross_tenant.py::test_a_second_users_requests_for_the_first_users_objects_are_refused":
         "every object route, twice",
-    "tests/web/test_layout_browser.py": "38 page loads in Chromium, each with a screenshot",
+    "tests/web/test_layout_browser.py":
+        "42 page loads in Chromium, each with a screenshot, a rating, and Redoc drawing the API reference",
     "tests/personas/test_driver.py::"
     "test_one_method_drives_signup_review_training_and_measurement_through_the_api": "a whole persona run",
 }

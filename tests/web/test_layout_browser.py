@@ -1,8 +1,11 @@
 """Every main page of a signed-in user's console in Debian's Chromium, on a phone (390 px) and on a laptop
 (1280 px): the page never scrolls sideways (wide tables scroll inside their own box), the navigation stays on
 screen, no chart is cut off, and the browser logs no error. A screenshot of each page at each width is left
-in test-output/. And a run's page, open while the run finishes, takes its Cancel button away. The module's
-tests share one Chromium, each page gets a context of its own."""
+in test-output/. A rating's answer is in view after the page scrolls back to the rated turn. /api/docs/ draws
+the API reference with nothing from outside. And a run's page, open while the run finishes, takes its Cancel
+button away. The module's tests share one Chromium, each page gets a context of its own."""
+
+from datetime import timedelta
 
 import pytest
 from django.test import Client
@@ -14,6 +17,7 @@ from clawhub.review.models import Sample
 from clawhub.training import services as training
 from clawhub.training import views as training_views
 from clawhub.training.models import TrainingRun
+from clawhub.usage.models import UsageDaily
 from tests.factories import make_group, make_run, make_user
 from tests.review.conftest import make_sample, old_key
 from tests.web.conftest import chromium_browser
@@ -30,7 +34,8 @@ def chromium():
 
 def a_used_account():
     """A user with a key, judged turns in several states, a promoted version from a finished run, and a group:
-    what makes each page show its tables instead of its empty states."""
+    what makes each page show its tables instead of its empty states. Returns the user, a conversation whose
+    reply can still be rated, and the pages."""
     me = make_user("layout-tester-with-a-long-address@example.com")
     key = old_key(me, name="laptop agent with a long descriptive name")
     long_prompt = "Please list every fruit in the basket with its price per kilogram " * 4
@@ -49,7 +54,15 @@ def a_used_account():
     trained.update(training_run=run, trained_at=timezone.now())
     make_sample(me, key=key, reward=1, votes=[1, -1, 1], prompt=long_prompt)  # split votes: waits for review
     group = make_group(me, name="Fruit lab with a rather long group name")
-    return me, {
+    key.last_used_at = timezone.now()
+    key.save(update_fields=["last_used_at"])
+    for days_ago, model in ((0, "clawhub-personal"), (1, "base"), (3, "clawhub-personal")):  # usage to chart
+        UsageDaily.objects.create(day=timezone.now().date() - timedelta(days=days_ago), key=key, user=me,
+                                  tenant=me.tenant, model=model, requests=40 + days_ago, errors=days_ago,
+                                  prompt_tokens=52_000 * (days_ago + 1), completion_tokens=7_300,
+                                  latency_ms_sum=41_000.0, streams=40, ttft_ms_sum=9_000.0)
+    unrated = f"/conversations/{samples[2].turn.session_id}/"  # not trained yet: it can still be rated
+    return me, unrated, {
         "dashboard": "/dashboard/",
         "keys": "/keys/",
         "key": f"/keys/{key.pk}/",
@@ -66,6 +79,7 @@ def a_used_account():
         "group-delete": f"/groups/{group.slug}/delete/",
         "privacy": "/privacy/",
         "audit": "/audit/",
+        "account": "/account/",
         "password": "/account/password/",
         "onboarding": "/onboarding/",
         "not-found": "/no-such-page/",
@@ -126,10 +140,36 @@ def visit(chromium, url: str, cookie: dict, viewport: dict, screenshot) -> list[
     return problems
 
 
+def rate_on_a_phone(chromium, url: str, cookie: dict, output_dir) -> None:
+    """Rates the conversation's first reply: the page comes back scrolled to that turn (#turn-N), and the
+    answer must be on screen there, not at the top of the page, above the viewport."""
+    context = chromium.new_context(viewport=PHONE)
+    context.add_cookies([cookie])
+    page = context.new_page()
+    page.goto(url)
+    turn = page.locator("article.turn").first
+    turn.locator("details.rate summary").click()
+    with page.expect_navigation():
+        turn.get_by_role("button", name="Good (thumbs up)").click()
+    page.wait_for_load_state()
+    shown = page.evaluate("""() => {
+        const m = [...document.querySelectorAll('.messages li')]
+            .find(li => li.textContent.includes('your feedback is recorded'));
+        if (!m) return null;
+        const r = m.getBoundingClientRect();
+        return {top: r.top, bottom: r.bottom, height: window.innerHeight, scrolled: window.scrollY};
+    }""")
+    page.screenshot(path=str(output_dir / "rated-phone.png"))
+    context.close()
+    assert shown is not None, "no message after rating"
+    assert shown["scrolled"] > 0, f"the page did not scroll to the rated turn: {shown}"
+    assert 0 <= shown["top"] and shown["bottom"] <= shown["height"], f"the message is off screen: {shown}"
+
+
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 def test_every_main_page_fits_a_phone_and_a_laptop(live_server, chromium, output_dir):
-    me, pages = a_used_account()
+    me, unrated, pages = a_used_account()
     cookie = session_cookie(me, live_server.url)
     problems = {}
     for width, viewport in (("phone", PHONE), ("laptop", DESKTOP)):
@@ -139,6 +179,7 @@ def test_every_main_page_fits_a_phone_and_a_laptop(live_server, chromium, output
             if found:
                 problems[f"{path} at {viewport['width']} px"] = found
     assert problems == {}
+    rate_on_a_phone(chromium, live_server.url + unrated, cookie, output_dir)
 
     context = chromium.new_context()  # what a browser that asks for /favicon.ico gets
     icon = context.new_page().goto(f"{live_server.url}/favicon.ico")
@@ -163,3 +204,22 @@ def test_the_run_page_stops_offering_cancel_once_the_run_has_succeeded(live_serv
     expect(page.locator("#cancel-form")).to_be_hidden(timeout=10_000)  # the page's poller saw the run finish
     expect(page.locator(".run-live [data-field=state]")).to_have_text("succeeded")
     context.close()
+
+
+@pytest.mark.browser
+def test_the_api_reference_draws_offline(live_server, chromium):
+    """Redoc, its script and the schema all come from this server (the browser here reaches nothing else):
+    the page draws the operations, and nothing it asks for fails. No database: the page and the schema read
+    none."""
+    context = chromium.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    failed = []
+    page.on("requestfailed", lambda r: failed.append(r.url))
+    page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
+    page.on("pageerror", lambda error: failed.append(str(error)))
+    page.goto(f"{live_server.url}/api/docs/")
+    page.get_by_role("heading", name="ClawHub API").first.wait_for(timeout=20_000)
+    assert page.locator("[data-section-id^='operation/']").count() > 10
+    context.close()
+    # Redoc's own attribution image is the one thing it takes from outside; it hides it when it fails.
+    assert [url for url in failed if url != "https://cdn.redoc.ly/redoc/logo-mini.svg"] == []
