@@ -9,6 +9,9 @@ section, its 12 tools, 40 or 160 history messages; about 32 KB or 90 KB), each r
 message of its own. Where the gateway hands turns off to the capture consumer (clawhub.gateway.consumer),
 the bench runs ``manage.py capture_consumer`` beside it and reports the consumer's CPU per request and its
 lag: the largest backlog seen during the run and how long the backlog took to drain after the last response.
+Per stored turn (the consumer's counter), it prints the gateway's CPU, the consumer's CPU beyond what it
+spends idle over the same wall time (read over IDLE_WINDOW seconds of an empty log just before the run), and
+the two together; ``manage.py bench_capture`` measures the consumer alone, as a tenant's history grows.
 
 As in production, ClawHub's load comes from ``--tenants`` tenants (200 by default), each with its own key and
 active adapter, used in turn, so key and adapter caches miss as often as real agents' turns make them. The
@@ -251,8 +254,11 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
                 await one(client)
 
         track = consumer_pid is not None and target.name.startswith("clawhub")
+        idle = {}
         if track:  # start from an empty log, so the drain time is this run's own
             await _drained(timeout=600)
+            idle = await _idle_rates({"gateway": target.pid, "consumer": consumer_pid})
+            stored0 = await asyncio.to_thread(_stored_count)
         cpu0 = tree_cpu_seconds(target.pid) if target.pid else 0.0
         ccpu0 = tree_cpu_seconds(consumer_pid) if track else 0.0
         peak = [0]
@@ -271,12 +277,24 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
             sampler.cancel()
             drain = await _drained(timeout=600)
             ccpu = tree_cpu_seconds(consumer_pid) - ccpu0
+            span = time.perf_counter() - t0
         # Read after the drain: the gateway's own deferred work (its XADD sender, registry and metrics
         # thread) is in the figure too.
         cpu = (tree_cpu_seconds(target.pid) - cpu0) if target.pid else 0.0
         if track:
+            stored = await asyncio.to_thread(_stored_count) - stored0
+            # The consumer polls while the log is empty: what it burns idle over the same wall time is
+            # not the turns' cost, so it is taken off (and shown as a rate of its own).
+            busy = max(0.0, ccpu - idle["consumer"] * span)
+            per_turn = 1000 / max(stored, 1)
             capture = {"capture_backlog_max": peak[0], "capture_drain_s": round(drain, 2),
+                       "turns_stored": stored,
                        "consumer_cpu_ms_per_request": round(ccpu * 1000 / requests, 3),
+                       "consumer_idle_cpu_ms_per_s": round(idle["consumer"] * 1000, 3),
+                       "gateway_idle_cpu_ms_per_s": round(idle["gateway"] * 1000, 3),
+                       "gateway_cpu_ms_per_turn": round(cpu * per_turn, 3),
+                       "consumer_cpu_ms_per_turn": round(busy * per_turn, 3),
+                       "gateway_plus_consumer_cpu_ms_per_turn": round((cpu + busy) * per_turn, 3),
                        "gateway_plus_consumer_cpu_ms_per_request": round((cpu + ccpu) * 1000 / requests, 3)}
     return {
         "mode": target.name, "api": target.api, "stream": stream, "requests": requests,
@@ -288,6 +306,25 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
         "cpu_ms_per_request": round(cpu * 1000 / requests, 3) if target.pid else None,
         "body": body_shape, "body_bytes": len(json.dumps(body)), "tenants": len(keys), **capture,
     }
+
+
+IDLE_WINDOW = 3.0  # seconds of an empty log over which the processes' idle CPU is read
+
+
+async def _idle_rates(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds per second each process tree spends while nothing is sent and the log is empty."""
+    before = {name: tree_cpu_seconds(pid) for name, pid in pids.items()}
+    t0 = time.perf_counter()
+    await asyncio.sleep(IDLE_WINDOW)
+    elapsed = time.perf_counter() - t0
+    return {name: (tree_cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
+
+
+def _stored_count() -> int:
+    """Turns the capture consumers have stored so far (their shared counter)."""
+    from clawhub.gateway.handoff import handoff_state
+
+    return int(handoff_state().get("stored", 0) or 0)
 
 
 async def _drained(timeout: float) -> float:

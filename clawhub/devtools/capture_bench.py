@@ -1,0 +1,305 @@
+"""bench_capture: the capture consumer's CPU per stored turn (PostgreSQL + Redis) as a tenant's history grows.
+
+A benchmark, not a test. Records shaped as the gateway hands them off for the fake upstream's replies
+(reply token ids and log-probs, the prompt's token ids) are put on a capture stream of the bench's own; then
+the real consumer (``clawhub.gateway.consumer.CaptureConsumer`` with ``capture_store``) drains them in this
+process, and the CPU this process spent is divided by the turns stored. Nothing else runs in the process
+meanwhile, so no idle polling is in the figure; the database server's CPU for the same work is a line of its
+own (its backend process, read from /proc).
+
+Workloads (each request one turn):
+
+- ``repeat``: bench_gateway's short body, the same one-message prompt every time (users who repeat a prompt:
+  every turn a regenerate of the first, all waiting for a next state);
+- ``unique``: bench_gateway's ``openclaw-32k`` body, OpenClaw's system prompt, tools and 40 history messages
+  with a new last user message each time;
+- ``agent``: OpenClaw-shaped conversations of ``AGENT_TURNS`` turns, each request the previous one's messages,
+  its reply and a new user message (every turn links to its parent and becomes its next state).
+
+``--history`` seeds each bench tenant, before the run, with that many prior turns written by bulk SQL in the
+shape capture leaves them: half repeats of the ``repeat`` prompt in one session, all waiting (as the
+``repeat`` workload leaves them), half conversations of 20 linked turns. Each history level gets tenants of
+its own, so the levels are measured side by side in one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+from clawhub.devtools.gateway_bench import TICK, bench_messages
+
+AGENT_TURNS = 10  # turns per agent conversation, so the body stays near 32 KB
+SEED_SESSION_TURNS = 20
+REPLY_WORDS = 20  # the fake upstream's reply to max_tokens=20
+WORKLOADS = ("repeat", "unique", "agent")
+
+
+def _token_id(word: str, position: int) -> int:
+    return 1000 + (sum(word.encode()) * 7 + position) % 30000
+
+
+def _ids(words: list[str], start: int = 0) -> list[int]:
+    return [_token_id(w, start + p) for p, w in enumerate(words)]
+
+
+@dataclass
+class Tenant:
+    key_id: int
+    user_id: int
+    tenant_id: int
+
+
+def bench_tenants(n: int, label: str) -> list[Tenant]:
+    from clawhub.accounts.services import user_create
+    from clawhub.keys.services import key_create
+
+    out = []
+    for i in range(n):
+        user = user_create(email=f"bench-capture-{label}-{i}@clawhub.invalid", password=None)
+        key, _ = key_create(owner=user, name="bench capture", rpm_limit=None, tpm_limit=None,
+                            concurrency_limit=None)
+        out.append(Tenant(key_id=key.pk, user_id=user.pk, tenant_id=user.tenant.pk))
+    return out
+
+
+class Records:
+    """TurnRecords as the gateway builds them from the fake upstream's non-streamed replies."""
+
+    def __init__(self, t0: float):
+        self.t0 = t0
+        self.n = 0
+        self.repeat_messages = bench_messages("short")[0]
+        self.shaped_messages, self.tools = bench_messages("openclaw-32k")
+        self.conversations: dict[int, tuple[list[dict], int]] = {}  # tenant id -> (messages so far, turns)
+
+    def reply(self, n: int) -> tuple[str, list[str]]:
+        words = [f"w{(n * 7 + i) % 50}" for i in range(REPLY_WORDS)]
+        return " ".join(words), words
+
+    def record(self, tenant: Tenant, messages: list[dict], *, tools=None, same_reply: bool = False):
+        from clawhub.gateway.records import TurnRecord
+
+        self.n += 1
+        text, words = self.reply(0 if same_reply else self.n)
+        prompt_words = " ".join(m.get("content") or "" for m in messages).split()
+        request = {"model": "clawhub-personal", "max_tokens": REPLY_WORDS, "messages": messages,
+                   "logprobs": True, "return_token_ids": True}
+        if tools:
+            request["tools"] = tools
+        return TurnRecord(
+            request_id=f"bench-{uuid.uuid4().hex}", route="chat", key_id=tenant.key_id,
+            user_id=tenant.user_id, tenant_id=tenant.tenant_id, group_id=None, model="clawhub-personal",
+            upstream_model=f"t{tenant.tenant_id}-v1", adapter_version_id=None, upstream="http://127.0.0.1:1",
+            status="complete", http_status=200, started_at=self.t0 + self.n * 0.001, latency_ms=12.0,
+            request=request,
+            choices=[{"index": 0, "finish_reason": "length",
+                      "message": {"role": "assistant", "content": text}}],
+            token_ids=_ids(words, len(prompt_words)), logprobs=[-0.05 * (i + 1) for i in range(len(words))],
+            prompt_token_ids=_ids(prompt_words), prompt_tokens=len(prompt_words),
+            completion_tokens=len(words),
+        )
+
+    def next(self, workload: str, tenant: Tenant):
+        if workload == "repeat":
+            return self.record(tenant, self.repeat_messages, same_reply=True)
+        if workload == "unique":
+            last = {"role": "user", "content": f"Next step {self.n}."}
+            return self.record(tenant, [*self.shaped_messages, last], tools=self.tools)
+        messages, turns = self.conversations.get(tenant.tenant_id, (None, AGENT_TURNS))
+        if turns >= AGENT_TURNS:
+            opening = {"role": "user", "content": f"Conversation {self.n}: next step."}
+            messages, turns = [*self.shaped_messages, opening], 0
+        record = self.record(tenant, messages, tools=self.tools)
+        reply = record.choices[0]["message"]
+        follow = {"role": "user", "content": f"Step {turns + 1} of conversation, go on."}
+        self.conversations[tenant.tenant_id] = ([*messages, reply, follow], turns + 1)
+        return record
+
+
+def seed_history(tenants: list[Tenant], turns: int, *, before: float) -> None:
+    """``turns`` prior turns per tenant by bulk SQL, as capture leaves them: half repeats of the ``repeat``
+    workload's prompt in one session, each a regenerate of the first and all waiting for a next state; half
+    conversations of SEED_SESSION_TURNS turns, each the next state of the one before."""
+    from django.db import connection
+
+    from clawhub.conversations.identity import message_hashes, reply_message
+    from clawhub.conversations.models import Session, Turn
+
+    if turns <= 0:
+        return
+    records = Records(before)
+    sample = records.record(tenants[0], records.repeat_messages, same_reply=True)
+    hashes = message_hashes(records.repeat_messages, reply_message(sample.choices))
+    repeats = turns // 2
+    chained = turns - repeats
+    qn = connection.ops.quote_name
+    sessions, turn_table = qn(Session._meta.db_table), qn(Turn._meta.db_table)
+    start = f"to_timestamp({before - turns - 10})"
+    with connection.cursor() as cursor:
+        for t in tenants:
+            tag = f"seed-{t.tenant_id}"
+            n_chains = (chained + SEED_SESSION_TURNS - 1) // SEED_SESSION_TURNS
+            cursor.execute(
+                f"INSERT INTO {sessions} (tenant_id, key_id, user_id, external_id, inferred, started_at, "
+                f"last_activity_at, close_reason, turn_count) "
+                f"SELECT %s, %s, %s, %s || '-' || s, true, {start}, {start}, '', "
+                f"CASE WHEN s = 0 THEN %s ELSE least(%s, %s - (s - 1) * %s) END "
+                f"FROM generate_series(0, %s) AS s",
+                [t.tenant_id, t.key_id, t.user_id, tag, repeats, SEED_SESSION_TURNS, chained,
+                 SEED_SESSION_TURNS, n_chains],
+            )
+            cursor.execute(f"SELECT id FROM {sessions} WHERE tenant_id = %s AND external_id = %s",
+                           [t.tenant_id, f"{tag}-0"])
+            first_session = cursor.fetchone()[0]
+            common = (
+                "tenant_id, key_id, user_id, turn_type, route, model, upstream_model, request, "
+                "messages_shared, messages_added, prompt_token_ids_shared, response, sampling, "
+                "prompt_tokens, completion_tokens, usage_estimated, status, http_status, latency_ms, error, "
+                "closed_without_next, continuation_hash_without_retry, link, ended"
+            )
+            values = (
+                "%s, %s, %s, 'main', 'chat', 'clawhub-personal', '', '{}'::jsonb, 0, '[]', 0, "
+                "'[]'::jsonb, '{}'::jsonb, 10, 20, false, 'complete', 200, 12.0, '', false, '', "
+            )
+            owner = [t.tenant_id, t.key_id, t.user_id]
+            if repeats:
+                cursor.execute(
+                    f"INSERT INTO {turn_table} (session_id, \"index\", request_id, created_at, prompt_hash, "
+                    f"continuation_hash, parent_hash, {common}) "
+                    f"SELECT %s, i, %s || '-r' || i, {start} + i * interval '1 ms', %s, %s, '', {values} "
+                    f"CASE WHEN i = 0 THEN '' ELSE 'regenerate' END, 'length' "
+                    f"FROM generate_series(0, %s) AS i",
+                    [first_session, tag, hashes.prompt, hashes.continuation, *owner, repeats - 1],
+                )
+                cursor.execute(
+                    f"UPDATE {turn_table} SET regenerate_of_id = f.id, prompt_base_id = f.id, "
+                    f"messages_shared = 1 FROM {turn_table} AS f "
+                    f"WHERE f.request_id = %s AND {turn_table}.session_id = %s AND {turn_table}.index > 0",
+                    [f"{tag}-r0", first_session],
+                )
+            if chained:
+                digest = "encode(sha256(convert_to({}, 'UTF8')), 'hex')"
+                cursor.execute(
+                    f"INSERT INTO {turn_table} (session_id, \"index\", request_id, created_at, prompt_hash, "
+                    f"continuation_hash, parent_hash, next_state, {common}) "
+                    f"SELECT s.id, mod(i, {SEED_SESSION_TURNS}), %s || '-c' || i, "
+                    f"{start} + (%s + i) * interval '1 ms', "
+                    + digest.format("%s || 'p' || i") + ", " + digest.format("%s || 'c' || i") + ", "
+                    f"CASE WHEN mod(i, {SEED_SESSION_TURNS}) = 0 THEN '' ELSE "
+                    + digest.format("%s || 'c' || (i - 1)") + " END, "
+                    f"CASE WHEN mod(i, {SEED_SESSION_TURNS}) = {SEED_SESSION_TURNS - 1} OR i = %s THEN NULL "
+                    f"ELSE '[{{\"role\": \"user\", \"content\": \"go on\"}}]'::jsonb END, {values} "
+                    f"CASE WHEN mod(i, {SEED_SESSION_TURNS}) = 0 THEN '' ELSE 'next' END, 'length' "
+                    f"FROM generate_series(0, %s) AS i JOIN {sessions} AS s ON s.tenant_id = %s "
+                    f"AND s.external_id = %s || '-' || (1 + i / {SEED_SESSION_TURNS})",
+                    [tag, repeats, tag, tag, tag, chained - 1, *owner, chained - 1, t.tenant_id, tag],
+                )
+                cursor.execute(
+                    f"UPDATE {turn_table} AS c SET parent_id = p.id, prompt_base_id = p.id "
+                    f"FROM {turn_table} AS p WHERE c.tenant_id = %s AND c.parent_hash <> '' "
+                    f"AND p.tenant_id = %s AND p.continuation_hash = c.parent_hash",
+                    [t.tenant_id, t.tenant_id],
+                )
+        cursor.execute(f"ANALYZE {turn_table}")
+        cursor.execute(f"ANALYZE {sessions}")
+
+
+def _backend_cpu() -> float | None:
+    """CPU seconds of this connection's PostgreSQL backend (same machine only), or None."""
+    from django.db import connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, Exception):
+        return None
+
+
+def drain(workload: str, tenants: list[Tenant], *, records: int, batch: int, out_label: dict) -> dict:
+    """Hands ``records`` turns of ``workload`` off (round robin over ``tenants``) and times the consumer
+    storing them all."""
+    import redis
+    from django.db import connection
+
+    from clawhub.conversations.capture import forget_recent_prompts
+    from clawhub.gateway.consumer import CaptureConsumer
+    from clawhub.gateway.handoff import HandoffSettings, encode
+
+    cfg = HandoffSettings.from_settings(stream=f"bench-capture:{uuid.uuid4().hex}", in_process=False,
+                                        batch_records=batch)
+    client = redis.Redis.from_url(cfg.redis_url)
+    made = Records(time.time())
+    pipe = client.pipeline(transaction=False)
+    size = 0
+    for i in range(records):
+        payload = encode(made.next(workload, tenants[i % len(tenants)]))
+        size += len(payload)
+        pipe.xadd(cfg.stream, {"r": payload})
+    pipe.incrby(cfg.bytes_key, size)
+    pipe.execute()
+    forget_recent_prompts()  # a fresh consumer process
+    consumer = CaptureConsumer(cfg, name="bench")
+    queries = [0]
+
+    def count(execute, sql, params, many, context):
+        queries[0] += 1
+        return execute(sql, params, many, context)
+
+    try:
+        consumer.source.backlog()  # the group exists before the clock starts
+        connection.ensure_connection()
+        db0, t0, w0 = _backend_cpu(), time.process_time(), time.perf_counter()
+        with connection.execute_wrapper(count):
+            while client.xlen(cfg.stream):
+                consumer.run_once()
+        cpu, wall, db1 = time.process_time() - t0, time.perf_counter() - w0, _backend_cpu()
+    finally:
+        consumer.close()
+        client.delete(cfg.stream, cfg.dead_stream, cfg.bytes_key, cfg.stats_key)
+        client.close()
+    stored = consumer.stats["stored"]
+    batches = max(consumer.stats["batches"], 1)
+    return {
+        **out_label, "workload": workload, "records": records, "stored": stored,
+        "dead_letters": consumer.stats["dead_letters"], "batch": batch, "batches": consumer.stats["batches"],
+        "body_bytes": size // max(records, 1),
+        "consumer_cpu_ms_per_turn": round(cpu * 1000 / max(stored, 1), 3),
+        "db_cpu_ms_per_turn": round((db1 - db0) * 1000 / max(stored, 1), 3) if db0 is not None
+        and db1 is not None else None,
+        "queries_per_batch": round(queries[0] / batches, 1),
+        "turns_per_s": round(stored / wall, 1), "wall_s": round(wall, 2),
+    }
+
+
+def run(*, records: int, tenants: int, histories: list[int], workloads: list[str], batches: list[int],
+        out) -> list[dict]:
+    from django.db import connection
+
+    label = uuid.uuid4().hex[:8]
+    results = []
+    load = os.getloadavg()[0]
+    for history in histories:
+        group = bench_tenants(tenants, f"{label}-h{history}")
+        t0 = time.perf_counter()
+        seed_history(group, history, before=time.time())
+        seeded = round(time.perf_counter() - t0, 1)
+        for workload in workloads:
+            for batch in batches:
+                row = drain(workload, group, records=records, batch=batch,
+                            out_label={"history": history, "tenants": tenants})
+                row["seed_s"] = seeded
+                row["load_1m"] = round(load, 2)
+                load = os.getloadavg()[0]
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                results.append(row)
+    connection.close()
+    return results
