@@ -165,27 +165,37 @@ class Turn(models.Model):
             # Also serves as the (session, index) index.
             models.UniqueConstraint(fields=["session", "index"], name="one_turn_per_session_index"),
         ]
+        # Capture reads the newest few turns per hash (conversations.capture, LINK_ROWS): each hash index ends
+        # with the id, so that read stays a short index scan however many turns share the hash.
         indexes = [
             models.Index(fields=["tenant", "-created_at"], name="turn_tenant_recent"),
             models.Index(
-                fields=["tenant", "continuation_hash"],
+                fields=["tenant", "continuation_hash", "id"],
                 condition=~Q(continuation_hash=""),
-                name="turn_continuation",
+                name="turn_continuation_id",
             ),
             models.Index(
-                fields=["tenant", "continuation_hash_without_retry"],
+                fields=["tenant", "continuation_hash_without_retry", "id"],
                 condition=~Q(continuation_hash_without_retry=""),
-                name="turn_continuation_retry",
+                name="turn_continuation_retry_id",
             ),
-            models.Index(fields=["tenant", "prompt_hash"], condition=~Q(prompt_hash=""), name="turn_prompt"),
+            # First turns that are no regenerate: what a repeated prompt regenerates.
+            models.Index(
+                fields=["tenant", "prompt_hash", "id"],
+                condition=~Q(prompt_hash="") & Q(parent__isnull=True, link=""),
+                name="turn_prompt_first",
+            ),
             # Turns whose parent was not stored yet (or not the newest candidate): found when it is.
             models.Index(
-                fields=["tenant", "parent_hash"], condition=~Q(parent_hash=""), name="turn_parent_hash"
+                fields=["tenant", "parent_hash", "id"],
+                condition=~Q(parent_hash=""),
+                name="turn_parent_hash_id",
             ),
-            # Main turns still waiting for their next state, read whenever a session gets a new main turn.
+            # Main turns still waiting for their next state, read when a session is closed or gets a turn
+            # without history: in request order, so the newest before a time is one index probe.
             models.Index(
-                fields=["session"],
-                name="turn_awaiting_next",
+                fields=["session", "created_at"],
+                name="turn_awaiting_next_at",
                 condition=Q(turn_type="main", next_state__isnull=True, closed_without_next=False),
             ),
         ]

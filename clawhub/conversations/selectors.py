@@ -2,7 +2,9 @@
 
 from collections.abc import Iterable
 
+from django.db import connection
 from django.db.models import Count, Q, QuerySet
+from django.db.models.expressions import RawSQL
 
 from clawhub.conversations.models import CUT_ENDINGS, ConversationSettings, Session, Turn
 from clawhub.conversations.storage import Rebuilder, Stored
@@ -58,6 +60,31 @@ def turns_awaiting_next(*, session_ids: Iterable[int]) -> QuerySet[Turn]:
     ).exclude(status=Turn.Status.FAILED)
 
 
+def turns_awaiting_next_near(
+    *, session_ids: Iterable[int], since, every_in: Iterable[int] = ()
+) -> QuerySet[Turn]:
+    """``turns_awaiting_next`` of ``session_ids`` that started at ``since`` or later, and each session's
+    newest one before: enough to find, for any turn that started after ``since``, the newest waiting turn
+    before it, however many a session holds (bounded index scans on PostgreSQL). Also every waiting turn of
+    the sessions ``every_in``. One query."""
+    ids, every = sorted(set(session_ids)), sorted(set(every_in))
+    waiting = turns_awaiting_next(session_ids=[*ids, *every])
+    if connection.vendor != "postgresql" or not ids:
+        return waiting
+    table = connection.ops.quote_name(Turn._meta.db_table)
+    # The arm's conditions repeat turn_awaiting_next_at's, so that index serves it.
+    newest_before = RawSQL(
+        "SELECT l.id FROM unnest(%s::bigint[]) AS s(id) CROSS JOIN LATERAL "
+        f"(SELECT t.id FROM {table} AS t WHERE t.session_id = s.id AND t.turn_type = %s "
+        "AND t.next_state IS NULL AND NOT t.closed_without_next AND t.status <> %s AND t.created_at < %s "
+        "ORDER BY t.created_at DESC, t.request_id DESC LIMIT 1) AS l",
+        [ids, Turn.Type.MAIN, Turn.Status.FAILED, since],
+    )
+    return waiting.filter(
+        Q(session_id__in=every) | Q(created_at__gte=since) | Q(id__in=newest_before)
+    )
+
+
 # --- prompts, stored as what each turn adds to its base (conversations.storage) ----------------------------
 
 _STORED_FIELDS = (
@@ -101,6 +128,30 @@ def stored_prompts(
     rows = _stored_rows(Q(session_id__in=ids))
     rebuild = Rebuilder(rows)
     return {pk: (rebuild.messages(pk), rebuild.prompt_ids(pk), row.response_ids) for pk, row in rows.items()}
+
+
+def stored_prompt_chains(
+    *, turn_ids: Iterable[int]
+) -> dict[int, tuple[list | None, list[int] | None, list | None]]:
+    """``stored_prompts`` for these turns only, reading each one's chain of bases (one recursive query) rather
+    than its session's every turn."""
+    ids = sorted(set(turn_ids))
+    if not ids:
+        return {}
+    table = connection.ops.quote_name(Turn._meta.db_table)
+    marks = ", ".join(["%s"] * len(ids))
+    chain = RawSQL(
+        f"WITH RECURSIVE chain(id, base) AS (SELECT id, prompt_base_id FROM {table} "
+        f"WHERE id IN ({marks}) UNION SELECT t.id, t.prompt_base_id FROM {table} AS t "
+        "JOIN chain AS c ON t.id = c.base) SELECT id FROM chain",
+        ids,
+    )
+    rebuild = Rebuilder(_stored_rows(Q(id__in=chain)))
+    return {
+        pk: (rebuild.messages(pk), rebuild.prompt_ids(pk), rebuild.rows[pk].response_ids)
+        for pk in ids
+        if pk in rebuild.rows
+    }
 
 
 def _rebuilder_for(turns: Iterable[Turn]) -> Rebuilder:

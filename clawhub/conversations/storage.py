@@ -77,9 +77,30 @@ def split_messages(messages: Sequence[Any], base_messages: Sequence[Any] | None)
     return shared, dumps(messages[shared:])
 
 
-def split_ids(ids: Sequence[int], base_ids: Sequence[int] | None) -> tuple[int, bytes]:
-    shared = common_id_prefix(ids, base_ids) if base_ids else 0
-    return shared, pack_ids(ids[shared:])
+def split_ids(ids: Sequence[int] | bytes, base_ids: Sequence[int] | bytes | None) -> tuple[int, bytes]:
+    """(ids shared with the base's prompt + reply ids, the rest packed). Either may be given packed."""
+    packed = ids if isinstance(ids, bytes) else pack_ids(ids)
+    if not base_ids:
+        return 0, packed
+    base = base_ids if isinstance(base_ids, bytes) else pack_ids(base_ids)
+    shared = _common_bytes(packed, base) // 4
+    return shared, packed[shared * 4:]
+
+
+def _common_bytes(left: bytes, right: bytes) -> int:
+    """Length of the common prefix of two byte strings, by bisection over slices compared in C (thousands of
+    ids compared one by one in Python cost more than the rest of storing the turn)."""
+    low, high = 0, min(len(left), len(right))
+    if left[:high] == right[:high]:
+        return high
+    view_l, view_r = memoryview(left), memoryview(right)
+    while low < high:  # invariant: the first ``low`` bytes agree, the first ``high`` do not
+        middle = (low + high + 1) // 2
+        if view_l[low:middle] == view_r[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 class Rebuilder:

@@ -128,6 +128,7 @@ def seed_history(tenants: list[Tenant], turns: int, *, before: float) -> None:
 
     from clawhub.conversations.identity import message_hashes, reply_message
     from clawhub.conversations.models import Session, Turn
+    from clawhub.conversations.storage import dumps
 
     if turns <= 0:
         return
@@ -176,6 +177,10 @@ def seed_history(tenants: list[Tenant], turns: int, *, before: float) -> None:
                     [first_session, tag, hashes.prompt, hashes.continuation, *owner, repeats - 1],
                 )
                 cursor.execute(
+                    f"UPDATE {turn_table} SET messages_added = %s WHERE request_id = %s",
+                    [dumps(records.repeat_messages), f"{tag}-r0"],
+                )
+                cursor.execute(
                     f"UPDATE {turn_table} SET regenerate_of_id = f.id, prompt_base_id = f.id, "
                     f"messages_shared = 1 FROM {turn_table} AS f "
                     f"WHERE f.request_id = %s AND {turn_table}.session_id = %s AND {turn_table}.index > 0",
@@ -208,8 +213,8 @@ def seed_history(tenants: list[Tenant], turns: int, *, before: float) -> None:
         cursor.execute(f"ANALYZE {sessions}")
 
 
-def _backend_cpu() -> float | None:
-    """CPU seconds of this connection's PostgreSQL backend (same machine only), or None."""
+def _backend_cpu() -> tuple[int, float] | None:
+    """(pid, CPU seconds) of this connection's PostgreSQL backend (same machine only), or None."""
     from django.db import connection
 
     try:
@@ -218,7 +223,7 @@ def _backend_cpu() -> float | None:
             pid = cursor.fetchone()[0]
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
+        return pid, (int(fields[11]) + int(fields[12])) / TICK
     except (OSError, Exception):
         return None
 
@@ -272,8 +277,9 @@ def drain(workload: str, tenants: list[Tenant], *, records: int, batch: int, out
         "dead_letters": consumer.stats["dead_letters"], "batch": batch, "batches": consumer.stats["batches"],
         "body_bytes": size // max(records, 1),
         "consumer_cpu_ms_per_turn": round(cpu * 1000 / max(stored, 1), 3),
-        "db_cpu_ms_per_turn": round((db1 - db0) * 1000 / max(stored, 1), 3) if db0 is not None
-        and db1 is not None else None,
+        # None when the consumer reconnected meanwhile (its backend is another process then).
+        "db_cpu_ms_per_turn": round((db1[1] - db0[1]) * 1000 / max(stored, 1), 3)
+        if db0 and db1 and db0[0] == db1[0] else None,
         "queries_per_batch": round(queries[0] / batches, 1),
         "turns_per_s": round(stored / wall, 1), "wall_s": round(wall, 2),
     }

@@ -527,3 +527,32 @@ def test_the_tenant_setting_brings_length_turns_back(key, judged):
     (length, client, upstream, whole), follow = _cut_records(key)
     ready = judged([length, client, upstream, whole, *follow])
     assert sorted(ready) == sorted([turn(length).pk, turn(whole).pk])
+
+
+def test_a_batch_reads_a_few_stored_turns_however_long_the_history(key, monkeypatch):
+    """A user who repeats a prompt leaves every turn a regenerate of the first, all waiting, all sharing one
+    prompt and one continuation hash; a named session holds a long chain. The next batch still reads only a
+    few stored turns (not every turn sharing a hash, not every waiting turn of the sessions it touches), and
+    links exactly as it would reading them all."""
+    first = make_record(key, [user("status?")], reply="All good.")
+    capture_store([first])
+    capture_store([make_record(key, [user("status?")], reply="All good.") for _ in range(30)])
+    named = [make_record(key, [user(f"ping {i}")], session_id="named") for i in range(30)]
+    capture_store(named)
+    loaded = []
+    from_db = Turn.from_db.__func__
+
+    def counted(cls, *args, **kwargs):
+        loaded.append(1)
+        return from_db(cls, *args, **kwargs)
+
+    monkeypatch.setattr(Turn, "from_db", classmethod(counted))
+    again = make_record(key, [user("status?")], reply="All good.")
+    answer = make_record(key, [user("pong")], session_id="named")
+    capture_store([again, answer])
+    assert len(loaded) <= 6, len(loaded)  # before: 62 (31 sharing the prompt, and the same 31 waiting)
+    assert links(again, answer) == {
+        again.request_id: ("regenerate", first.request_id),
+        answer.request_id: ("next", named[-1].request_id),
+    }
+    assert turn(named[-1]).next_state == [user("pong")]

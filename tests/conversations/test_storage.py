@@ -160,3 +160,18 @@ def test_the_migration_moves_existing_messages_out_and_links_by_continuation(key
     assert all("messages" not in t.request and t.ended == "stop" for t in turns)
     rebuilt = turns_messages(turns=turns)
     assert [rebuilt[t.pk] for t in turns] == [r.request["messages"] for r in records]
+
+
+def test_split_ids_shares_the_longest_common_prefix_with_a_base_given_packed_or_not():
+    import random
+
+    from clawhub.conversations.storage import common_id_prefix, pack_ids, split_ids
+
+    rng = random.Random(7)
+    for _ in range(500):
+        ids = [rng.choice([0, 1, 255, 256, 65536, 2**32 - 1]) for _ in range(rng.randint(0, 40))]
+        base = ids[: rng.randint(0, len(ids))] + [rng.randint(0, 3) for _ in range(rng.randint(0, 4))]
+        shared = common_id_prefix(ids, base) if base else 0
+        assert split_ids(ids, base) == split_ids(ids, pack_ids(base)) == (shared, pack_ids(ids[shared:]))
+    # Ids that agree in some of their bytes but not all are not shared.
+    assert split_ids([1, 2, 0x01000003], [1, 2, 3, 9])[0] == 2

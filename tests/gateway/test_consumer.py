@@ -102,3 +102,23 @@ def test_a_record_that_fails_once_is_retried_and_stored_once(stream):
     assert sorted(Turn.objects.values_list("request_id", flat=True)) == sorted(r.request_id for r in records)
     state = handoff_state(cfg)
     assert (state["backlog"], state["pending"], state["stored"], state["dead_letters"]) == (0, 0, 3, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_consumer_keeps_its_database_connection_from_batch_to_batch(stream, monkeypatch):
+    """With DATABASE_CONN_MAX_AGE=0 (the web's default) Django's close_old_connections reconnects for every
+    batch, which cost a consumer at steady load more CPU than the turns it stored."""
+    from django.db import connection
+
+    cfg, client = stream
+    key = make_key()[0]
+    consumer = CaptureConsumer(cfg)
+    assert connection.settings_dict["CONN_MAX_AGE"] == 0
+    connects = []
+    connect = connection.connect
+    monkeypatch.setattr(connection, "connect", lambda: connects.append(1) or connect())
+    for i in range(3):
+        hand_off(cfg, client, [make_record(key, [user(f"turn {i}")])])
+        consume(consumer, cfg, client)
+    assert Turn.objects.count() == 3
+    assert len(connects) <= 1
