@@ -203,11 +203,13 @@ def seed_history(tenants: list[Tenant], turns: int, *, before: float) -> None:
                     f"AND s.external_id = %s || '-' || (1 + i / {SEED_SESSION_TURNS})",
                     [tag, repeats, tag, tag, tag, chained - 1, *owner, chained - 1, t.tenant_id, tag],
                 )
+                # Each turn's parent is the one before it in its session: joined by request id (unique index).
                 cursor.execute(
                     f"UPDATE {turn_table} AS c SET parent_id = p.id, prompt_base_id = p.id "
-                    f"FROM {turn_table} AS p WHERE c.tenant_id = %s AND c.parent_hash <> '' "
-                    f"AND p.tenant_id = %s AND p.continuation_hash = c.parent_hash",
-                    [t.tenant_id, t.tenant_id],
+                    f"FROM generate_series(1, %s) AS i JOIN {turn_table} AS p "
+                    f"ON p.request_id = %s || '-c' || (i - 1) "
+                    f"WHERE mod(i, {SEED_SESSION_TURNS}) <> 0 AND c.request_id = %s || '-c' || i",
+                    [chained - 1, tag, tag],
                 )
         cursor.execute(f"ANALYZE {turn_table}")
         cursor.execute(f"ANALYZE {sessions}")
