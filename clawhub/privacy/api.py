@@ -104,8 +104,8 @@ class MyKeyTrainingApi(APIView):
 class ExportApi(APIView):
     @extend_schema(tags=ME_TAGS, responses={200: OpenApiResponse(
         description="Everything ClawHub holds about the caller as JSON: profile, keys (no secrets), "
-                    "memberships, sessions, turns, judgments, samples, usage and the audit rows about "
-                    "them.")})
+                    "memberships, where they are signed in (browser sessions), conversation sessions, "
+                    "turns, judgments, samples, usage and the audit rows about them.")})
     def get(self, request):
         response = Response(selectors.user_data_export(user=request.user))
         response["Content-Disposition"] = 'attachment; filename="clawhub-export.json"'

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from clawhub.accounts.models import AuditLog, User
+from clawhub.accounts.models import AuditLog, User, UserSession
 from clawhub.groups.models import Membership
 from clawhub.keys.selectors import keys_for_user
 from clawhub.review.models import Sample
@@ -41,8 +41,8 @@ def _audit_row_for_export(row: AuditLog, user: User) -> dict:
 
 def user_data_export(*, user: User) -> dict[str, Any]:
     """Everything ClawHub holds about the user, as plain JSON-ready data, and nothing about anyone else:
-    their profile, keys (never secrets or digests), memberships, sessions, turns, judgments, samples, usage
-    and the audit rows that concern them."""
+    their profile, keys (never secrets or digests), memberships, where they are signed in, sessions, turns,
+    judgments, samples, usage and the audit rows that concern them."""
     from clawhub.conversations.models import Session, Turn
     from clawhub.feedback.models import Judgment
     from clawhub.usage.models import UsageDaily
@@ -90,6 +90,9 @@ def user_data_export(*, user: User) -> dict[str, Any]:
     usage = list(UsageDaily.objects.filter(user=user).order_by("day", "pk").values(
         "day", "key_id", "tenant_id", "model", "requests", "errors", "prompt_tokens", "completion_tokens",
         "latency_ms_sum", "streams"))
+    # Where they are signed in (not the session keys: a key is a credential).
+    sign_ins = list(UserSession.objects.filter(user=user).order_by("created_at", "pk").values(
+        "created_at", "last_seen_at", "ip", "user_agent"))
     audit = [
         _audit_row_for_export(row, user)
         for row in AuditLog.objects.filter(Q(actor=user) | Q(subject_user=user)).select_related("group")
@@ -105,6 +108,7 @@ def user_data_export(*, user: User) -> dict[str, Any]:
         },
         "keys": keys,
         "memberships": memberships,
+        "signed_in": sign_ins,
         "sessions": sessions,
         "turns": turns,
         "judgments": judgments,

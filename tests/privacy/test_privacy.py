@@ -138,6 +138,14 @@ def test_export_contains_everything_of_the_user_and_nothing_of_anyone_else(api_a
     # Nothing of Bob's, nor of the owner's, in any form.
     for leak in ("zebra", "bob@example.com", "Bobby", "Olga Owner", owner.email):
         assert leak not in text, leak
+    # Where Alice is signed in (each client's session is recorded after its first request), without the keys.
+    client = api_as(alice)
+    export = client.get("/api/me/export/").content.decode()
+    signed_in = json.loads(export)["signed_in"]
+    assert [s["ip"] for s in signed_in] == ["127.0.0.1"] and "session_key" not in signed_in[0]
+    from clawhub.accounts.models import UserSession
+
+    assert all(key not in export for key in UserSession.objects.values_list("session_key", flat=True))
     assert not {s.pk for s in theirs["samples"]} & {s["id"] for s in data["samples"]}
 
 
