@@ -2,9 +2,11 @@
 environment variable it reads the key from.
 
 Codex speaks only the Responses API (``wire_api = "responses"``) and appends ``/responses`` to the provider's
-``base_url`` (this server's ``/v1``). The model is the tenant's adapter, and the context window and output cap
-are the served model's real ones, from the same model description as the OpenClaw block (Codex does not know
-a model outside its own catalogue and would otherwise assume its defaults).
+``base_url`` (this server's ``/v1``). The model is the tenant's adapter, and the context window is the served
+model's real one, from the same model description as the OpenClaw block (Codex does not know a model outside
+its own catalogue and would otherwise assume its defaults). Codex 0.171 has no output cap setting (it refuses
+``model_max_output_tokens`` under ``--strict-config`` and ignores it otherwise) and sends no
+``max_output_tokens``: the gateway clamps the output to what the context leaves.
 
 The clear secret exists only in the response to a create or rotate; every later rendering passes
 ``secret=None`` and gets a placeholder instead.
@@ -34,7 +36,6 @@ def codex_config(*, key: ApiKey, secret: str | None = None, base_url: str | None
         f"model = {json.dumps(primary_model_id(key, key_tenant(key)))}",
         f"model_provider = {json.dumps(PROVIDER_ID)}",
         f"model_context_window = {limits.context_window}",
-        f"model_max_output_tokens = {limits.max_tokens}",
         "",
         f"[model_providers.{PROVIDER_ID}]",
         'name = "ClawHub"',

@@ -29,7 +29,7 @@ def test_codex_gets_a_responses_provider_with_the_real_limits_and_the_key_in_its
     config, exports = parsed(codex_config(key=key, secret=secret))
     assert config == {
         "model": "clawhub-personal", "model_provider": "clawhub",
-        "model_context_window": 65536, "model_max_output_tokens": 4096,
+        "model_context_window": 65536,
         "model_providers": {"clawhub": {
             "name": "ClawHub", "base_url": "https://hub.example.org/v1", "env_key": "CLAWHUB_API_KEY",
             "wire_api": "responses", "requires_openai_auth": False}},
