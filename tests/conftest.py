@@ -58,6 +58,8 @@ SLOW = {
         "42 page loads in Chromium, each with a screenshot, a rating, and Redoc drawing the API reference",
     "tests/personas/test_driver.py::"
     "test_one_method_drives_signup_review_training_and_measurement_through_the_api": "a whole persona run",
+    "tests/clients/test_codex.py": "the real Codex CLI, twice (npm install on a first run)",
+    "tests/clients/test_claude_code.py": "the real Claude Code, two turns (npm install on a first run)",
 }
 # Under pytest-xdist the tests that share one expensive server run on one worker, so each server starts once
 # per run: the real model's vLLM, the tiny model's (tenant adapter names are per database, and each worker has

@@ -127,7 +127,8 @@ class GatewayServer:
 
 
 def serve_gateway(upstream_urls: list[str], *, max_adapters: int = 8, real_capture: bool = False,
-                  with_web: bool = False, **overrides):
+                  with_web: bool = False, wrap=None, **overrides):
+    """``wrap``: given the ASGI app, returns the app to serve in its place (one that records traffic)."""
     spy = CaptureSpy()
     config = GatewayConfig.from_settings(
         upstreams=[{"url": u, "base_model": "tiny", "max_adapters": max_adapters, "api_key": ""}
@@ -137,7 +138,8 @@ def serve_gateway(upstream_urls: list[str], *, max_adapters: int = 8, real_captu
         **overrides,
     )
     app = Gateway(config, store=None if real_capture else spy)
-    url, server, thread = serve_asgi(web_and(app) if with_web else app)
+    served = web_and(app) if with_web else app
+    url, server, thread = serve_asgi(wrap(served) if wrap else served)
     return GatewayServer(url, app, spy), server, thread
 
 

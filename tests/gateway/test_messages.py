@@ -227,3 +227,41 @@ def test_a_stream_without_a_usage_chunk_still_ends_properly_and_errors_are_event
 def test_claude_codes_session_id(headers, metadata, expected):
     body = {"metadata": metadata} if metadata is not None else {}
     assert messages.client_session_id(headers, body) == expected
+
+
+def _claude_code_2_1_332(messages_: list) -> dict:
+    """A request as Claude Code 2.1.332 sends it in print mode (recorded against ClawHub by
+    tests/clients/test_claude_code.py; texts shortened, every field and block kept)."""
+    return {
+        "model": "clawhub-personal", "max_tokens": 8192, "stream": True, "messages": messages_,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.58d;"},
+            {"type": "text", "text": "You are a Claude agent.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "You are an agent...", "cache_control": {"type": "ephemeral"}}],
+        "tools": TOOLS, "metadata": {"user_id": '{"device_id":"d0","account_uuid":"","session_id":"3e62"}'},
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+    }
+
+
+def test_claude_code_2_1_332s_requests_translate_so_the_next_one_extends_the_first():
+    # Its environment comes as a system message after the first user message: a block list in the first
+    # request, a string when the history is sent back. Both must become the same chat message, or the next
+    # request would not extend the first turn's prompt and reply (no next state, no link).
+    environment = "# Environment\nYou have been invoked in the following environment: ..."
+    asked = {"role": "user", "content": [{"type": "text", "text": "<system-reminder>\n...</system-reminder>"},
+                                         {"type": "text", "text": "Say hello."}]}
+    first = messages.to_chat(_claude_code_2_1_332([
+        asked, {"role": "system", "content": [{"type": "text", "text": environment}]}]))
+    reply = {"role": "assistant", "content": "Hello."}
+    second = messages.to_chat(_claude_code_2_1_332([
+        asked, {"role": "system", "content": environment},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Now goodbye."}]}]))
+    assert second["messages"][:len(first["messages"]) + 1] == [*first["messages"], reply]
+    assert first["messages"][0] == {"role": "system", "content": "You are a Claude agent.You are an agent..."}
+    assert first["messages"][2] == {"role": "system", "content": environment}
+    # Anthropic-only fields (adaptive thinking, context editing, effort) are not forwarded to vLLM.
+    assert set(first) == {"model", "messages", "tools", "max_tokens", "stream"}
+    assert messages.client_session_id({}, _claude_code_2_1_332([])) == "3e62"
