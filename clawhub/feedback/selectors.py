@@ -34,6 +34,17 @@ def judge_rules_for_tenant(*, tenant_id: int) -> JudgeRules | None:
     return JudgeRules.objects.filter(tenant_id=tenant_id).first()
 
 
+def judge_name_for_tenant(*, tenant_id: int, rules: JudgeRules | None = None) -> str:
+    """The judge that scores the tenant's turns: its own choice if it made one, else settings.CLAWHUB_JUDGE
+    (a name in workers.judge.registry). ``rules`` saves the read when the caller already has them."""
+    from django.conf import settings
+
+    rules = rules if rules is not None else judge_rules_for_tenant(tenant_id=tenant_id)
+    if rules is not None and rules.judge != JudgeRules.Backend.DEFAULT:
+        return rules.judge
+    return settings.CLAWHUB_JUDGE
+
+
 def can_manage_judge_rules(*, tenant: Tenant, user) -> bool:
     if not user.is_authenticated:
         return False

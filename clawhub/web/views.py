@@ -48,11 +48,13 @@ def learning_index(request):
 def learning(request, access):
     """"Is my model getting better?": the gate's metric per version, judged turns per day, the timeline."""
     from clawhub.adapters.selectors import tenants_for_user
+    from clawhub.feedback.selectors import judge_name_for_tenant
     from clawhub.tenants.selectors import tenant_label
     from clawhub.web.learning import learning_for_tenant
 
     return render(request, "web/learning.html", {
         "access": access,
+        "judge": judge_name_for_tenant(tenant_id=access.tenant.pk),
         "label": tenant_label(access.tenant),
         "learning": learning_for_tenant(tenant=access.tenant),
         "tenants": [(t, tenant_label(t)) for t in tenants_for_user(user=request.user)],

@@ -6,7 +6,7 @@ from django.test import Client
 
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.evaluation import NOT_ENOUGH, PROMOTE, REJECT, Decision
-from clawhub.feedback.models import ExplicitFeedback
+from clawhub.feedback.models import ExplicitFeedback, JudgeRules
 from clawhub.review.models import Sample
 from clawhub.review.services import sample_approve
 from clawhub.tenants.access import review_access
@@ -115,6 +115,15 @@ def test_the_learning_page_answers_from_the_gate_the_judged_days_and_the_timelin
     for event in ("promoted", "rolled back to", "gate: reject", "trained"):
         assert event in page
     assert browser(make_user()).get(f"/learning/{me.tenant.pk}/").status_code == 404
+
+
+def test_the_learning_page_says_which_judge_scores_the_turns_and_why(me, settings):
+    settings.CLAWHUB_JUDGE = "rule"
+    page = browser(me).get(f"/learning/{me.tenant.pk}/").content.decode()
+    assert "The <strong>rule judge</strong>" in page and "72 of 72" in page and "/api/judge-rules/" in page
+    JudgeRules.objects.create(tenant=me.tenant, judge=JudgeRules.Backend.LLM)  # the tenant's own choice wins
+    page = browser(me).get(f"/learning/{me.tenant.pk}/").content.decode()
+    assert "language model judge" in page and "rule judge" not in page
 
 
 def test_a_runs_progress_says_where_it_is_and_what_comes_next(me):

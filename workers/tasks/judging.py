@@ -20,8 +20,12 @@ from clawhub.conversations.selectors import turn_request
 from clawhub.conversations.services import session_close_idle
 from clawhub.core import task_names as tasks
 from clawhub.feedback.concurrency import TenantCappedJudgeTask
-from clawhub.feedback.models import JudgeRules
-from clawhub.feedback.selectors import judge_rules_for_tenant, judgment_for_turn, turn_for_judging
+from clawhub.feedback.selectors import (
+    judge_name_for_tenant,
+    judge_rules_for_tenant,
+    judgment_for_turn,
+    turn_for_judging,
+)
 from clawhub.feedback.services import judgment_store, judgment_store_failure
 from workers.celery import app
 from workers.judge import Judge, JudgeError, JudgeInput, TransientJudgeError
@@ -188,8 +192,7 @@ def judge_for_tenant(*, tenant_id: int) -> Judge:
     """The tenant's choice of judge if it made one, else settings.CLAWHUB_JUDGE (names in
     workers.judge.registry), built from the settings and the tenant's rules."""
     rules = judge_rules_for_tenant(tenant_id=tenant_id)
-    name = rules.judge if rules is not None and rules.judge != JudgeRules.Backend.DEFAULT \
-        else settings.CLAWHUB_JUDGE
+    name = judge_name_for_tenant(tenant_id=tenant_id, rules=rules)
     plain = None if rules is None else {
         "tenant_id": tenant_id, "negative_patterns": rules.negative_patterns,
         "positive_patterns": rules.positive_patterns, "hint_templates": rules.hint_templates,
