@@ -68,7 +68,8 @@ STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", messages.PATH: "messages",
           responses.PATH: "responses"}
 # The other APIs served through the chat route: each module translates a request to chat (``to_chat``), reads
-# its client's session id (``client_session_id``) and gives the reply back in its own shape.
+# its client's session id (``client_session_id``) and side requests (``side_kind``) and gives the reply back
+# in its own shape.
 TRANSLATED = {"messages": messages, "responses": responses}
 TO_CLIENT = {"messages": messages.to_message, "responses": responses.to_response}
 # Routes whose clients read errors in Anthropic's shape rather than OpenAI's.
@@ -418,10 +419,15 @@ class Gateway:
         if api != "openai":
             # Served as the chat request it translates to; the turn is a chat turn like any other.
             given = parse_json(raw)
-            body, route = TRANSLATED[api].to_chat(given), "chat"
+            translated = TRANSLATED[api]
+            body, route = translated.to_chat(given), "chat"
             identity = extract_identity(headers, body)
             if identity.session_id is None:
-                identity.session_id = TRANSLATED[api].client_session_id(headers, given)
+                identity.session_id = translated.client_session_id(headers, given)
+            if identity.turn_type is None:
+                identity.side_kind = translated.side_kind(given)
+                if identity.side_kind is not None:
+                    identity.turn_type = "side"
         else:
             body = parse_request(raw, route == "chat")
             identity = extract_identity(headers, body)

@@ -54,7 +54,8 @@ class Identity:
     session_id: str | None = None
     turn_type: str | None = None
     session_done: bool = False
-    side_kind: str | None = None  # "heartbeat" | "memory_flush" | "compaction" when recognised by shape
+    # "heartbeat" | "memory_flush" | "compaction" (OpenClaw), "title" | "quota_probe" (Claude Code), by shape
+    side_kind: str | None = None
 
 
 def _ends(text: str) -> tuple[str, str]:

@@ -30,6 +30,8 @@ COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 # Claude Code puts an attribution line with a per-request hash first in its system prompt: left in, it would
 # make every request's prompt differ (no prefix caching, no continuation hash matching the previous turn).
 _BILLING_HEADER = "x-anthropic-billing-header"
+_TITLE_PROMPT = "You are naming a coding session"
+_QUOTA_MESSAGES = [{"role": "user", "content": "quota"}]
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
@@ -286,6 +288,26 @@ def client_session_id(headers: dict[bytes, bytes], body: dict) -> str | None:
         return session if isinstance(session, str) and session else None
     _, found, session = user_id.rpartition("_session_")
     return session if found and session else None
+
+
+def side_kind(body: dict) -> str | None:
+    """Which of Claude Code's side requests ``body`` is, by its shape; None for a turn of the conversation.
+    Each is an extra call beside the conversation (on the model it uses for background work, which the key
+    page points at the tenant's adapter too), not a reply to the user: served and stored as a side turn, so it
+    is neither a main turn nor anyone's next state, and never trained on.
+    - title: Claude Code (2.1.332, interactive) names the session before each new user message: a system
+      block "You are naming a coding session…" and one user message holding the user's text in <session>;
+    - quota_probe: its rate-limit check, one user message "quota" with max_tokens 1 (in its code, not seen
+      against ClawHub: it is made for Claude subscription accounts)."""
+    system = body.get("system")
+    if isinstance(system, list):
+        for block in system:
+            text = block.get("text") if isinstance(block, dict) else None
+            if isinstance(text, str) and text.startswith(_TITLE_PROMPT):
+                return "title"
+    if body.get("max_tokens") == 1 and body.get("messages") == _QUOTA_MESSAGES:
+        return "quota_probe"
+    return None
 
 
 # --- response -----------------------------------------------------------------------------------------------

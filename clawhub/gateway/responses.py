@@ -206,6 +206,12 @@ def client_session_id(headers: dict[bytes, bytes], body: dict) -> str | None:
     return key if isinstance(key, str) and key else None
 
 
+def side_kind(body: dict) -> str | None:
+    """Codex CLI's side requests by shape: none known. In ``codex exec`` runs (0.171.0) every request was a
+    turn of the conversation (``request_kind: "turn"`` in its x-codex-turn-metadata header)."""
+    return None
+
+
 # --- response -----------------------------------------------------------------------------------------------
 def _usage(usage) -> dict:
     usage = usage if isinstance(usage, dict) else {}

@@ -265,3 +265,22 @@ def test_claude_code_2_1_332s_requests_translate_so_the_next_one_extends_the_fir
     # Anthropic-only fields (adaptive thinking, context editing, effort) are not forwarded to vLLM.
     assert set(first) == {"model", "messages", "tools", "max_tokens", "stream"}
     assert messages.client_session_id({}, _claude_code_2_1_332([])) == "3e62"
+
+
+TITLE_SYSTEM = [
+    {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.469; cc_entrypoint=cli;"},
+    {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
+    {"type": "text", "text": "You are naming a coding session so the user can pick it out of a long list..."}]
+
+
+@pytest.mark.parametrize(("body", "kind"), [
+    # Claude Code 2.1.332 (interactive) names the session before each user message (recorded, texts cut).
+    ({"system": TITLE_SYSTEM, "max_tokens": 8192, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "<session>\nSay hello.\n</session>\n\nWrite the title in the..."}]}],
+      "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "title"),
+    ({"max_tokens": 1, "messages": [{"role": "user", "content": "quota"}]}, "quota_probe"),
+    (_claude_code_2_1_332([{"role": "user", "content": "quota"}]), None),  # a user who says "quota"
+    (_claude_code_2_1_332([{"role": "user", "content": "Name this session."}]), None),
+])
+def test_claude_codes_side_requests_are_known_by_shape(body, kind):
+    assert messages.side_kind(body) == kind

@@ -174,3 +174,24 @@ def test_count_tokens_takes_a_request_from_the_keys_rate_and_gives_its_slot_back
         anthropic_client.messages.count_tokens(**body)
     assert refused.value.body["error"]["type"] == "rate_limit_error"
     assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
+
+
+def test_claude_codes_session_title_request_is_a_side_turn_beside_the_main_one(gateway, fake, bob):
+    user, _, secret, _ = bob
+    anthropic_client = client(gateway, secret)
+    session = {"X-Claude-Code-Session-Id": "cc-titled"}
+    # As Claude Code 2.1.332 sends it before the user's message is answered (recorded, texts cut).
+    anthropic_client.messages.create(
+        model="clawhub-personal", max_tokens=64, extra_headers=session,
+        system=[{"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
+                {"type": "text", "text": "You are naming a coding session so the user can pick it out..."}],
+        messages=[{"role": "user", "content": "<session>\nfind my notes\n</session>\n\nWrite the title..."}])
+    assert "logprobs" not in fake.stats()["last_request"]  # served as side traffic: no training fields
+    anthropic_client.messages.create(model="clawhub-personal", max_tokens=8, extra_headers=session,
+                                     messages=[{"role": "user", "content": "find my notes"}])
+    assert fake.stats()["last_request"]["logprobs"]
+
+    capture_store(gateway.spy.wait_for(2))
+    title, turn = Turn.objects.filter(user=user).order_by("created_at")
+    assert (title.turn_type, turn.turn_type) == ("side", "main") and title.session_id == turn.session_id
+    assert title.api == "messages" and turn.link == "" and turn.parent_id is None
