@@ -221,6 +221,19 @@ def _check_number(body: dict, name: str, *, integer: bool = False) -> None:
         raise _refuse(f"'{name}' must be {'an integer' if integer else 'a number'}.", name)
 
 
+def _response_format(config) -> dict | None:
+    """Structured output: ``output_config.format`` {type: json_schema, schema} as the chat route's
+    ``response_format`` (vLLM constrains the reply to the schema). Claude Code asks for its session titles so.
+    Anything else in ``output_config`` (``effort``) has no counterpart here and is left out."""
+    form = config.get("format") if isinstance(config, dict) else None
+    if not isinstance(form, dict) or form.get("type") != "json_schema":
+        return None
+    if not isinstance(form.get("schema"), dict):
+        raise _refuse("'output_config.format' of type json_schema needs 'schema' (an object).",
+                      "output_config")
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": form["schema"]}}
+
+
 def to_chat(body, *, count_only: bool = False) -> dict:
     """The chat completions request that serves Messages request ``body``; 400 where it cannot be served.
     ``count_only``: a count_tokens body (no ``max_tokens``, nothing sampled)."""
@@ -260,6 +273,9 @@ def to_chat(body, *, count_only: bool = False) -> dict:
     _check_number(body, "top_k", integer=True)
     if body.get("top_k") is not None:
         chat["top_k"] = body["top_k"]
+    response_format = _response_format(body.get("output_config"))
+    if response_format is not None:
+        chat["response_format"] = response_format
     stops = body.get("stop_sequences")
     if stops is not None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):

@@ -284,3 +284,16 @@ TITLE_SYSTEM = [
 ])
 def test_claude_codes_side_requests_are_known_by_shape(body, kind):
     assert messages.side_kind(body) == kind
+
+
+def test_a_json_schema_output_format_constrains_the_reply_through_response_format():
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"],
+              "additionalProperties": False}
+    body = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "name it"}],
+            "output_config": {"effort": "high", "format": {"type": "json_schema", "schema": schema}}}
+    assert messages.to_chat(body)["response_format"] == {
+        "type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    assert "response_format" not in messages.to_chat({**body, "output_config": {"effort": "high"}})
+    with pytest.raises(GatewayError) as refused:
+        messages.to_chat({**body, "output_config": {"format": {"type": "json_schema", "schema": "x"}}})
+    assert refused.value.param == "output_config"
