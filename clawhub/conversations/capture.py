@@ -908,18 +908,17 @@ def _update_rows(model, objs: list, fields: list[str]) -> None:
         cursor.execute(sql, params)
 
 
-# Rows per INSERT: PostgreSQL takes at most 65,535 parameters in one statement.
-_INSERT_ROWS = 500
-_PLAIN = (str, int, float, bool)  # exact types the driver takes as they are (not enum members, not datetimes)
+_PLAIN = (str, int, float, bool, bytes)  # exact types the driver takes as they are
 
 
 def _insert_rows(model, objs: list) -> None:
-    """What ``bulk_create(objs)`` does, as multi-row ``INSERT … RETURNING id`` statements that set each
-    object's primary key.
+    """What ``bulk_create(objs)`` does, as one ``COPY`` (ids drawn from the table's sequence first), and
+    sets each object's primary key.
 
-    bulk_create costs more CPU than the rest of storing a turn: it runs each field's preparation on each
-    object, and dumps JSON with the standard library. Here each value is taken as it is, JSON goes through
-    orjson (the records came through orjson, so it takes every value in them), timestamps are aware.
+    bulk_create (and a multi-row INSERT alike) cost more CPU than the rest of storing a turn: a field's
+    preparation per value, JSON dumped with the standard library, then the driver splitting a statement of
+    thousands of placeholders and quoting each value in Python. COPY rows are formatted by the driver's C
+    code; JSON goes through orjson (the records came through orjson, so it takes every value in them).
     """
     if not objs:
         return
@@ -930,31 +929,34 @@ def _insert_rows(model, objs: list) -> None:
     fields = [f for f in meta.concrete_fields if not f.primary_key]
     quote = connection.ops.quote_name
     json_fields = {f.attname for f in fields if isinstance(f, JSONField)}
-    row = "(" + ", ".join("%s::jsonb" if f.attname in json_fields else "%s" for f in fields) + ")"
-    head = (
-        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) VALUES "
-    )
-    tail = f" RETURNING {quote(meta.pk.column)}"
-    for start in range(0, len(objs), _INSERT_ROWS):
-        chunk = objs[start : start + _INSERT_ROWS]
-        params: list = []
-        for obj in chunk:
-            values = obj.__dict__
-            for f in fields:
-                value = values[f.attname]
-                if f.attname in json_fields:
-                    params.append(None if value is None else orjson.dumps(value).decode())
-                elif value is None or type(value) in _PLAIN:
-                    params.append(value)
-                else:
-                    params.append(f.get_db_prep_save(value, connection))
-        with connection.cursor() as cursor:
-            cursor.execute(head + ", ".join([row] * len(chunk)) + tail, params)
-            ids = [r[0] for r in cursor.fetchall()]
-        for obj, pk in zip(chunk, ids, strict=True):
-            obj.pk = pk
-            obj._state.adding = False
-            obj._state.db = connection.alias
+    columns = ", ".join(quote(f.column) for f in [meta.pk, *fields])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [meta.db_table, meta.pk.column, len(objs)],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+        # Django's wrapper turns the driver's errors into django.db ones (a DataError stays a DataError), as
+        # for any query; the COPY itself goes through the driver's cursor, which Django does not wrap.
+        with connection.wrap_database_errors:
+            with cursor.cursor.copy(f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN") as copy:
+                for pk, obj in zip(ids, objs, strict=True):
+                    values = obj.__dict__
+                    row: list = [pk]
+                    for f in fields:
+                        value = values[f.attname]
+                        if f.attname in json_fields:
+                            value = None if value is None else orjson.dumps(value).decode()
+                        elif isinstance(value, str):
+                            value = str.__str__(value)  # a choices member as its plain value
+                        elif not (value is None or type(value) in _PLAIN):
+                            value = f.get_db_prep_save(value, connection)
+                        row.append(value)
+                    copy.write_row(row)
+    for obj, pk in zip(objs, ids, strict=True):
+        obj.pk = pk
+        obj._state.adding = False
+        obj._state.db = connection.alias
 
 
 @lru_cache(maxsize=4)
