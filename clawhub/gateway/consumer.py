@@ -156,6 +156,13 @@ class RedisSource:
             read = self.client.xreadgroup(cfg.group, self.name, {cfg.stream: ">"}, count=count,
                                           block=BLOCK_MS)
             entries = read[0][1] if read else []
+            if entries and len(entries) < count and cfg.batch_linger > 0:
+                # A few records: wait a moment for more, so that a batch's fixed cost is shared (they are
+                # safe in the stream meanwhile; only their row appears later).
+                time.sleep(cfg.batch_linger)
+                more = self.client.xreadgroup(cfg.group, self.name, {cfg.stream: ">"},
+                                              count=count - len(entries))
+                entries += more[0][1] if more else []
         return [Entry(eid, fields.get(b"r"), len(fields.get(b"r") or b"")) for eid, fields in entries]
 
     def ack(self, entries: list[Entry], stored: int) -> None:

@@ -3,6 +3,7 @@ while the database answers is retried, then dead-lettered with a metric, and nev
 good records around it are stored. In-process (the consumer's process is not what is under test here; the
 killed consumer is in test_durability.py)."""
 
+import dataclasses
 import uuid
 
 import pytest
@@ -122,3 +123,24 @@ def test_the_consumer_keeps_its_database_connection_from_batch_to_batch(stream, 
         consume(consumer, cfg, client)
     assert Turn.objects.count() == 3
     assert len(connects) <= 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_read_that_finds_a_few_records_waits_for_more_and_stores_them_in_one_batch(stream):
+    """At steady load each read finds one or two records, and a batch costs about ten queries whatever its
+    size: the consumer lingers (CAPTURE_BATCH_LINGER_MS) for what arrives meanwhile."""
+    import threading
+
+    cfg, client = stream
+    cfg = dataclasses.replace(cfg, batch_linger=0.5)
+    key = make_key()[0]
+    consumer = CaptureConsumer(cfg)
+    consumer.source.backlog()  # the group exists before the first record
+    hand_off(cfg, client, [make_record(key, [user("first")])])
+    later = threading.Timer(0.05, hand_off, (cfg, client, [make_record(key, [user(f"more {i}")])
+                                                          for i in range(4)]))
+    later.start()
+    consumer.run_once()
+    later.join()
+    assert Turn.objects.count() == 5
+    assert consumer.stats["batches"] == 1
