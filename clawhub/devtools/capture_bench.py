@@ -156,14 +156,17 @@ def seed_history(tenants: list[Tenant], turns: int, *, before: float) -> None:
             cursor.execute(f"SELECT id FROM {sessions} WHERE tenant_id = %s AND external_id = %s",
                            [t.tenant_id, f"{tag}-0"])
             first_session = cursor.fetchone()[0]
+            # Turn.api came later: the bench also runs on an older checkout, to compare.
+            has_api = any(f.name == "api" for f in Turn._meta.concrete_fields)
+            api_column, api_value = ("api, ", "'chat', ") if has_api else ("", "")
             common = (
-                "tenant_id, key_id, user_id, turn_type, route, model, upstream_model, request, "
+                api_column + "tenant_id, key_id, user_id, turn_type, route, model, upstream_model, request, "
                 "messages_shared, messages_added, prompt_token_ids_shared, response, sampling, "
                 "prompt_tokens, completion_tokens, usage_estimated, status, http_status, latency_ms, error, "
                 "closed_without_next, continuation_hash_without_retry, link, ended"
             )
             values = (
-                "%s, %s, %s, 'main', 'chat', 'clawhub-personal', '', '{}'::jsonb, 0, '[]', 0, "
+                api_value + "%s, %s, %s, 'main', 'chat', 'clawhub-personal', '', '{}'::jsonb, 0, '[]', 0, "
                 "'[]'::jsonb, '{}'::jsonb, 10, 20, false, 'complete', 200, 12.0, '', false, '', "
             )
             owner = [t.tenant_id, t.key_id, t.user_id]
