@@ -51,6 +51,10 @@ class BaseModelSpec:
         default).
     temperature: the sampling temperature vLLM uses when a request sets none (--override-generation-config);
         None = the model's own generation_config.json, or vLLM's 1.0.
+    canaries: what the promotion gate asks every version whatever the tenant sent (workers/trainer/gate.py):
+        "capability", fixed factual questions with known answers (workers/trainer/capability.py), for any
+        model that knows facts; "corpus", chats from the tiny model's own corpus, for the tiny model (it
+        answers no factual question, so there is nothing for it to forget).
     """
 
     key: str
@@ -63,6 +67,7 @@ class BaseModelSpec:
     tool_call_parser: str = "hermes"
     reasoning: bool = False
     temperature: float | None = None
+    canaries: str = "capability"
     rope: dict | None = None
     # (layers, KV heads, head size): for the KV cache figures in this file and the README.
     kv_shape: tuple[int, int, int] | None = None
@@ -101,6 +106,7 @@ TINY = BaseModelSpec(
     max_model_len=32768,
     kv_shape=(2, 2, 32),
     reasoning=True,
+    canaries="corpus",
 )
 
 DEFAULT = SMOLLM2

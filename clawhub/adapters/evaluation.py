@@ -4,11 +4,17 @@ on its own.
 
 The rule, in order (every number behind it is stored on the version and shown on its page):
 
-1. Degeneration, measured on canary prompts and the tiny model's corpus (needs no feedback): reject when the
-   candidate's empty replies exceed the parent's by more than MAX_EMPTY_RISE, its repeated-3-gram share
-   exceeds both MAX_REPETITION and the parent's + MAX_REPETITION_RISE, or its corpus perplexity exceeds
-   MAX_PERPLEXITY_RATIO times the parent's — and the same bounds against the base model, so that drift
-   cannot compound across versions (each within the bound of its parent, and the lineage far from the base).
+1. Degeneration, measured on canary prompts and fixed texts no tenant can influence (needs no feedback):
+   reject when the candidate's empty replies exceed the parent's by more than MAX_EMPTY_RISE, its
+   repeated-3-gram share exceeds both MAX_REPETITION and the parent's + MAX_REPETITION_RISE, or its
+   perplexity on the fixed texts exceeds MAX_PERPLEXITY_RATIO times the parent's — and the same bounds
+   against the base model, so that drift cannot compound across versions (each within the bound of its
+   parent, and the lineage far from the base). For a real model the canaries are fixed factual questions
+   with known answers, asked greedily (workers/trainer/capability.py), and the fixed texts their reference
+   answers; for the tiny model (it knows no facts), chats of its own corpus.
+1b. Capability (real models): reject when the candidate answers more than MAX_CAPABILITY_DROP of the
+   questions fewer right than the base model does (2 of 42). Against the base, not the parent: a loss
+   within the bound per version must not add up across versions.
 2. Preference margin on the tenant's held-out judged turns (never trained on): for each turn, d = the
    candidate's mean log-prob per token of the reply minus the parent's; delta = mean d over positively judged
    turns - mean d over negatively judged ones (the candidate made liked replies more likely relative to the
@@ -32,7 +38,8 @@ The rule, in order (every number behind it is stored on the version and shown on
      - each class the tenant did judge, even alone, with at least MIN_PER_CLASS turns: positively judged
        held-out replies lose at most UNPROVEN_FIT_DROP nats/token of mean log-prob, negatively judged ones
        gain at most that much (with fewer, one short reply moves that much through noise alone: listed as
-       not checked, and so are 1 to MIN_PER_CLASS - 1 hinted turns for the KL rule, 3.).
+       not checked, and so are 1 to MIN_PER_CLASS - 1 hinted turns for the KL rule, 3.);
+     - capability (1b.) within UNPROVEN_CAPABILITY_DROP of the base model's (1 of 42).
    All that could run pass: "not_enough_evidence", which promotes (a tenant's first updates must be able to
    ship), with the reason saying so ("…; every safety check that could run passed: …"). One fails: "reject",
    naming it.
@@ -51,9 +58,12 @@ MAX_REPETITION = 0.15
 MAX_REPETITION_RISE = 0.1
 MAX_PERPLEXITY_RATIO = 1.5
 KL_TOLERANCE = 0.02
+# Shares of the capability questions a candidate may answer wrong that the base model answers right.
+MAX_CAPABILITY_DROP = 0.05
 # Without evidence of a gain, nothing may get measurably worse: a bound at the noise level of a small update.
 UNPROVEN_PERPLEXITY_RATIO = 1.1
 UNPROVEN_FIT_DROP = 0.05
+UNPROVEN_CAPABILITY_DROP = 0.025
 
 PROMOTE, REJECT, NOT_ENOUGH = "promote", "reject", "not_enough_evidence"
 
@@ -131,6 +141,13 @@ def decide(
         if why is not None:
             return Decision(REJECT, why, numbers)
 
+    # 1b. Capability, against the base model (the parent, when it is the base).
+    capability = _capability(candidate, parent, base if base is not None else parent)
+    if capability is not None:
+        numbers["capability"] = capability
+        if capability["lost"] > capability["bound"]:
+            return Decision(REJECT, _forgot(capability), numbers)
+
     # 2. Preference margin.
     diffs = {k: candidate["logprob"][k] - parent["logprob"][k] for k in rewards if k in candidate["logprob"]}
     pos = [d for k, d in diffs.items() if rewards[k] > 0]
@@ -190,7 +207,7 @@ def decide(
                         f"{confidence:.0%} interval [{_fmt(m['low'])}, {_fmt(m['high'])}]", numbers)
 
     # 5. No evidence of a gain: fail safe.
-    checks = _safety_checks(candidate, parent, pos=pos, neg=neg, away=away)
+    checks = _safety_checks(candidate, parent, pos=pos, neg=neg, away=away, capability=capability)
     numbers["safety"] = checks
     failed = next((c for c in checks if c["passed"] is False), None)
     if failed is not None:
@@ -211,21 +228,57 @@ def _degenerated(candidate: dict, reference: dict, name: str) -> str | None:
                 f"vs {reference['repetition']:.0%} for {name})")
     cp, rp = candidate.get("perplexity"), reference.get("perplexity")
     if cp is not None and rp is not None and cp > MAX_PERPLEXITY_RATIO * rp:
-        return (f"perplexity on the model's own corpus rose from {rp:.2f} to {cp:.2f}"
+        return (f"perplexity on {_texts(candidate)} rose from {rp:.2f} to {cp:.2f}"
                 + ("" if name == "the parent" else f" against {name}: drift compounded across versions"))
     return None
 
 
+def _texts(scores: dict) -> str:
+    """What the perplexity was measured on, in words."""
+    return "the fixed questions' reference answers" if scores.get("capability") else "the model's own corpus"
+
+
+def _capability(candidate: dict, parent: dict, base: dict) -> dict | None:
+    """The capability numbers the page shows and rule 1b reads: questions answered right by each model,
+    how many fewer than the base the candidate got right, the bound, and which answers it lost."""
+    mine, theirs = candidate.get("capability"), base.get("capability")
+    if not mine or not theirs:
+        return None
+    asked = mine["asked"]
+    forgotten = [q for q in mine["missed"] if q not in set(theirs["missed"])]
+    return {
+        "candidate": mine["right"], "parent": (parent.get("capability") or {}).get("right"),
+        "base": theirs["right"], "asked": asked, "lost": theirs["right"] - mine["right"],
+        "bound": int(MAX_CAPABILITY_DROP * asked), "unproven_bound": int(UNPROVEN_CAPABILITY_DROP * asked),
+        "forgotten": forgotten,
+    }
+
+
+def _forgot(c: dict) -> str:
+    examples = "; ".join(f'"{q}"' for q in c["forgotten"][:3])
+    return (f"the update made the model forget what the base model knows: it answers {c['candidate']} of "
+            f"{c['asked']} fixed factual questions right, the base model {c['base']} (at most {c['bound']} "
+            f"fewer allowed)" + (f"; it no longer answers {examples}" if examples else ""))
+
+
 def _safety_checks(candidate: dict, parent: dict, *, pos: list[float], neg: list[float],
-                   away: list[float]) -> list[dict]:
+                   away: list[float], capability: dict | None) -> list[dict]:
     """What a candidate without a measured gain must show (rule 5): each check as {"check", "passed",
     "detail"}, in the order they are read. Degeneration's standard bounds have passed already (rule 1)."""
     checks = [{"check": "canaries", "passed": True, "detail": "canary replies neither empty nor repetitive"}]
+    if capability is not None:
+        checks.append({
+            "check": "capability", "passed": capability["lost"] <= capability["unproven_bound"],
+            "detail": f"{capability['candidate']} of {capability['asked']} fixed factual questions answered "
+                      f"right, the base model {capability['base']} (at most {capability['unproven_bound']} "
+                      f"fewer)",
+        })
     cp, pp = candidate.get("perplexity"), parent.get("perplexity")
     if cp is not None and pp is not None:
+        what = "reference-answer" if candidate.get("capability") else "corpus"
         checks.append({
             "check": "perplexity", "passed": cp <= UNPROVEN_PERPLEXITY_RATIO * pp,
-            "detail": f"corpus perplexity {pp:.2f} -> {cp:.2f} (at most x{UNPROVEN_PERPLEXITY_RATIO})",
+            "detail": f"{what} perplexity {pp:.2f} -> {cp:.2f} (at most x{UNPROVEN_PERPLEXITY_RATIO})",
         })
     if len(pos) >= MIN_PER_CLASS:
         drop = _mean(pos)

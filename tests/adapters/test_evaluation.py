@@ -5,7 +5,7 @@ the base model's numbers to the rule."""
 import pytest
 
 from clawhub.adapters import services
-from clawhub.adapters.evaluation import PROMOTE, REJECT, decide
+from clawhub.adapters.evaluation import NOT_ENOUGH, PROMOTE, REJECT, decide
 from clawhub.adapters.models import AdapterVersion
 from tests.adapters.conftest import make_version
 from tests.factories import make_user
@@ -93,3 +93,36 @@ def test_the_promote_task_checks_the_candidate_against_the_base_model(db, monkey
     assert "against the base model: drift compounded" in v3.decision_reason
     assert v3.metrics["eval"]["numbers"]["canary"]["perplexity"]["base"] == 10.0
     assert services.adapter_parent_is_current(version=v3)
+
+
+def knowing(perplexity: float, *, gain: float, missed: int) -> dict:
+    """scores() of a real model that answers all but `missed` of the 42 capability questions."""
+    return {**scores(perplexity, gain=gain),
+            "capability": {"right": 42 - missed, "asked": 42, "missed": [f"q{i}" for i in range(missed)]}}
+
+
+def test_forgetting_that_adds_up_across_versions_is_caught_against_the_base():
+    """Each version answers two capability questions fewer than its parent (within the bound, 2 of 42); v2
+    answers four fewer than the base model. Its gain on the tenant's turns does not buy that back."""
+    base = knowing(10.0, gain=0.0, missed=0)
+    v1, v2 = knowing(10.0, gain=0.2, missed=2), knowing(10.0, gain=0.4, missed=4)
+    first = decide(candidate=v1, parent=base, base=None, rewards=REWARDS, **RULE)
+    assert first.outcome == PROMOTE, first.reason
+    assert first.numbers["capability"] | {"forgotten": None} == {
+        "candidate": 40, "parent": 42, "base": 42, "asked": 42, "lost": 2, "bound": 2, "unproven_bound": 1,
+        "forgotten": None}
+    second = decide(candidate=v2, parent=v1, base=base, rewards=REWARDS, **RULE)
+    assert second.outcome == REJECT
+    assert second.reason == (
+        "the update made the model forget what the base model knows: it answers 38 of 42 fixed factual "
+        'questions right, the base model 42 (at most 2 fewer allowed); it no longer answers "q0"; "q1"; "q2"')
+
+
+def test_without_a_measured_gain_a_candidate_may_lose_at_most_one_answer():
+    base = knowing(10.0, gain=0.0, missed=0)
+    for missed, outcome in ((1, NOT_ENOUGH), (2, REJECT)):
+        decision = decide(candidate=knowing(10.0, gain=0.0, missed=missed), parent=base, rewards=REWARDS,
+                          **RULE)
+        assert decision.outcome == outcome, decision.reason
+    assert decision.reason.endswith("a safety check failed: 40 of 42 fixed factual questions answered right, "
+                                    "the base model 42 (at most 1 fewer)")

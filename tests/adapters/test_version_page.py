@@ -54,3 +54,30 @@ def test_decisions_reasons_and_numbers_are_on_the_version_page(db, client):
     assert "-0.250 nats/token" in html and "[-0.400, -0.100]" in html  # the margin and its interval
     assert "repeated 3-grams 0.10" in html and "corpus perplexity 5.10" in html
     assert "optimizer continued from step 3" in html
+
+
+def test_a_candidate_that_forgot_facts_is_refused_in_words_on_the_version_page(db, client):
+    """The capability questions (real models): the reason says how many the candidate answers against the
+    base model, the bound, and which it no longer answers; the numbers list them."""
+    from clawhub.adapters.evaluation import decide
+
+    def scores(missed: list[str]) -> dict:
+        return {"logprob": {}, "kl": {}, "away": {}, "canaries": [], "empty": 0.0, "repetition": 0.0,
+                "perplexity": 3.0, "capability": {"right": 42 - len(missed), "asked": 42, "missed": missed}}
+
+    forgotten = ["What is the capital of Japan?", "What do bees make?", "Who painted the Mona Lisa?"]
+    base = scores(["What is 2 plus 2?"])
+    decision = decide(candidate=scores(["What is 2 plus 2?", *forgotten]), parent=base, rewards={},
+                      min_samples=6, confidence=0.9, resamples=100)
+    assert decision.outcome == REJECT
+    user = make_user()
+    v1 = make_version(user.tenant, 1)
+    services.adapter_evaluation_start(version=v1)
+    services.adapter_record_decision(version=v1, decision=decision)
+    html = page(client, user)
+    assert ("the update made the model forget what the base model knows: it answers 38 of 42 fixed factual "
+            "questions right, the base model 41 (at most 2 fewer allowed); it no longer answers "
+            "&quot;What is the capital of Japan?&quot;; &quot;What do bees make?&quot;") in html
+    assert "38 of 42 right (parent 41, base model 41; at most 2 fewer than the base model)" in html
+    assert "<li>Who painted the Mona Lisa?</li>" in html
+    assert "reference-answer perplexity 3.00" in html

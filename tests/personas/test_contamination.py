@@ -6,8 +6,8 @@ import gzip
 import re
 from pathlib import Path
 
-from clawhub.devtools.personas import capability as C
 from clawhub.devtools.personas import personas as P
+from workers.trainer import capability as C
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "workers" / "trainer" / "corpus"
 PLACEHOLDER = re.compile(r"\{\w+\}")

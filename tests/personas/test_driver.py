@@ -15,7 +15,6 @@ from django.db import close_old_connections
 
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.services import adapter_version_create
-from clawhub.devtools.personas import capability as C
 from clawhub.devtools.personas import personas as P
 from clawhub.devtools.personas.driver import (
     Bench,
@@ -36,6 +35,7 @@ from clawhub.training.models import TrainingRun, TrainingSettings
 from tests.factories import make_group, make_user
 from tests.personas.conftest import BRIEF, HABIT, judge_next_state
 from tests.review.conftest import make_judgment, make_turn
+from workers.trainer import capability as C
 
 # --- pure parts ---------------------------------------------------------------------------------------------
 

@@ -183,7 +183,7 @@ def test_personas_and_plots_are_plain_python():
     import subprocess
     import sys
 
-    code = ("import sys, clawhub.devtools.personas.personas, clawhub.devtools.personas.capability, "
+    code = ("import sys, clawhub.devtools.personas.personas, workers.trainer.capability, "
             "clawhub.devtools.personas.plots; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'torch', 'httpx')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,9 +11,12 @@ Per model, on the same held-out samples:
                 exactly mean_t sum_v (pi_model - pi_parent)(log pi_parent - log pi_T): the growth of the KL to
                 the teacher T that the update's own size does not explain, i.e. whether it moved probability
                 towards tokens the teacher likes less than the parent does (> 0) or more (< 0)
-  canaries      replies sampled (fixed seed) to a few fixed prompts: empty-output share and repeated-3-gram
-                share of the tokens
-  perplexity    on held chats of the tiny model's own corpus (its assistant replies given their prompts)
+  canaries      replies to fixed prompts no tenant can influence (Canaries, chosen by the base model's
+                description, workers/base_models.py): empty-output share and repeated-3-gram share of tokens
+  capability    for a real model, the canaries are the fixed factual questions (workers/trainer/capability.py)
+                asked greedily: how many it answers right, and which it misses
+  perplexity    on fixed texts: the questions' reference answers (a real model), or held chats of the tiny
+                model's own corpus (its assistant replies given their prompts; it knows no facts)
 
 Canaries and perplexity depend on nothing but the model (no tenant data), so a version's are measured once:
 when it is scored as a candidate they are written beside its weights (gate_scores.json in its adapter
@@ -37,23 +40,25 @@ from typing import Any
 import torch
 from peft import PeftModel
 
+from workers.base_models import describe
+from workers.trainer import capability
 from workers.trainer import resident as resident_models
 from workers.trainer.backend import TrainSample
-from workers.trainer.batching import collate, encode_batch, teacher_prompt_ids
+from workers.trainer.batching import Batch, collate, encode_batch, teacher_prompt_ids
 from workers.trainer.corpus.make_chats import MIXED_CHATS
 from workers.trainer.local import (
     generate_samples,
     load_pretrained,
     resolve_device,
     resolve_dtype,
-    response_logits,
+    response_hidden,
 )
 
 log = logging.getLogger(__name__)
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "chats.jsonl"
 FIXED_SCORES_FILE = "gate_scores.json"  # in an adapter directory: its canary and perplexity numbers
-FIXED_FIELDS = ("canaries", "empty", "repetition", "perplexity")
+FIXED_FIELDS = ("canaries", "empty", "repetition", "perplexity", "capability")
 SCORE_DTYPE = torch.float32  # on the CPU ("auto"); a GPU worker scores in its resident base's bf16
 
 
@@ -66,6 +71,8 @@ class ModelScores:
     empty: float = 0.0
     repetition: float = 0.0
     perplexity: float | None = None
+    # Real models: {"right": n, "asked": n, "missed": [questions answered wrong]}; None for the tiny model.
+    capability: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,32 +95,108 @@ def corpus_chats(path: Path = CORPUS, *, count: int = 16) -> tuple[list[list[dic
     return canaries[:4], texts
 
 
+@dataclass(frozen=True)
+class Canaries:
+    """What the gate asks every version, whatever the tenant sent: prompts whose replies must not come back
+    empty or repetitive (and, with answers, must stay right), and texts whose perplexity must not rise."""
+
+    kind: str  # BaseModelSpec.canaries: "capability" or "corpus"
+    prompts: list[list[dict]]
+    texts: list[TrainSample]
+    max_new_tokens: int
+    temperature: float  # 0 = greedy
+    # (question, accepted answers) behind each prompt, when the replies are scored for being right
+    questions: list[tuple[str, tuple[str, ...]]] | None = None
+
+    def fingerprint(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, default=str).encode()
+
+
+# The tiny model's corpus canaries are sampled (temperature 1, fixed seed), as the gate always did for it.
+CORPUS_CANARY_TOKENS = 48
+
+
+def canaries_for(base_model: str, corpus: Path = CORPUS) -> Canaries:
+    """The canaries of the base model's description: the capability questions, greedy and short, for a real
+    model; the tiny model's corpus chats for the tiny model."""
+    if describe(base_model).canaries == "corpus":
+        prompts, texts = corpus_chats(corpus)
+        return Canaries("corpus", prompts, texts, max_new_tokens=CORPUS_CANARY_TOKENS, temperature=1.0)
+    prompts = [capability.messages(q) for q, _ in capability.QUESTIONS]
+    texts = [TrainSample(sample_id=f"reference-{i}", messages=m, response_text=answer)
+             for i, (m, answer) in enumerate(zip(prompts, capability.REFERENCE_ANSWERS, strict=True))]
+    return Canaries("capability", prompts, texts, max_new_tokens=capability.GATE_MAX_TOKENS, temperature=0.0,
+                    questions=list(capability.QUESTIONS))
+
+
 def repeated_ngram_share(token_ids: list[int], n: int = 3) -> float:
     """Share of a reply's n-grams that already occurred in it: ~0 for prose, ~1 for "the the the ...". """
     grams = [tuple(token_ids[i : i + n]) for i in range(len(token_ids) - n + 1)]
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
 
 
+# Padded tokens per forward pass when scoring log-probs (training's micro_batch_tokens): a pass's decoder
+# activations are about this many tokens' worth, however long the held-out turns are.
+PASS_TOKENS = 8192
+# Response positions per pass through the LM head: the full-vocabulary float32 tensors exist for this many
+# positions at a time (the log-probs: logits + their float32 copy + logsumexp's; the KL part: the teacher's
+# and every model's log-softmax), never for a whole sample.
+HEAD_CHUNK_TOKENS = 256
+
+
 class _Scorer:
     def __init__(self, model: Any, tokenizer: Any, device: torch.device, max_seq_len: int):
         self.model, self.tokenizer, self.device, self.max_seq_len = model, tokenizer, device, max_seq_len
+        base = model.get_base_model() if isinstance(model, PeftModel) else model
+        # The same head for every adapter: LoRA targets the decoder's projections only.
+        self.head = base.get_output_embeddings()
 
-    def logits(self, sequences: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """Log-softmax at each response position (B, T, V), the response mask, and the batch."""
-        batch = collate(sequences, pad_id=self.tokenizer.pad_token_id).to(self.device)
-        logp = torch.log_softmax(response_logits(self.model, batch).float(), -1)
-        return logp, batch.mask, batch
+    def batch(self, sequences: list[tuple[list[int], list[int]]]) -> Batch:
+        return collate(sequences, pad_id=self.tokenizer.pad_token_id).to(self.device)
 
-    def mean_logprobs(self, encoded: list, chunk: int = 8) -> dict[str, tuple[float, int]]:
+    def response_hidden(self, prompt_ids: list[int], response_ids: list[int]) -> torch.Tensor:
+        """The last hidden states at one sample's response positions, (T, d): the LM head's input, a
+        fraction of its output's size (d = 576 against a vocabulary of 49,152 for SmolLM2)."""
+        batch = self.batch([(prompt_ids, response_ids)])
+        _, hidden = response_hidden(self.model, batch)
+        return hidden[0, : int(batch.mask[0].sum())]
+
+    def mean_logprobs(self, encoded: list, budget: int = PASS_TOKENS,
+                      chunk: int = HEAD_CHUNK_TOKENS) -> dict[str, tuple[float, int]]:
+        """Mean log-prob per token of each sample's response, shortest first, as many samples per forward
+        pass as fit in `budget` padded tokens; the token log-probs are gathered through the LM head `chunk`
+        response positions at a time, so no full-vocabulary tensor of a whole sample is kept."""
         out = {}
-        for i in range(0, len(encoded), chunk):
-            part = encoded[i : i + chunk]
-            logp, mask, batch = self.logits([(e.prompt_ids, e.response_ids) for e in part])
-            token = logp.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) * mask
-            for j, e in enumerate(part):
-                n = int(mask[j].sum())
-                out[str(e.sample.sample_id)] = (float(token[j].sum()) / max(n, 1), n)
+        for part in _passes(encoded, budget):
+            batch = self.batch([(e.prompt_ids, e.response_ids) for e in part])
+            _, hidden = response_hidden(self.model, batch)
+            where = batch.mask > 0
+            hidden, targets = hidden[where], batch.targets[where]
+            token = torch.cat([_token_logprobs(self.head(hidden[i : i + chunk]), targets[i : i + chunk])
+                               for i in range(0, len(targets), chunk)])
+            start = 0
+            for e, n in zip(part, where.sum(-1).tolist(), strict=True):
+                out[str(e.sample.sample_id)] = (float(token[start : start + n].sum()) / max(n, 1), n)
+                start += n
         return out
+
+
+def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    z = logits.float()
+    return z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, -1)
+
+
+def _passes(encoded: list, budget: int) -> list[list]:
+    """The samples, shortest first, in groups whose padded size (count x longest) is at most `budget`
+    tokens (a longer sample alone)."""
+    groups: list[list] = []
+    for e in sorted(encoded, key=lambda e: len(e.prompt_ids) + len(e.response_ids)):
+        length = len(e.prompt_ids) + len(e.response_ids)
+        if groups and (len(groups[-1]) + 1) * length <= budget:
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    return groups
 
 
 @torch.no_grad()
@@ -122,9 +205,8 @@ def score_versions(
     base_model: str,
     adapters: dict[str, str | None],
     samples: list[TrainSample],
-    corpus: Path = CORPUS,
+    canaries: Canaries | None = None,
     max_seq_len: int = 2048,
-    max_new_tokens: int = 48,
     device: str = "auto",
     dtype: str = "auto",
     seed: int = 0,
@@ -135,11 +217,13 @@ def score_versions(
     """Scores of each named adapter directory (None = the base model) on the same held-out samples; the
     models named in `fixed_only` get only their canary and perplexity numbers (the base model, which the gate
     checks degeneration against besides the parent: once measured, they are read back at no cost).
+    `canaries`: None = the base model's (canaries_for).
 
     `timings`, when given, is filled with the seconds each part took and which models' canary and perplexity
     numbers were read back. `reuse=False` measures everything afresh on a private copy of the base (what the
     gate did before; the benchmark compares the two)."""
     timings = {} if timings is None else timings
+    canaries = canaries_for(base_model) if canaries is None else canaries
     clock = time.monotonic()
 
     def lap(name: str) -> None:
@@ -174,11 +258,10 @@ def score_versions(
                 model = PeftModel.from_pretrained(base, path, adapter_name=name)
         model.eval()
         lap("adapters")
-        key = (_fixed_key(base_model, dev, score_dtype, corpus, max_seq_len, max_new_tokens, seed) if reuse
-               else None)
-        scores = _score(model, tokenizer, dev, adapters=adapters, samples=samples, corpus=corpus,
-                        max_seq_len=max_seq_len, max_new_tokens=max_new_tokens, seed=seed,
-                        fixed_only=fixed_only, key=key, lap=lap, timings=timings)
+        key = _fixed_key(base_model, dev, score_dtype, canaries, max_seq_len, seed) if reuse else None
+        scores = _score(model, tokenizer, dev, adapters=adapters, samples=samples, canaries=canaries,
+                        max_seq_len=max_seq_len, seed=seed, fixed_only=fixed_only, key=key, lap=lap,
+                        timings=timings)
         log.info("gate scoring took %.1f s (resident base: %s, canaries read back for: %s)",
                  sum(v for v in timings.values() if isinstance(v, float)), timings["resident_base"],
                  ", ".join(timings["reused"]) or "none")
@@ -192,13 +275,12 @@ def score_versions(
 
 def _score(
     model: Any, tokenizer: Any, dev: torch.device, *, adapters: dict[str, str | None],
-    samples: list[TrainSample], corpus: Path, max_seq_len: int, max_new_tokens: int, seed: int,
-    key: str | None, lap: Any, timings: dict[str, Any], fixed_only: tuple[str, ...] = (),
+    samples: list[TrainSample], canaries: Canaries, max_seq_len: int, seed: int, key: str | None, lap: Any,
+    timings: dict[str, Any], fixed_only: tuple[str, ...] = (),
 ) -> dict[str, ModelScores]:
     scorer = _Scorer(model, tokenizer, dev, max_seq_len)
     encoded, _ = encode_batch(tokenizer, samples, max_seq_len=max_seq_len)
-    canary_prompts, corpus_samples = corpus_chats(corpus)
-    corpus_encoded, _ = encode_batch(tokenizer, corpus_samples, max_seq_len=max_seq_len)
+    texts_encoded, _ = encode_batch(tokenizer, canaries.texts, max_seq_len=max_seq_len)
 
     scores = {}
     reused = timings.setdefault("reused", [])
@@ -215,16 +297,9 @@ def _score(
                     setattr(result, field_name, fixed[field_name])
                 reused.append(name)
             else:
-                sampled = generate_samples(
-                    model, tokenizer, canary_prompts, max_new_tokens=max_new_tokens, temperature=1.0,
-                    seed=seed,
-                )
-                result.canaries = [s.text[:300] for s in sampled]
-                result.empty = sum(not s.text.strip() for s in sampled) / max(len(sampled), 1)
-                result.repetition = (sum(repeated_ngram_share(s.token_ids) for s in sampled)
-                                     / max(len(sampled), 1))
+                _ask_canaries(model, tokenizer, canaries, result, seed=seed)
                 lap(f"{name}.canaries")
-                ppl = scorer.mean_logprobs(corpus_encoded)
+                ppl = scorer.mean_logprobs(texts_encoded)
                 tokens = sum(n for _, n in ppl.values())
                 if tokens:
                     result.perplexity = math.exp(-sum(v * n for v, n in ppl.values()) / tokens)
@@ -239,33 +314,67 @@ def _score(
     return scores
 
 
+# Torch threads while generating on a CPU. A decode step is hundreds of small operations, and with several
+# threads on busy cores each of them waits for the slowest thread's time slice: SmolLM2 answering the 42
+# questions on 2 cores at load ~10 took 117 s and 68 s with 2 threads, 37 s and 25 s with 1 (alternated).
+GENERATE_CPU_THREADS = 1
+
+
+def _ask_canaries(model: Any, tokenizer: Any, canaries: Canaries, result: ModelScores, *, seed: int) -> None:
+    """The model's replies to the canary prompts, all in one batched generate: empty and repeated shares,
+    and for questions with answers, how many it got right."""
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    threads = torch.get_num_threads()
+    if on_cpu:
+        torch.set_num_threads(min(threads, GENERATE_CPU_THREADS))
+    try:
+        sampled = generate_samples(model, tokenizer, canaries.prompts, max_new_tokens=canaries.max_new_tokens,
+                                   temperature=canaries.temperature, seed=seed, logprobs=False)
+    finally:
+        torch.set_num_threads(threads)
+    result.canaries = [s.text[:300] for s in sampled]
+    result.empty = sum(not s.text.strip() for s in sampled) / max(len(sampled), 1)
+    result.repetition = sum(repeated_ngram_share(s.token_ids) for s in sampled) / max(len(sampled), 1)
+    if canaries.questions is not None:
+        missed = [question for (question, answers), s in zip(canaries.questions, sampled, strict=True)
+                  if not capability.is_right(s.text, answers)]
+        result.capability = {"right": len(sampled) - len(missed), "asked": len(sampled), "missed": missed}
+
+
 def _hint_teacher_scores(
     scorer: _Scorer, tokenizer: Any, hinted: list, scores: dict[str, ModelScores], *,
-    adapters: dict[str, str | None], max_seq_len: int,
+    adapters: dict[str, str | None], max_seq_len: int, chunk: int = HEAD_CHUNK_TOKENS,
 ) -> None:
-    """kl and away (see the module docstring) of each model on each hinted sample, one sample at a time: the
-    teacher's and each model's full-vocabulary distributions over the sample's reply live only while that
-    sample is scored (kept for every hinted sample, they were ~58 GB at 32 hinted turns of a 4B model)."""
-    model = scorer.model
+    """kl and away (see the module docstring) of each model on each hinted sample, one sample at a time and
+    through the LM head `chunk` response positions at a time: what is kept per sample is each model's last
+    hidden states (T, d); the full-vocabulary distributions exist for one chunk of positions only (a whole
+    reply's were 7.5 GiB at 2,048 tokens of a 4B model; workers/trainer/gate_memory.py)."""
+    model, head = scorer.model, scorer.head
     for e in hinted:
         key_ = str(e.sample.sample_id)
         with _adapter(model, None):  # the hint-teacher: the base model, the hint in the last user message
             prompt, _ = teacher_prompt_ids(tokenizer, e, e.sample.hints[0], max_seq_len=max_seq_len)
-            logp, mask, _ = scorer.logits([(prompt, e.response_ids)])
-            teacher = logp[0, : int(mask[0].sum())]
-        policies: dict[str, torch.Tensor] = {}
+            hidden = {None: scorer.response_hidden(prompt, e.response_ids)}
         for name, path in adapters.items():
             with _adapter(model, name if path is not None else None):
-                logp, mask, _ = scorer.logits([(e.prompt_ids, e.response_ids)])
-            policy = logp[0, : int(mask[0].sum())]
-            scores[name].kl[key_] = float((policy.exp() * (policy - teacher)).sum(-1).mean())
-            policies[name] = policy
-        parent = policies.get("parent")
-        for name, policy in policies.items():
-            if name != "parent" and parent is not None:
-                away = ((policy.exp() - parent.exp()) * (parent - teacher)).sum(-1).mean()
-                scores[name].away[key_] = float(away)
-        del policies, teacher, logp
+                hidden[name] = scorer.response_hidden(e.prompt_ids, e.response_ids)
+        length = min(len(h) for h in hidden.values())
+        kl = dict.fromkeys(adapters, 0.0)
+        away = dict.fromkeys(adapters, 0.0)
+        for start in range(0, length, chunk):
+            logp = {name: torch.log_softmax(head(h[start : start + chunk]).float(), -1)
+                    for name, h in hidden.items()}
+            teacher, parent = logp.pop(None), logp.get("parent")
+            for name, policy in logp.items():
+                kl[name] += float((policy.exp() * (policy - teacher)).sum())
+                if name != "parent" and parent is not None:
+                    away[name] += float(((policy.exp() - parent.exp()) * (parent - teacher)).sum())
+            del logp, teacher, parent
+        for name in adapters:
+            scores[name].kl[key_] = kl[name] / max(length, 1)
+            if name != "parent" and "parent" in adapters:
+                scores[name].away[key_] = away[name] / max(length, 1)
+        del hidden
 
 
 # ---------------------------------------------------------------------------------- a version's fixed numbers
@@ -287,16 +396,13 @@ def _files_signature(folder: Path) -> bytes:
 
 
 def _fixed_key(
-    base_model: str, dev: torch.device, dtype: torch.dtype, corpus: Path, max_seq_len: int,
-    max_new_tokens: int, seed: int,
+    base_model: str, dev: torch.device, dtype: torch.dtype, canaries: Canaries, max_seq_len: int, seed: int,
 ) -> str:
     """What a model's canaries and perplexity depend on besides its own weights."""
-    canaries, texts = corpus_chats(corpus)
     setup = {"base": str(base_model), "device": dev.type, "dtype": str(dtype),
-             "torch": torch.__version__, "max_seq_len": max_seq_len, "max_new_tokens": max_new_tokens,
-             "seed": seed}
+             "torch": torch.__version__, "max_seq_len": max_seq_len, "seed": seed}
     return _digest(json.dumps(setup, sort_keys=True).encode(), _files_signature(Path(base_model)),
-                   json.dumps([canaries, [asdict(t) for t in texts]], sort_keys=True, default=str).encode())
+                   canaries.fingerprint())
 
 
 def _model_key(setup_key: str, adapter_dir: str | None) -> str | None:

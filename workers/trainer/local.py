@@ -108,7 +108,7 @@ def _key(sample_id: Any) -> str:
 # ------------------------------------------------------------------------------------------ forward passes
 
 
-def _response_hidden(model: Any, batch: Batch) -> tuple[Any, torch.Tensor]:
+def response_hidden(model: Any, batch: Batch) -> tuple[Any, torch.Tensor]:
     """(the causal LM under any peft wrapper, the last hidden states at the response positions (B, T, d)).
 
     Calling the decoder and head separately keeps peft's LoRA layers (they live inside them) and peft's
@@ -122,13 +122,6 @@ def _response_hidden(model: Any, batch: Batch) -> tuple[Any, torch.Tensor]:
         use_cache=False,
     ).last_hidden_state
     return base, hidden[batch.row_of[:, None], batch.logit_index]
-
-
-def response_logits(model: Any, batch: Batch) -> torch.Tensor:
-    """The logits at the response positions only, (B, T, V): for evaluation of small batches (the trainer
-    itself goes through response_stats, which never holds a batch's full-vocabulary logits)."""
-    base, hidden = _response_hidden(model, batch)
-    return base.get_output_embeddings()(hidden)
 
 
 @dataclass
@@ -150,7 +143,7 @@ def response_stats(
     response positions and through the LM head `chunk` positions at a time (losses.chunked_token_logprobs).
     sampler: one row per sample, how its reply was sampled (temperature, top-p, top-k); None = the plain
     softmax."""
-    base, hidden = _response_hidden(model, batch)
+    base, hidden = response_hidden(model, batch)
     where = batch.mask > 0
     logp, entropy, top = chunked_token_logprobs(
         hidden[where],
@@ -193,14 +186,17 @@ def generate_samples(
     temperature: float = 1.0,
     seed: int | None = None,
     tools: list[dict[str, Any]] | None = None,
+    logprobs: bool = True,
 ) -> list[Sampled]:
-    """Sample one response per prompt from the model as it is (policy when an adapter is on).
+    """Sample one response per prompt from the model as it is (policy when an adapter is on), all prompts in
+    one batched generate (left padding, KV cache). temperature 0 = greedy, as in vLLM.
 
     generate() in transformers applies top_k=50 from the default generation config unless told otherwise,
     which would make the samples come from a truncated distribution whose log-probs are not the policy's;
     top_k=0 and top_p=1.0 sample the full distribution. The returned log-probs are the model's raw
     (temperature-1) ones, like vLLM's default raw logprobs, so they are exactly what the trainer recomputes
-    (rho = 1 before an update).
+    (rho = 1 before an update). logprobs=False leaves them out (Sampled.logprobs empty) and saves keeping
+    every step's full-vocabulary logits.
     """
     if seed is not None:
         torch.manual_seed(seed)
@@ -213,29 +209,34 @@ def generate_samples(
     ends = end_token_ids(tokenizer)
     was_training = model.training
     model.eval()
+    greedy = temperature <= 0
+    sampling = {"do_sample": False} if greedy else {
+        "do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
     out = model.generate(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        do_sample=True,
-        temperature=temperature,
-        top_k=0,
-        top_p=1.0,
+        **sampling,
+        # A resident base that trained with gradient checkpointing may have the cache off in its config.
+        use_cache=True,
         max_new_tokens=max_new_tokens,
         eos_token_id=sorted(ends),
         pad_token_id=pad,
-        output_logits=True,
+        output_logits=logprobs,
         return_dict_in_generate=True,
     )
     model.train(was_training)
     new_tokens = out.sequences[:, width:]
-    logps = torch.stack([torch.log_softmax(step.float(), -1) for step in out.logits], dim=1)
+    # Each step's log-prob of the token it chose, one step at a time (no (B, T, V) tensor).
+    chosen = (torch.stack([torch.log_softmax(step.float(), -1).gather(-1, new_tokens[:, t, None]).squeeze(-1)
+                           for t, step in enumerate(out.logits)], dim=1).tolist() if logprobs else None)
     results = []
     for i in range(len(rows)):
         ids, lps = [], []
         finish = "length"
         for t, token in enumerate(new_tokens[i].tolist()):
             ids.append(token)
-            lps.append(float(logps[i, t, token]))
+            if chosen is not None:
+                lps.append(chosen[i][t])
             if token in ends:
                 finish = "stop"
                 break

@@ -51,9 +51,9 @@ from typing import Any
 
 import httpx
 
-from clawhub.devtools.personas import capability as C
 from clawhub.devtools.personas import personas as P
 from clawhub.devtools.personas.plots import line_chart_png
+from workers.trainer import capability as C
 
 logger = logging.getLogger("clawhub.devtools.personas")
 

@@ -1,11 +1,16 @@
-"""The capability guard: short factual questions the base model answers, asked greedily of every version.
+"""The capability questions: short factual questions with known answers, asked greedily of every version of a
+real model. The promotion gate asks them of each candidate (workers/trainer/gate.py: a candidate that forgot
+answers the base model knows is refused) and the persona benchmark of each promoted version
+(clawhub/devtools/personas). No tenant's data goes into them, so no tenant can move them.
 
 A preference is easy to "learn" by forgetting everything else (one short sentence about nothing is brief).
-The guard's accuracy per version says whether the model stayed useful. The questions were chosen from 60 by
-asking the base model (SmolLM2-135M-Instruct, greedy, 48 tokens): the guard keeps the 42 it answered (it
-missed, among others, the largest planet, the fastest land animal and the first US president), so the base
-scores near 1.0 on its own guard by choice, and a drop is a loss. A reply counts as right when it contains
-one of the accepted answers as a whole word (case-insensitive).
+The accuracy per version says whether the model stayed useful. The questions were chosen from 60 by asking
+the base model (SmolLM2-135M-Instruct, greedy, 48 tokens): the set keeps the 42 it answered (it missed, among
+others, the largest planet, the fastest land animal and the first US president), so the base scores near 1.0
+on it by choice, and a drop is a loss. A reply counts as right when it contains one of the accepted answers as
+a whole word (case-insensitive).
+
+Plain Python (no torch, no Django): the web process's benchmark code imports it too.
 """
 
 from __future__ import annotations
@@ -13,6 +18,10 @@ from __future__ import annotations
 import re
 
 MAX_TOKENS = 32  # the answer is in the first sentence; the base's figure is measured at this
+# The promotion gate asks every candidate, so it stops earlier: greedy, the base (SmolLM2-135M-Instruct)
+# answers 41 of the 42 right within 16 tokens (all 42 within 32; the one it needs more for is "What color is
+# grass?"), and a batch decodes until its longest reply stops: half the steps of 32.
+GATE_MAX_TOKENS = 16
 # The question asks for the fact in a few words: the score reads what was said, not how it was formatted.
 INSTRUCTION = "Answer in a few words."
 
@@ -59,6 +68,53 @@ QUESTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("What is the smallest prime number?", ("2", "two")),
     ("What is the square root of 9?", ("3", "three")),
     ("How many sides does a triangle have?", ("three", "3")),
+)
+
+# A plain one-sentence answer to each question (the same order): the texts whose perplexity the gate
+# measures for a real model, in place of the tiny model's corpus (which a real model never saw).
+REFERENCE_ANSWERS: tuple[str, ...] = (
+    "The capital of Portugal is Lisbon.",
+    "The capital of Japan is Tokyo.",
+    "The capital of Italy is Rome.",
+    "The capital of Germany is Berlin.",
+    "The capital of Spain is Madrid.",
+    "The capital of England is London.",
+    "The capital of Russia is Moscow.",
+    "The capital of China is Beijing.",
+    "The capital of Egypt is Cairo.",
+    "The capital of Canada is Ottawa.",
+    "Bees make honey.",
+    "The sky is blue on a clear day.",
+    "Grass is green.",
+    "Frozen water is called ice.",
+    "Plants absorb carbon dioxide from the air.",
+    "Humans need oxygen to breathe.",
+    "The chemical symbol for water is H2O.",
+    "There are seven days in a week.",
+    "There are seven continents.",
+    "There are twelve months in a year.",
+    "2 plus 2 is 4.",
+    "10 times 10 is 100.",
+    "The largest ocean on Earth is the Pacific Ocean.",
+    "The longest river in Africa is the Nile.",
+    "The largest mammal is the blue whale.",
+    "The heart pumps blood through the body.",
+    "William Shakespeare wrote Romeo and Juliet.",
+    "Leonardo da Vinci painted the Mona Lisa.",
+    "Albert Einstein developed the theory of relativity.",
+    "The language spoken in Brazil is Portuguese.",
+    "The main language spoken in Mexico is Spanish.",
+    "The currency of Japan is the yen.",
+    "The currency of the United States is the dollar.",
+    "Water boils at 100 degrees Celsius.",
+    "The tallest mountain in the world is Mount Everest.",
+    "The largest hot desert in the world is the Sahara.",
+    "The pyramids of Giza are in Egypt.",
+    "The opposite of hot is cold.",
+    "The primary language of Australia is English.",
+    "The smallest prime number is 2.",
+    "The square root of 9 is 3.",
+    "A triangle has three sides.",
 )
 
 
