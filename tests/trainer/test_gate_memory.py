@@ -38,6 +38,7 @@ def test_chunked_log_probs_and_kl_equal_the_full_vocabulary_computation(tiny_mod
 
         hinted = [e for e in encoded if e.sample.hints]
         scores = {name: gate.ModelScores() for name in ("candidate", "parent")}
+        # 3 positions per head chunk, every hinted sample in one forward pass per model
         gate._hint_teacher_scores(scorer, tokenizer, hinted, scores, max_seq_len=2048, chunk=3,
                                   adapters={"candidate": "c", "parent": None})
         for e in hinted:
@@ -53,4 +54,6 @@ def test_chunked_log_probs_and_kl_equal_the_full_vocabulary_computation(tiny_mod
             assert scores["candidate"].away[key] == pytest.approx(away, abs=1e-5)
             assert scores["parent"].kl[key] == pytest.approx(float((parent.exp() * (parent - teacher)).sum(-1)
                                                                    .mean()), abs=1e-5)
-    assert len(hinted) >= 2 and len(gate._passes(encoded, 1)) == 6 > len(gate._passes(encoded, 8192))
+    size = lambda e: len(e.prompt_ids) + len(e.response_ids)  # noqa: E731
+    assert len(hinted) >= 2
+    assert len(gate._passes(encoded, 1, size)) == 6 > len(gate._passes(encoded, 8192, size)) == 1

@@ -154,12 +154,13 @@ class _Scorer:
     def batch(self, sequences: list[tuple[list[int], list[int]]]) -> Batch:
         return collate(sequences, pad_id=self.tokenizer.pad_token_id).to(self.device)
 
-    def response_hidden(self, prompt_ids: list[int], response_ids: list[int]) -> torch.Tensor:
-        """The last hidden states at one sample's response positions, (T, d): the LM head's input, a
-        fraction of its output's size (d = 576 against a vocabulary of 49,152 for SmolLM2)."""
-        batch = self.batch([(prompt_ids, response_ids)])
+    def response_hiddens(self, sequences: list[tuple[list[int], list[int]]]) -> list[torch.Tensor]:
+        """Each (prompt, response)'s last hidden states at its response positions, (T, d), in one forward
+        pass: the LM head's input, a fraction of its output's size (d = 576 against a vocabulary of 49,152
+        for SmolLM2)."""
+        batch = self.batch(sequences)
         _, hidden = response_hidden(self.model, batch)
-        return hidden[0, : int(batch.mask[0].sum())]
+        return [hidden[j][batch.mask[j] > 0] for j in range(len(sequences))]
 
     def mean_logprobs(self, encoded: list, budget: int = PASS_TOKENS,
                       chunk: int = HEAD_CHUNK_TOKENS) -> dict[str, tuple[float, int]]:
@@ -167,7 +168,7 @@ class _Scorer:
         pass as fit in `budget` padded tokens; the token log-probs are gathered through the LM head `chunk`
         response positions at a time, so no full-vocabulary tensor of a whole sample is kept."""
         out = {}
-        for part in _passes(encoded, budget):
+        for part in _passes(encoded, budget, lambda e: len(e.prompt_ids) + len(e.response_ids)):
             batch = self.batch([(e.prompt_ids, e.response_ids) for e in part])
             _, hidden = response_hidden(self.model, batch)
             where = batch.mask > 0
@@ -186,12 +187,12 @@ def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, -1)
 
 
-def _passes(encoded: list, budget: int) -> list[list]:
-    """The samples, shortest first, in groups whose padded size (count x longest) is at most `budget`
-    tokens (a longer sample alone)."""
+def _passes(items: list, budget: int, size: Any) -> list[list]:
+    """The items, shortest first by size(item) (tokens), in groups whose padded size (count x longest) is
+    at most `budget` tokens (a longer item alone)."""
     groups: list[list] = []
-    for e in sorted(encoded, key=lambda e: len(e.prompt_ids) + len(e.response_ids)):
-        length = len(e.prompt_ids) + len(e.response_ids)
+    for e in sorted(items, key=size):
+        length = size(e)
         if groups and (len(groups[-1]) + 1) * length <= budget:
             groups[-1].append(e)
         else:
@@ -344,37 +345,52 @@ def _ask_canaries(model: Any, tokenizer: Any, canaries: Canaries, result: ModelS
 def _hint_teacher_scores(
     scorer: _Scorer, tokenizer: Any, hinted: list, scores: dict[str, ModelScores], *,
     adapters: dict[str, str | None], max_seq_len: int, chunk: int = HEAD_CHUNK_TOKENS,
+    budget: int = PASS_TOKENS,
 ) -> None:
-    """kl and away (see the module docstring) of each model on each hinted sample, one sample at a time and
-    through the LM head `chunk` response positions at a time: what is kept per sample is each model's last
-    hidden states (T, d); the full-vocabulary distributions exist for one chunk of positions only (a whole
-    reply's were 7.5 GiB at 2,048 tokens of a 4B model; workers/trainer/gate_memory.py)."""
+    """kl and away (see the module docstring) of each model on the hinted samples: as many samples per
+    forward pass as fit in `budget` padded tokens (the teacher's and each model's one pass per group),
+    then through the LM head one sample and `chunk` response positions at a time. What a group keeps is
+    each model's last hidden states at the response positions (T, d per sample); the full-vocabulary
+    distributions exist for one chunk of positions only (a whole reply's were 7.5 GiB at 2,048 tokens of a
+    4B model; workers/trainer/gate_memory.py)."""
     model, head = scorer.model, scorer.head
-    for e in hinted:
-        key_ = str(e.sample.sample_id)
-        with _adapter(model, None):  # the hint-teacher: the base model, the hint in the last user message
-            prompt, _ = teacher_prompt_ids(tokenizer, e, e.sample.hints[0], max_seq_len=max_seq_len)
-            hidden = {None: scorer.response_hidden(prompt, e.response_ids)}
+    teacher_prompts = {id(e): teacher_prompt_ids(tokenizer, e, e.sample.hints[0], max_seq_len=max_seq_len)[0]
+                       for e in hinted}
+    for group in _passes(hinted, budget, lambda e: len(teacher_prompts[id(e)]) + len(e.response_ids)):
+        # The hint-teacher: the base model, the hint in the last user message.
+        with _adapter(model, None):
+            hidden = {None: scorer.response_hiddens([(teacher_prompts[id(e)], e.response_ids)
+                                                     for e in group])}
         for name, path in adapters.items():
             with _adapter(model, name if path is not None else None):
-                hidden[name] = scorer.response_hidden(e.prompt_ids, e.response_ids)
-        length = min(len(h) for h in hidden.values())
-        kl = dict.fromkeys(adapters, 0.0)
-        away = dict.fromkeys(adapters, 0.0)
-        for start in range(0, length, chunk):
-            logp = {name: torch.log_softmax(head(h[start : start + chunk]).float(), -1)
-                    for name, h in hidden.items()}
-            teacher, parent = logp.pop(None), logp.get("parent")
-            for name, policy in logp.items():
-                kl[name] += float((policy.exp() * (policy - teacher)).sum())
-                if name != "parent" and parent is not None:
-                    away[name] += float(((policy.exp() - parent.exp()) * (parent - teacher)).sum())
-            del logp, teacher, parent
-        for name in adapters:
-            scores[name].kl[key_] = kl[name] / max(length, 1)
-            if name != "parent" and "parent" in adapters:
-                scores[name].away[key_] = away[name] / max(length, 1)
+                hidden[name] = scorer.response_hiddens([(e.prompt_ids, e.response_ids) for e in group])
+        for k, e in enumerate(group):
+            _sample_kl(head, {name: h[k] for name, h in hidden.items()}, str(e.sample.sample_id), scores,
+                       chunk=chunk)
         del hidden
+
+
+def _sample_kl(head: Any, hidden: dict[str | None, torch.Tensor], key: str, scores: dict[str, ModelScores], *,
+               chunk: int) -> None:
+    """One hinted sample's kl and away per model from the last hidden states at its reply (None: the
+    teacher's), `chunk` positions at a time."""
+    names = [name for name in hidden if name is not None]
+    length = min(len(h) for h in hidden.values())
+    kl = dict.fromkeys(names, 0.0)
+    away = dict.fromkeys(names, 0.0)
+    for start in range(0, length, chunk):
+        logp = {name: torch.log_softmax(head(h[start : start + chunk]).float(), -1)
+                for name, h in hidden.items()}
+        teacher, parent = logp.pop(None), logp.get("parent")
+        for name, policy in logp.items():
+            kl[name] += float((policy.exp() * (policy - teacher)).sum())
+            if name != "parent" and parent is not None:
+                away[name] += float(((policy.exp() - parent.exp()) * (parent - teacher)).sum())
+        del logp, teacher, parent
+    for name in names:
+        scores[name].kl[key] = kl[name] / max(length, 1)
+        if name != "parent" and "parent" in names:
+            scores[name].away[key] = away[name] / max(length, 1)
 
 
 # ---------------------------------------------------------------------------------- a version's fixed numbers

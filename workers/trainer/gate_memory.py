@@ -14,7 +14,9 @@ it scores (candidate and parent):
     log-prob head   C V (b + 4 + 4)           the logits, their float32 copy (none when b = 4) and
                                               logsumexp's float32 temporary
     KL part         C V (4 (M + 4) + b)       the teacher's and each model's float32 log-softmax of one chunk,
-                                              the products' temporaries, the head's output
+                    + (M + 1) N d b           the products' temporaries, the head's output; the last hidden
+                                              states of a pass's replies, teacher's and each model's (at
+                                              most N positions)
     canaries        R (P + G) 2 L h_kv d_h b  the KV cache of one batched generate: R prompts of P tokens,
                                               G new ones, L layers of h_kv heads of size d_h
 
@@ -37,6 +39,7 @@ import subprocess
 import sys
 from typing import Any
 
+from workers.trainer.capability import GATE_MAX_TOKENS, QUESTIONS
 from workers.trainer.gate import HEAD_CHUNK_TOKENS, PASS_TOKENS
 
 QWEN3_4B = {"hidden_size": 2560, "intermediate_size": 9728, "vocab_size": 151936, "num_hidden_layers": 36,
@@ -45,20 +48,25 @@ QWEN3_4B = {"hidden_size": 2560, "intermediate_size": 9728, "vocab_size": 151936
 # chunks are the largest tensors, as at 4B.
 SMALL = {"hidden_size": 256, "intermediate_size": 1024, "vocab_size": 64000, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
-CAPABILITY_ROWS, CAPABILITY_PROMPT_TOKENS, CAPABILITY_NEW_TOKENS = 42, 40, 32
+# The capability questions: 42 prompts of ~43 tokens (SmolLM2's template), GATE_MAX_TOKENS new ones.
+CAPABILITY_ROWS, CAPABILITY_PROMPT_TOKENS, CAPABILITY_NEW_TOKENS = len(QUESTIONS), 43, GATE_MAX_TOKENS
 MiB = 2**20
 
 
 def estimate(shape: dict[str, int], *, dtype_bytes: int, models: int = 2, pass_tokens: int = PASS_TOKENS,
-             chunk: int = HEAD_CHUNK_TOKENS, response_tokens: int | None = None) -> dict[str, int]:
+             chunk: int = HEAD_CHUNK_TOKENS, response_tokens: int | None = None,
+             pass_response_tokens: int | None = None) -> dict[str, int]:
     """Bytes of each part's largest transient tensors (the module docstring's formulas) and the peak.
-    response_tokens: the longest reply, when shorter than a head chunk."""
+    response_tokens: the longest reply, when shorter than a head chunk; pass_response_tokens: the reply
+    positions in a pass (at most pass_tokens, the default)."""
     b, d, ff, vocab = dtype_bytes, shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
     c = min(chunk, response_tokens) if response_tokens else chunk
     parts = {
         "logprob_pass": pass_tokens * (3 * ff + 4 * d) * b,
         "logprob_head": c * vocab * (b + (4 if b != 4 else 0) + 4),
-        "kl": c * vocab * (4 * (models + 4) + (b if b != 4 else 0)),
+        "kl": (c * vocab * (4 * (models + 4) + (b if b != 4 else 0))
+               + (models + 1) * (pass_tokens if pass_response_tokens is None else pass_response_tokens)
+               * d * b),
         "canaries": (CAPABILITY_ROWS * (CAPABILITY_PROMPT_TOKENS + CAPABILITY_NEW_TOKENS) * 2
                      * shape["num_hidden_layers"] * shape["num_key_value_heads"] * shape["head_dim"] * b),
     }
@@ -70,7 +78,8 @@ def before(shape: dict[str, int], *, dtype_bytes: int, samples: int, response_to
     """What the unchunked gate held at once: the head's tensors for every position of 8 samples' replies
     (log-probs), and of one hinted reply for the teacher and each model (KL): the formulas above with C = the
     whole reply (8 of them for the log-probs)."""
-    whole = estimate(shape, dtype_bytes=dtype_bytes, models=models, chunk=response_tokens)
+    whole = estimate(shape, dtype_bytes=dtype_bytes, models=models, chunk=response_tokens,
+                     pass_response_tokens=0)
     return {"logprob": min(samples, 8) * whole["logprob_head"], "kl": whole["kl"]}
 
 
@@ -136,7 +145,9 @@ def check(*, prompt_tokens: int = 512, response_tokens: int = 512, samples: int 
             f"SMALL, prompt_tokens={prompt_tokens}, response_tokens={response_tokens}, samples={samples})))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     measured = json.loads(out.stdout.strip().splitlines()[-1])
-    expected = estimate(SMALL, dtype_bytes=4, response_tokens=response_tokens)
+    expected = estimate(SMALL, dtype_bytes=4, response_tokens=response_tokens,
+                        pass_response_tokens=min(samples, PASS_TOKENS // (prompt_tokens + response_tokens))
+                        * response_tokens)
     pass_tokens = min(PASS_TOKENS, samples * (prompt_tokens + response_tokens))
     decoder = estimate(SMALL, dtype_bytes=4, pass_tokens=pass_tokens)["logprob_pass"]
     estimated = {"logprob": max(decoder, expected["logprob_head"]), "kl": expected["kl"]}
