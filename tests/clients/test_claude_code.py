@@ -15,6 +15,7 @@ import pytest
 from clawhub.conversations.capture import capture_store
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import turn_messages
+from clawhub.core.model_limits import served_limits
 from clawhub.keys.claude_code import claude_code_env
 from tests.clients.npm import bin_path, cli_env, ensure_claude_code
 from tests.clients.test_codex import exports, run
@@ -62,6 +63,11 @@ def test_claude_code_print_mode_turns_are_captured_and_linked(cli_gateway, vendo
     results = [e for e in events if e.get("type") == "result"]
     assert len(results) == 2 and not any(r["is_error"] for r in results), results
     [session_id] = {e["session_id"] for e in events if e.get("session_id")}
+    # The context the key page gives it is the one it plans with (not its 1,000,000 for a model it does not
+    # know), and the output cap the one it asks for.
+    model = exports(shown)["ANTHROPIC_MODEL"]
+    assert results[-1]["modelUsage"][model]["contextWindow"] == served_limits().context_window
+    assert {s.body["max_tokens"] for s in seen} == {served_limits().max_tokens}
 
     # Every request it made was a streamed Messages turn, served; none went anywhere else on ClawHub.
     assert {(s.method, s.path, s.query, s.status) for s in seen} == {

@@ -34,6 +34,7 @@ def test_claude_code_points_at_the_messages_route_with_the_secret_and_the_real_o
         "ANTHROPIC_MODEL": "clawhub-personal",
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": "clawhub-personal",
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "65536",
     }
 
 
