@@ -14,7 +14,7 @@ def _complete(folder, **marker):
     folder.mkdir(parents=True)
     (folder / base_models.MARKER_FILE).write_text(json.dumps(
         {"model": base_models.DEFAULT.key, "format": prepare.FORMAT, "gguf_sha256": prepare.GGUF_SHA256,
-         **marker}))
+         "rope": base_models.DEFAULT.rope, **marker}))
 
 
 def test_a_built_folder_is_reused_without_reading_the_package(tmp_path, monkeypatch):
@@ -50,6 +50,12 @@ def test_a_file_with_another_checksum_is_refused(tmp_path, monkeypatch):
     assert not cache.exists() or list(cache.iterdir()) == []
 
 
+def _writes_marker(gguf, out, spec):
+    """A stand-in conversion: only the marker a finished one writes."""
+    (out / base_models.MARKER_FILE).write_text(json.dumps(
+        {"model": spec.key, "format": prepare.FORMAT, "gguf_sha256": prepare.GGUF_SHA256, "rope": spec.rope}))
+
+
 def test_a_failed_conversion_leaves_nothing_behind_and_an_older_format_is_rebuilt(tmp_path, monkeypatch):
     content = b"stand-in weights"
     _fake_gguf(tmp_path, monkeypatch, content)
@@ -66,12 +72,24 @@ def test_a_failed_conversion_leaves_nothing_behind_and_an_older_format_is_rebuil
         prepare.prepare_default_model(cache_dir=cache, say=print)
     assert list(cache.iterdir()) == []
 
-    def works(gguf, out, spec):
-        (out / base_models.MARKER_FILE).write_text(json.dumps(
-            {"model": spec.key, "format": prepare.FORMAT, "gguf_sha256": prepare.GGUF_SHA256}))
-
-    monkeypatch.setattr(prepare, "convert", works)
+    monkeypatch.setattr(prepare, "convert", _writes_marker)
     lines = []
     folder = prepare.prepare_default_model(cache_dir=cache, say=lines.append)
     assert list(cache.iterdir()) == [folder] and folder.name == base_models.DEFAULT.key
     assert lines[0].startswith("Preparing smollm2-135m-instruct") and lines[-1].startswith("Prepared")
+
+
+@pytest.mark.parametrize("rope", [None, {**base_models.DEFAULT.rope, "factor": 4.0}])
+def test_a_folder_prepared_with_another_rope_is_prepared_again(tmp_path, monkeypatch, rope):
+    """The rope is in the folder's config, so a folder written before the description's rope changed (or
+    before the marker recorded it) would serve other positions than the trainer computes."""
+    content = b"stand-in weights"
+    _fake_gguf(tmp_path, monkeypatch, content)
+    monkeypatch.setattr(prepare, "GGUF_SHA256", prepare.sha256_of(tmp_path / "pkg" / prepare.GGUF_NAME))
+    cache = tmp_path / "cache"
+    _complete(cache / base_models.DEFAULT.key, rope=rope)
+    converted = []
+    monkeypatch.setattr(prepare, "convert", lambda gguf, out, spec: converted.append(spec) or _writes_marker(
+        gguf, out, spec))
+    prepare.prepare_default_model(cache_dir=cache, say=print)
+    assert converted == [base_models.DEFAULT]

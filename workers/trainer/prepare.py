@@ -155,7 +155,7 @@ def convert(gguf: Path, out: Path, spec: base_models.BaseModelSpec) -> None:
     tokenizer.save_pretrained(out)
     (out / base_models.MARKER_FILE).write_text(json.dumps({
         "model": spec.key, "format": FORMAT, "source": f"{PACKAGE}=={PACKAGE_VERSION}", "gguf": GGUF_NAME,
-        "gguf_sha256": GGUF_SHA256,
+        "gguf_sha256": GGUF_SHA256, "rope": spec.rope,
     }, indent=2) + "\n")
 
 
@@ -164,4 +164,6 @@ def _is_complete(folder: Path) -> bool:
         marker = json.loads((folder / base_models.MARKER_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return marker.get("format") == FORMAT and marker.get("gguf_sha256") == GGUF_SHA256
+    # The rope is written into the folder's config: a description with another one needs the folder rebuilt.
+    return (marker.get("format") == FORMAT and marker.get("gguf_sha256") == GGUF_SHA256
+            and marker.get("rope") == base_models.DEFAULT.rope)
