@@ -48,6 +48,20 @@ class Abort(Exception):
     """Raised after a partial response so uvicorn drops the connection (an upstream dying mid-stream)."""
 
 
+def _is_int(value) -> bool:
+    """What vLLM's (pydantic, lax) request models take for an integer field: an integer, a float without a
+    fraction, or a string of one."""
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, str):
+        try:
+            int(value)
+        except ValueError:
+            return False
+        return True
+    return isinstance(value, int)
+
+
 def _error(status: int, message: str, type_: str, code=None, param=None) -> tuple[int, dict]:
     # vLLM's shape: OpenAI-like, but type is a class name and code an int.
     return status, {"error": {"message": message, "type": type_, "param": param, "code": code or status}}
@@ -195,6 +209,13 @@ async def _completion(scope, receive, send, chat: bool) -> None:
             400, "1 validation error:\n  {'type': 'missing', 'loc': 'body.messages', "
             "'msg': 'Field required'}",
             "Bad Request", param="body.messages"))
+        return
+    counts = ("n", "max_completion_tokens", "max_tokens", "top_logprobs", *(() if chat else ("logprobs",)))
+    wrong = next((f for f in counts if body.get(f) is not None and not _is_int(body[f])), None)
+    if wrong is not None:  # vLLM's request models refuse it before anything runs
+        await _send_json(send, *_error(
+            400, f"1 validation error:\n  {{'type': 'int_type', 'loc': 'body.{wrong}', "
+            "'msg': 'Input should be a valid integer'}", "Bad Request", param=f"body.{wrong}"))
         return
     n = int(body.get("n") or 1)
     max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_TOKENS)

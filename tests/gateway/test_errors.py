@@ -270,6 +270,15 @@ def test_an_output_cap_that_is_not_an_integer_is_400_not_forwarded(gateway, secr
     still_serving(gateway, secret)
 
 
+def test_a_count_field_the_model_server_refuses_is_a_400_not_a_502(gateway, secret):
+    """Found by the body fuzzer: "logprobs": [...] on /completions went through to the model server, which
+    refuses it (vLLM's request model; the fake crashed on it, and the gateway answered 502)."""
+    body = {"model": "clawhub-personal", "prompt": "hi", "logprobs": [{"label": 837}]}
+    response = post(gateway, secret, body, path="/completions")
+    assert response.status_code == 400 and "logprobs" in response.text
+    still_serving(gateway, secret)
+
+
 def test_an_upstream_error_quoting_the_prompt_is_logged_without_it(gateway, secret, caplog):
     private = "my private diary entry 7f3a"
     body = {"model": "clawhub-personal", "messages": [{"role": "user", "content": private}],
