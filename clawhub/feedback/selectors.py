@@ -4,6 +4,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
 from clawhub.accounts.models import User
 from clawhub.conversations.models import Turn
 from clawhub.core.exceptions import NotFound
@@ -37,8 +39,6 @@ def judge_rules_for_tenant(*, tenant_id: int) -> JudgeRules | None:
 def judge_name_for_tenant(*, tenant_id: int, rules: JudgeRules | None = None) -> str:
     """The judge that scores the tenant's turns: its own choice if it made one, else settings.CLAWHUB_JUDGE
     (a name in workers.judge.registry). ``rules`` saves the read when the caller already has them."""
-    from django.conf import settings
-
     rules = rules if rules is not None else judge_rules_for_tenant(tenant_id=tenant_id)
     if rules is not None and rules.judge != JudgeRules.Backend.DEFAULT:
         return rules.judge
