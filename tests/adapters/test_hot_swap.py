@@ -13,7 +13,7 @@ from clawhub.adapters import services
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.serving import UpstreamTarget, listed_adapters
 from tests.factories import make_key, make_user
-from workers.trainer.tiny_model import make_lora_adapter
+from workers.tiny_model.builder import make_lora_adapter
 
 pytestmark = [pytest.mark.vllm]
 

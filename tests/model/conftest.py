@@ -15,7 +15,7 @@ def tiny_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def lora_adapters(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     """Two random, non-zero LoRA adapters for the tiny model (seeds 1 and 2), as PEFT directories."""
-    from workers.trainer.tiny_model import make_lora_adapter
+    from workers.tiny_model.builder import make_lora_adapter
 
     root = tmp_path_factory.mktemp("adapters")
     return {

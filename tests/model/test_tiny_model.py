@@ -9,7 +9,7 @@ from django.core.management import call_command
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Tokenizer
 
-from workers.trainer.tiny_model import (
+from workers.tiny_model.builder import (
     CORPUS_DIR,
     IM_END,
     QWEN_SPLIT_REGEX,
@@ -219,7 +219,7 @@ def test_corpus_has_both_answer_styles_and_tool_calls():
 
 
 def test_an_agent_shaped_first_request_fits_the_context_with_room_to_answer(tiny_model_dir):
-    from workers.trainer.corpus.agent_chats import OPENCLAW_TOOL_NAMES, openclaw_shaped_request
+    from workers.tiny_model.corpus.agent_chats import OPENCLAW_TOOL_NAMES, openclaw_shaped_request
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     config = json.loads((tiny_model_dir / "config.json").read_text())
@@ -290,7 +290,7 @@ def test_an_ordinary_reply_never_opens_a_think_block(tiny_model_dir):
 
 
 def test_hint_teacher_check_scores_a_reply_the_way_the_model_does(tiny_model_dir):
-    from workers.trainer.tiny_model import reply_logprobs
+    from workers.tiny_model.builder import reply_logprobs
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
@@ -311,7 +311,7 @@ def test_hint_teacher_check_scores_a_reply_the_way_the_model_does(tiny_model_dir
 
 
 def test_corpus_has_hinted_chats_in_both_directions_thinking_and_long_agent_chats():
-    from workers.trainer.tiny_model import load_long_chats
+    from workers.tiny_model.builder import load_long_chats
 
     _, chats = load_corpus()
     hinted = [c for c in chats if HINT_BLOCK in (c["messages"][-2].get("content") or "")]
@@ -327,7 +327,7 @@ def test_corpus_has_hinted_chats_in_both_directions_thinking_and_long_agent_chat
 
 
 def test_contrastive_hinted_chats_come_after_the_mix_and_differ_only_in_the_hint():
-    from workers.trainer.corpus.make_chats import CONTRASTIVE_QUESTIONS, MIXED_CHATS
+    from workers.tiny_model.corpus.make_chats import CONTRASTIVE_QUESTIONS, MIXED_CHATS
 
     _, chats = load_corpus()
     assert len(chats) == MIXED_CHATS + 3 * CONTRASTIVE_QUESTIONS
@@ -344,7 +344,7 @@ def test_contrastive_hinted_chats_come_after_the_mix_and_differ_only_in_the_hint
 
 
 def test_the_tokenizer_reads_a_committed_snapshot_not_the_checkout(tmp_path):
-    from workers.trainer.tiny_model import (
+    from workers.tiny_model.builder import (
         TOKENIZER_TEXT_SNAPSHOT,
         snapshot_tokenizer_texts,
         tokenizer_texts,
@@ -369,7 +369,7 @@ def test_the_committed_model_reads_the_corpus_hints(tiny_model_dir):
     """OPD's teacher is the base model with the hint: on questions the corpus never asks, the hint must make
     the compliant reply the likelier one for each style (plain, friendly-and-specific, formatted) with the
     corpus's phrasings, which include the benchmark's judge-rule hints."""
-    from workers.trainer.tiny_model import hint_teacher_check
+    from workers.tiny_model.builder import hint_teacher_check
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)

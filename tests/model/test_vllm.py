@@ -224,7 +224,7 @@ def test_peft_in_transformers_gives_the_same_greedy_tokens_as_vllm(vllm_server, 
 def test_an_agent_shaped_first_request_streams_and_the_server_survives_it(vllm_server, client):
     # An agent client's first request: ~52,800 characters, 12 tools, streamed with usage. With 2048
     # positions this crashed vLLM's rotary embedding and took the whole embedded service down.
-    from workers.trainer.corpus.agent_chats import openclaw_shaped_request
+    from workers.tiny_model.corpus.agent_chats import openclaw_shaped_request
 
     request = openclaw_shaped_request()
     stream = client.chat.completions.create(

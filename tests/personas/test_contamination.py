@@ -9,7 +9,7 @@ from pathlib import Path
 from clawhub.devtools.personas import personas as P
 from workers.trainer import capability as C
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "workers" / "trainer" / "corpus"
+CORPUS_DIR = Path(__file__).resolve().parents[2] / "workers" / "tiny_model" / "corpus"
 PLACEHOLDER = re.compile(r"\{\w+\}")
 
 

@@ -29,7 +29,7 @@ User = get_user_model()
 
 
 def _adapter(tenant, version: int, model_dir) -> AdapterVersion:
-    from workers.trainer.tiny_model import make_lora_adapter
+    from workers.tiny_model.builder import make_lora_adapter
 
     path = make_lora_adapter(model_dir, artifact_dir(tenant_id=tenant.pk, version=version), seed=version)
     return AdapterVersion.objects.create(tenant=tenant, version=version, artifact_path=str(path),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 TINY_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tiny-qwen2"
-CHATS = Path(__file__).resolve().parents[2] / "workers" / "trainer" / "corpus" / "chats.jsonl"
+CHATS = Path(__file__).resolve().parents[2] / "workers" / "tiny_model" / "corpus" / "chats.jsonl"
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +39,7 @@ def tokenizer(tiny_model_dir):
 def prompts() -> list[list[dict]]:
     """The opening user turn (with its system message, if any) of every chat of the corpus's shuffled mix (not
     the contrastive hinted chats after it, which ask each question three times)."""
-    from workers.trainer.corpus.make_chats import MIXED_CHATS
+    from workers.tiny_model.corpus.make_chats import MIXED_CHATS
 
     out = []
     for line in CHATS.read_text().splitlines()[:MIXED_CHATS]:

@@ -69,7 +69,7 @@ def test_two_runs_of_one_batch_each_equal_one_continuous_run(tiny_model_dir, tmp
 
 
 def test_a_parent_without_optimizer_state_starts_fresh_and_says_why(tiny_model_dir, tmp_path):
-    from workers.trainer.tiny_model import make_lora_adapter
+    from workers.tiny_model.builder import make_lora_adapter
 
     parent = make_lora_adapter(tiny_model_dir, tmp_path / "parent", seed=1, rank=8, alpha=16)
     backend = started(tiny_model_dir, tmp_path / "run", parent=str(parent), method="rl")

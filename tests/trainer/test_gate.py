@@ -133,10 +133,10 @@ def test_a_versions_canaries_are_measured_once_and_the_numbers_stay_the_same(tin
     """Gate 1 scores v1 against the base, gate 2 v2 against v1: v1's canaries and perplexity come back from
     its own gate instead of being sampled again, on the resident base, and every number the decision reads is
     what scoring everything afresh on a private base gives."""
+    from workers.tiny_model.builder import make_lora_adapter
     from workers.trainer import resident
     from workers.trainer.gate import FIXED, FIXED_SCORES_FILE
     from workers.trainer.gate_bench import heldout as judged_turns
-    from workers.trainer.tiny_model import make_lora_adapter
 
     v1, v2 = (str(make_lora_adapter(tiny_model_dir, tmp_path / f"v{k}", seed=k, b_std=0.01)) for k in (1, 2))
     heldout = judged_turns(8)  # half of them hinted: the KL and "away" numbers are compared too

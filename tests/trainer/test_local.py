@@ -204,7 +204,7 @@ def test_exported_adapter_loads_with_peft_and_changes_outputs(tiny_model_dir, tm
 
 
 def test_continuing_a_parent_adapter_keeps_its_shape(tiny_model_dir, tmp_path, prompts):
-    from workers.trainer.tiny_model import make_lora_adapter
+    from workers.tiny_model.builder import make_lora_adapter
 
     parent = make_lora_adapter(tiny_model_dir, tmp_path / "parent", seed=1, rank=8, alpha=16)
     backend = started(tiny_model_dir, tmp_path / "run", parent=str(parent), method="rl")

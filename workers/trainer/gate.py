@@ -41,11 +41,11 @@ import torch
 from peft import PeftModel
 
 from workers.base_models import describe
+from workers.tiny_model.corpus.make_chats import MIXED_CHATS
 from workers.trainer import capability
 from workers.trainer import resident as resident_models
 from workers.trainer.backend import TrainSample
 from workers.trainer.batching import Batch, collate, encode_batch, teacher_prompt_ids
-from workers.trainer.corpus.make_chats import MIXED_CHATS
 from workers.trainer.local import (
     generate_samples,
     load_pretrained,
@@ -56,7 +56,7 @@ from workers.trainer.local import (
 
 log = logging.getLogger(__name__)
 
-CORPUS = Path(__file__).resolve().parent / "corpus" / "chats.jsonl"
+CORPUS = Path(__file__).resolve().parents[1] / "tiny_model" / "corpus" / "chats.jsonl"
 FIXED_SCORES_FILE = "gate_scores.json"  # in an adapter directory: its canary and perplexity numbers
 FIXED_FIELDS = ("canaries", "empty", "repetition", "perplexity", "capability")
 SCORE_DTYPE = torch.float32  # on the CPU ("auto"); a GPU worker scores in its resident base's bf16

@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
+from workers.tiny_model.builder import make_lora_adapter
+from workers.tiny_model.corpus import make_chats
 from workers.trainer import resident as resident_models
 from workers.trainer.backend import TrainSample
-from workers.trainer.corpus import make_chats
 from workers.trainer.gate import FIXED, SCORE_DTYPE, score_versions
 from workers.trainer.local import load_pretrained, resolve_device
-from workers.trainer.tiny_model import make_lora_adapter
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_MODEL_DIR = REPO / "models" / "tiny-qwen2"

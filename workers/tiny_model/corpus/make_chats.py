@@ -10,10 +10,10 @@
 - Contrastive hinted homework: each question under all three hint styles, the chats the same up to the hint,
   in the follow-up shapes a user's later message takes (FOLLOW_UPS).
 - Thinking chats: assistant messages with a short `reasoning_content`, rendered as a <think> block.
-- Tool examples use the OpenAI message shapes and are rendered through the chat template by tiny_model.py.
+- Tool examples use the OpenAI message shapes and are rendered through the chat template by ../builder.py.
 - long_chats.jsonl: agent-shaped chats of a few thousand tokens (agent_chats.py) for long positions.
 
-    python -m workers.trainer.corpus.make_chats
+    python -m workers.tiny_model.corpus.make_chats
 """
 
 import json
@@ -21,7 +21,7 @@ import random
 import re
 from pathlib import Path
 
-from workers.trainer.corpus.agent_chats import agent_chat
+from workers.tiny_model.corpus.agent_chats import agent_chat
 
 HINT_TEMPLATE = "\n\n[user's hint / instruction]\n{hint}"  # as workers/trainer/backend.py appends it
 

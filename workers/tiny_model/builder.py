@@ -13,7 +13,7 @@ first request is ~13k tokens; the model has 32k positions).
 
 Read top to bottom: corpus -> tokenizer -> model config -> pre-training -> teacher check -> save; then
 make_lora_adapter.
-Django-free on purpose: workers/trainer imports nothing from Django or clawhub.
+Django-free like the engine beside it: it imports nothing from Django, clawhub or the trainer.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # the text an agent client really sends (which is not in it), and a bigger vocabulary of whole words is what
 # makes such a prompt fit. The build reads that text from a snapshot in the corpus (tokenizer_text.json.gz),
 # not from the checkout, so that every rebuild gets the same vocabulary (and so the same model) whatever the
-# tree holds by then; `python -m workers.trainer.tiny_model snapshot-tokenizer-text [ROOT]` refreshes it
+# tree holds by then; `python -m workers.tiny_model.builder snapshot-tokenizer-text [ROOT]` refreshes it
 # from a tree (before a rebuild that should see newer docs). build_info.json records how much text it was.
 TOKENIZER_TEXT_DIRS = ["clawhub", "workers", "tests", "templates", "deploy"]
 TOKENIZER_TEXT_SUFFIXES = {".md", ".py", ".html", ".toml"}
@@ -534,7 +534,7 @@ def hint_teacher_check(
     prompts, and `margin_gain` is how many nats the hint adds to that log-ratio (what OPD's teacher - student
     log-probs carry into a non-compliant sample). `better_teacher`: both advantage and margin_gain > 0.
     """
-    from workers.trainer.corpus import make_chats
+    from workers.tiny_model.corpus import make_chats
 
     rng = random.Random(seed)
     problems = []
@@ -590,7 +590,7 @@ def hint_teacher_check(
 def build_tiny_model(out_dir: Path | str, cfg: TinyModelConfig | None = None, log=print) -> dict[str, Any]:
     """Build tokenizer + model, pre-train, check the hint teacher, save to `out_dir` (safetensors, float32).
     Returns a summary (also written to build_info.json)."""
-    from workers.trainer.corpus.agent_chats import openclaw_shaped_request
+    from workers.tiny_model.corpus.agent_chats import openclaw_shaped_request
 
     cfg = cfg or TinyModelConfig()
     out_dir = Path(out_dir)
@@ -696,6 +696,6 @@ def make_lora_adapter(
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["snapshot-tokenizer-text"]:
-        sys.exit("usage: python -m workers.trainer.tiny_model snapshot-tokenizer-text [ROOT]")
+        sys.exit("usage: python -m workers.tiny_model.builder snapshot-tokenizer-text [ROOT]")
     characters = snapshot_tokenizer_texts(Path(sys.argv[2]) if len(sys.argv) > 2 else REPO_ROOT)
     print(f"{TOKENIZER_TEXT_SNAPSHOT}: {characters} characters")
