@@ -18,6 +18,14 @@ at their seventh run with the budget's 429. The embedded stack's one worker runs
 gate one task at a time; with several benchmarks at once, start a second worker for the judge and
 housekeeping queues (as a deployment has), or judged feedback may wait longer than --judge-wait.
 
+``--in-process`` runs the same users, judge rules, trainer and measurements in this process instead, on the
+model folder ``--model`` (the prepared SmolLM2 by default): replies sampled with Hugging Face generate
+instead of vLLM, every update promoted without capture, review or gate
+(clawhub.devtools.personas.in_process says exactly what differs). No stack is needed; an update of
+SmolLM2-135M-Instruct takes minutes on a CPU instead of the stack's ~50.
+
+    python manage.py bench_personas --in-process --methods combine --seeds 0 --max-updates 12
+
 It talks to the stack over HTTP only; the one local write besides --out is a copy of the band plot into the
 data directory (CLAWHUB_DATA_DIR/bench/personas.png), where the dashboard picks it up, so run it with the
 same CLAWHUB_DATA_DIR as the stack.
@@ -33,9 +41,11 @@ from django.core.management.base import BaseCommand, CommandError
 
 from clawhub.devtools.personas import personas
 from clawhub.devtools.personas.driver import DEFAULT_OVERRIDES, METHODS, Bench, BenchConfig, BenchError
+from clawhub.devtools.personas.in_process import InProcessBench, InProcessConfig
 from clawhub.devtools.personas.plots import band_chart_png
 from clawhub.devtools.personas.summary import across_seeds, report_lines
 from clawhub.web.progress import bench_plot_path
+from workers import base_models
 
 
 class Command(BaseCommand):
@@ -77,8 +87,17 @@ class Command(BaseCommand):
         parser.add_argument("--update-timeout", type=float, default=1800.0)
         parser.add_argument("--judge-wait", type=float, default=180.0,
                             help="seconds to wait for sent feedback to be judged before a track stops")
+        parser.add_argument("--in-process", action="store_true",
+                            help="no stack: sample, judge, train and measure in this process (see above)")
+        parser.add_argument("--model", default=None,
+                            help="--in-process: the model folder (default: the prepared default model)")
+        parser.add_argument("--threads", type=int, default=1, help="--in-process: torch threads")
+        parser.add_argument("--parallel-sessions", type=int, default=8,
+                            help="--in-process: sessions sampled together in one batched generate")
 
     def handle(self, *args, **options):
+        if options["in_process"]:
+            return self._in_process(options)
         try:
             seeds = [int(s) for s in options["seeds"].split(",") if s.strip()]
             configs = [
@@ -124,23 +143,73 @@ class Command(BaseCommand):
             if results:
                 self._report(results, out=Path(options["out"]), target=options["target"])
 
-    def _report(self, results: list[dict], *, out: Path, target: float) -> None:
+    def _in_process(self, options) -> None:
+        try:
+            seeds = [int(s) for s in options["seeds"].split(",") if s.strip()]
+            configs = [
+                InProcessConfig(
+                    model=Path(options["model"] or base_models.default_model_dir()),
+                    methods=tuple(m for m in options["methods"].split(",") if m), seed=seed,
+                    noise=options["noise"], max_updates=options["max_updates"],
+                    personas=tuple(p for p in options["personas"].split(",") if p),
+                    phrasings=options["phrasings"], batch_size=options["batch_size"],
+                    turns_per_session=options["turns_per_session"],
+                    overrides=json.loads(options["overrides"]), chat_temperature=options["chat_temperature"],
+                    eval_temperature=options["eval_temperature"],
+                    eval_samples=options["eval_samples"], parallel_sessions=options["parallel_sessions"],
+                    capability=not options["no_capability"], prompt_only=not options["no_prompt_only"],
+                    target=options["target"], threads=options["threads"],
+                    out_dir=Path(options["out"]) / f"seed-{seed}",
+                )
+                for seed in seeds
+            ]
+        except (ValueError, json.JSONDecodeError) as exc:
+            raise CommandError(str(exc)) from exc
+        if not configs:
+            raise CommandError("--seeds names no seed")
+        results: list[dict] = []
+        try:
+            for config in configs:
+                bench = InProcessBench(config, echo=lambda line: self.stdout.write(line),
+                                       log=lambda line: self.stderr.write(line))
+                try:
+                    bench.run()
+                finally:
+                    results += bench.results
+                    if bench.tracks:
+                        bench.write_outputs()
+        finally:
+            if results:
+                self._report(results, out=Path(options["out"]), target=options["target"], dashboard=False)
+
+    def _report(self, results: list[dict], *, out: Path, target: float, dashboard: bool = True) -> None:
         summary = across_seeds(results, target=target)
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         self.stdout.write(json.dumps({"across_seeds": summary}))
         for line in report_lines(summary, target=target):
             self.stderr.write(line)
-        bands = {
-            f"{method} {name}": track["compliance"]
-            for method, entry in summary.items()
-            for name, track in entry.items()
-            if isinstance(track, dict) and "compliance" in track
-        }
+        tracks = [(f"{method} {name}", track) for method, entry in summary.items()
+                  for name, track in entry.items() if isinstance(track, dict) and "compliance" in track]
+        bands = {label: track["compliance"] for label, track in tracks}
+        # The prompt-only baseline as a flat band over the updates (its spread over the seeds).
+        for label, track in tracks:
+            values = [v for v in track.get("prompt_only") or [] if v is not None]
+            if values:
+                n = len(track["compliance"]["mean"])
+                bands[f"{label} prompt-only"] = {"mean": [sum(values) / len(values)] * n,
+                                                 "low": [min(values)] * n, "high": [max(values)] * n}
         # "0, 1, 2", not a list: the plot's font has no brackets.
         seeds = ", ".join(str(s) for s in sorted({r["seed"] for r in results}))
         png = out / "compliance-bands.png"
         png.write_bytes(band_chart_png(bands, title=f"held-out compliance, seeds {seeds}", target=target))
+        guard = {label: track["capability"] for label, track in tracks if track["capability"]["mean"]}
+        if guard:
+            (out / "capability-bands.png").write_bytes(
+                band_chart_png(guard, title=f"capability guard, seeds {seeds}", target=None))
+        if not dashboard:
+            self.stderr.write(f"plot: {png}")
+            return
         plot = bench_plot_path()
         plot.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(png, plot)
