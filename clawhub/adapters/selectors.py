@@ -34,6 +34,13 @@ def adapter_versions(*, tenant: Tenant) -> QuerySet[AdapterVersion]:
     return AdapterVersion.objects.filter(tenant=tenant).select_related("parent").order_by("-version")
 
 
+def adapter_version_for_tenant(*, tenant_id: int, version: int) -> AdapterVersion | None:
+    """Version ``version`` of the tenant's adapter if it has weights to serve (the playground's comparisons:
+    any state, a rejected one included, for the people of that tenant alone)."""
+    return (AdapterVersion.objects.filter(tenant_id=tenant_id, version=version).exclude(artifact_path="")
+            .first())
+
+
 def adapter_version_get(*, version_id: int) -> AdapterVersion | None:
     """A version by id for a view; the view checks access to its tenant (tenants.access)."""
     return AdapterVersion.objects.filter(pk=version_id).select_related("parent").first()

@@ -26,6 +26,8 @@ from workers.messages import content_text
 
 MAIN = "main"
 SIDE = "side"
+# Set by the gateway for a playground key's requests, never read from what a client sends.
+PLAYGROUND = "playground"
 
 # How many assistant-ending prefixes of one request are looked up, newest first. The newest matches in the
 # normal case; older ones catch a client that dropped or regenerated its last exchanges.
@@ -286,11 +288,11 @@ def turn_type_for(
     messages: Sequence[Any] | None,
     side_patterns: Iterable[re.Pattern[str]] = (),
 ) -> str:
-    """main or side, in this order: the client's explicit type; a request without a dialogue (the legacy
-    completions route) is side; OpenClaw's heartbeat and memory-flush prompts, or a pattern the operator (or,
-    later, the tenant) configured, in the newest user message make it side; everything else continues the
-    user's dialogue and is main."""
-    if explicit in (MAIN, SIDE):
+    """main, side or playground, in this order: the explicit type (playground: set by the gateway); a request
+    without a dialogue (the legacy completions route) is side; OpenClaw's heartbeat and memory-flush prompts,
+    or a pattern the operator (or, later, the tenant) configured, in the newest user message make it side;
+    everything else continues the user's dialogue and is main."""
+    if explicit in (MAIN, SIDE, PLAYGROUND):
         return explicit
     if route != "chat" or messages is None:
         return SIDE

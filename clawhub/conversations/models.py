@@ -48,6 +48,9 @@ class Turn(models.Model):
     class Type(models.TextChoices):
         MAIN = "main"  # part of the user's dialogue: judged and trained on
         SIDE = "side"  # heartbeats, memory flushes and other housekeeping: served and logged, never trained
+        # A prompt tried in the playground (a playground key's turns): never judged, trained on only once the
+        # user rates it.
+        PLAYGROUND = "playground"
 
     class Status(models.TextChoices):
         COMPLETE = "complete"
@@ -86,7 +89,7 @@ class Turn(models.Model):
     key = models.ForeignKey("keys.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="turns")
     index = models.PositiveIntegerField(help_text="Position in the session, from 0.")
-    turn_type = models.CharField(max_length=4, choices=Type.choices)
+    turn_type = models.CharField(max_length=10, choices=Type.choices)
     request_id = models.CharField(max_length=100, unique=True)
     route = models.CharField(max_length=16)
     api = models.CharField(max_length=16, choices=Api.choices, default=Api.CHAT)

@@ -303,7 +303,7 @@ def feedback_submit(
     from clawhub.review.models import Sample
     from clawhub.review.services import sample_create_for_judgment
 
-    if turn.turn_type != Turn.Type.MAIN:
+    if turn.turn_type == Turn.Type.SIDE:  # a playground turn may be rated: that is what trains on it
         raise ValidationFailed("Side turns (heartbeats, memory flushes) are never trained on; rate a main "
                                "turn.", code="side_turn")
     if source not in ExplicitFeedback.Source.values:

@@ -52,6 +52,7 @@ from clawhub.gateway.upstreams import (
     Upstream,
     UpstreamPool,
     active_adapter_blocking,
+    version_adapter_blocking,
 )
 from clawhub.gateway.writer import CaptureWriter
 from clawhub.tenants import naming
@@ -138,7 +139,7 @@ def _encoded(body: dict) -> bytes:
 
 def check_model(info: KeyInfo, model: str) -> None:
     access = naming.model_access(model=model, tenant_model_id=info.model_id,
-                                 allowed_models=info.allowed_models)
+                                 allowed_models=info.allowed_models, versions=info.playground)
     if access == "not_allowed":
         raise model_not_allowed(model)
     if access == "not_found":
@@ -185,6 +186,7 @@ class Gateway:
             self.writer.start()
             self.keys = KeyCache(self.db, ttl=cfg.key_cache_seconds)
             self.adapters = CachedLoader(self._load_adapter, ttl=cfg.adapter_cache_seconds, what="adapter")
+            self.versions = CachedLoader(self._load_version, ttl=cfg.adapter_cache_seconds, what="adapter")
             if cfg.redis_url:
                 self.limiter = RedisLimiter(cfg.redis_url, cfg.group_limits, lease_seconds=cfg.lease_seconds)
                 shared = SharedResidency(cfg.redis_url, timeout=cfg.redis_timeout)
@@ -216,6 +218,22 @@ class Gateway:
 
     async def _load_adapter(self, tenant_id: int) -> ActiveAdapter | None:
         return await self.db.run(active_adapter_blocking, tenant_id)
+
+    async def _load_version(self, tenant_version: tuple[int, int]) -> ActiveAdapter | None:
+        return await self.db.run(version_adapter_blocking, *tenant_version)
+
+    async def _adapter_for(self, info: KeyInfo, model: str) -> ActiveAdapter | None:
+        """The adapter a request for ``model`` (already checked against the key) is served with: none for the
+        base, the tenant's active version for its model id, the named one for ``<id>:v<N>``."""
+        if model == naming.BASE_MODEL_ID:
+            return None
+        _, version = naming.split_version(model)
+        if version is None:
+            return await self.adapters.get(info.tenant_id)
+        adapter = await self.versions.get((info.tenant_id, version))
+        if adapter is None:
+            raise model_not_found(model)
+        return adapter
 
     # --- ASGI ----------------------------------------------------------------------------------------------
     async def __call__(self, scope, receive, send) -> None:
@@ -431,10 +449,12 @@ class Gateway:
         else:
             body = parse_request(raw, route == "chat")
             identity = extract_identity(headers, body)
+        if entry.info.playground:
+            identity.turn_type = "playground"  # whatever the request says: trained on only once rated
         chat = route == "chat"
         model = served.model = body["model"]
         check_model(entry.info, model)
-        adapter = None if model == naming.BASE_MODEL_ID else await self.adapters.get(entry.info.tenant_id)
+        adapter = await self._adapter_for(entry.info, model)
         request_id = f"{self._id_prefix}{next(self._ids):x}"
         requested = limits.requested_output(body)
         context = self.pool.max_model_len()

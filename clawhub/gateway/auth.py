@@ -38,6 +38,8 @@ class KeyInfo:
     concurrency: int | None
     expires_at: float | None  # unix seconds: the key's expiry, or the presented secret's grace end if sooner
     generation_key: str  # where clawhub.keys.cache keeps this key's generation in the shared cache
+    # A playground key: may name any version of its tenant's adapter, and its turns are playground turns.
+    playground: bool = False
 
     def models(self) -> list[str]:
         """The client-facing model ids this key may use, in a stable order."""
@@ -92,6 +94,7 @@ def resolve_key_blocking(secret: str) -> tuple[KeyInfo | None, str | None]:
         # A rotated-out secret ends with its grace window, even while its lookup is cached.
         expires_at=min((t.timestamp() for t in (key.expires_at, resolved.valid_until) if t), default=None),
         generation_key=cache.make_key(f"keygen:{key.pk}"),
+        playground=key.playground,
     ), generation
 
 

@@ -67,6 +67,16 @@ def active_adapter_blocking(tenant_id: int) -> ActiveAdapter | None:
     return ActiveAdapter(id=version.pk, name=version.upstream_name, path=version.artifact_path)
 
 
+def version_adapter_blocking(tenant_id: int, version: int) -> ActiveAdapter | None:
+    """One version of the tenant's adapter, whatever its state, or None if it has no weights (yet)."""
+    from clawhub.adapters.selectors import adapter_version_for_tenant
+
+    row = adapter_version_for_tenant(tenant_id=tenant_id, version=version)
+    if row is None:
+        return None
+    return ActiveAdapter(id=row.pk, name=row.upstream_name, path=row.artifact_path)
+
+
 @dataclass(slots=True)
 class Loaded:
     version_id: int | None

@@ -31,6 +31,10 @@ class ApiKey(models.Model):
     scopes = models.JSONField(default=default_scopes, blank=True)
     # Off: what this key sends is served (and stored, if its owner allows) but never trains (clawhub/review/).
     training_enabled = models.BooleanField(default=True)
+    # Minted by the playground page for the signed-in user's browser (keys.services.playground_key_mint):
+    # short-lived, inference only, absent from the key pages, and its turns are playground turns, which are
+    # trained on only when the user rates them.
+    playground = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -97,12 +97,14 @@ def models_for_key(key: ApiKey, *, tenant: Tenant | None = None) -> list[str]:
 
 
 def keys_for_user(*, user: User) -> QuerySet[ApiKey]:
-    return ApiKey.objects.filter(owner=user).select_related("group")
+    """The user's keys, without the playground's short-lived ones (keys.services.playground_key_mint)."""
+    return ApiKey.objects.filter(owner=user, playground=False).select_related("group")
 
 
 def key_get_for_owner(*, key_id: int, user: User) -> ApiKey:
     """The user's own key. Anyone else's key is a 404, so that key ids do not leak."""
-    key = ApiKey.objects.select_related("group", "owner").filter(pk=key_id, owner=user).first()
+    key = (ApiKey.objects.select_related("group", "owner").filter(pk=key_id, owner=user, playground=False)
+           .first())
     if key is None:
         raise NotFound("No such key.")
     return key
@@ -121,14 +123,15 @@ def _require_group_key_manager(*, group: Group, actor: User) -> None:
 def keys_for_group(*, group: Group, actor: User) -> QuerySet[ApiKey]:
     """Every key bound to the group, for its owners and admins."""
     _require_group_key_manager(group=group, actor=actor)
-    return ApiKey.objects.filter(group=group).select_related("group", "owner")
+    return ApiKey.objects.filter(group=group, playground=False).select_related("group", "owner")
 
 
 def key_get_in_group(*, group: Group, key_id: int, actor: User) -> ApiKey:
     """A key bound to the group, for its owners and admins. The role is checked before the key is looked up,
     so that members cannot probe which key ids exist."""
     _require_group_key_manager(group=group, actor=actor)
-    key = ApiKey.objects.select_related("group", "owner").filter(pk=key_id, group=group).first()
+    key = (ApiKey.objects.select_related("group", "owner").filter(pk=key_id, group=group, playground=False)
+           .first())
     if key is None:
         raise NotFound("No such key in this group.")
     return key

@@ -109,6 +109,7 @@ def key_create(
     concurrency_limit: int | None = UNSET,
     expires_at: datetime | None = None,
     ip: str | None = None,
+    playground: bool = False,
 ) -> tuple[ApiKey, str]:
     """Creates a key and returns it with its clear secret, which is never stored and never shown again.
 
@@ -143,11 +144,33 @@ def key_create(
         concurrency_limit=concurrency_limit,
         expires_at=expires_at,
         scopes=scopes,
+        playground=playground,
     )
     ApiKeySecret.objects.create(key=key, digest=secret_digest(secret))
     audit_record(actor=owner, action="key.create", target=key, subject_user=owner, group=group, ip=ip,
-                 scopes=scopes, via_key=via_scopes is not None)
+                 scopes=scopes, via_key=via_scopes is not None,
+                 **({"playground": True} if playground else {}))
     return key, secret
+
+
+@transaction.atomic
+def playground_key_mint(*, actor: User, group: Group | None = None,
+                        ip: str | None = None) -> tuple[ApiKey, str]:
+    """A key for the playground page, held by the signed-in user's browser in memory while the page is open:
+    nobody pastes a secret into the page, and none is kept in the browser's storage or in plain text here (a
+    digest, like every key). It can do little: inference only, for PLAYGROUND_KEY_TTL, absent from the key
+    pages (so it cannot be rotated into a lasting key), and its turns are playground turns, trained on only
+    once rated. Minting revokes the user's earlier playground keys for the same adapter, so at most one
+    lives; a second tab's page asks for a fresh one when its key stops working."""
+    earlier = ApiKey.objects.select_for_update().filter(owner=actor, group=group, playground=True,
+                                                          revoked_at__isnull=True)
+    now = timezone.now()
+    for key in earlier:
+        key.revoked_at = now
+        key.save(update_fields=["revoked_at"])
+        _forget_cached_key(key)
+    return key_create(owner=actor, name="Playground", group=group,
+                      expires_at=now + settings.PLAYGROUND_KEY_TTL, ip=ip, playground=True)
 
 
 @transaction.atomic

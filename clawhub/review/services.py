@@ -115,13 +115,14 @@ def _flags_for(*, policy: ReviewPolicy, turn: Turn, reward: int, votes, digest: 
 
 def sample_create_for_judgment(*, judgment_id: int) -> Sample | None:
     """Turns a stored judgment into a sample under the tenant's review policy; None when there is nothing to
-    learn (reward 0 and no hint), the turn is not a main turn, the judgment failed, or the user or key has
-    training switched off. Idempotent: a judgment delivered twice gives one sample.
+    learn (reward 0 and no hint), the turn is neither a main turn nor a rated playground turn, the judgment
+    failed, or the user or key has training switched off. Idempotent: a judgment delivered twice gives one
+    sample.
 
     Called by the judge task after it stores each judgment.
     """
     from clawhub.feedback.models import Judgment
-    from clawhub.feedback.selectors import sample_signal
+    from clawhub.feedback.selectors import explicit_feedback_for_turn, sample_signal
 
     existing = Sample.objects.filter(judgment_id=judgment_id).first()
     if existing is not None:
@@ -135,7 +136,10 @@ def sample_create_for_judgment(*, judgment_id: int) -> Sample | None:
     signal = sample_signal(judgment=judgment)
     if judgment.status == judgment.Status.FAILED or not signal.teaches:
         return None
-    if turn.turn_type != Turn.Type.MAIN or not turn.user.training_enabled:
+    # A playground turn is never judged; it becomes a sample only once its user rated it.
+    rated_playground = (turn.turn_type == Turn.Type.PLAYGROUND
+                        and explicit_feedback_for_turn(turn_id=turn.pk) is not None)
+    if (turn.turn_type != Turn.Type.MAIN and not rated_playground) or not turn.user.training_enabled:
         return None
     if turn.key is not None and not turn.key.training_enabled:
         return None

@@ -155,6 +155,8 @@ KEY_ROTATION_GRACE = timedelta(seconds=env.int("CLAWHUB_KEY_ROTATION_GRACE_SECON
 KEY_DEFAULT_RPM_LIMIT = env.int("CLAWHUB_KEY_DEFAULT_RPM_LIMIT", default=120) or None
 KEY_DEFAULT_TPM_LIMIT = env.int("CLAWHUB_KEY_DEFAULT_TPM_LIMIT", default=0) or None
 KEY_DEFAULT_CONCURRENCY_LIMIT = env.int("CLAWHUB_KEY_DEFAULT_CONCURRENCY_LIMIT", default=8) or None
+# How long a key the playground page mints for the browser lives (the page asks for a new one when it ends).
+PLAYGROUND_KEY_TTL = timedelta(seconds=env.int("CLAWHUB_PLAYGROUND_KEY_TTL_SECONDS", default=3600))
 INVITATION_TTL = timedelta(seconds=env.int("CLAWHUB_INVITATION_TTL_SECONDS", default=7 * 24 * 3600))
 
 # Models offered to clients. The OpenClaw config shows the context vLLM is given (the base model's

@@ -127,6 +127,19 @@ def test_bad_feedback_is_a_clear_400(me, judged, api_as):
     assert not ExplicitFeedback.objects.exists()
 
 
+def test_a_playground_turn_becomes_a_sample_only_once_rated(me, api_as):
+    from clawhub.review.services import sample_create_for_judgment
+
+    turn = make_turn(me, key=old_key(me), turn_type="playground", next_text=None)
+    # Were a judgment ever stored for it (the judge never runs on one), it would still teach nothing unrated.
+    assert sample_create_for_judgment(judgment_id=make_judgment(turn, reward=1).pk) is None
+    assert not Sample.objects.filter(turn=turn).exists()
+    response = rate(api_as, me, turn.pk, thumb="down", comment="Shorter, please.")
+    assert response.status_code == 201, response.content
+    sample = Sample.objects.get(turn=turn)
+    assert sample.reward == -1  # pending: the rating contradicts the judgment above, a flag for review
+
+
 def test_nobody_rates_another_tenants_turn(me, judged, api_as):
     from tests.factories import make_user
 

@@ -2,8 +2,9 @@
 (1280 px): the page never scrolls sideways (wide tables scroll inside their own box), the navigation stays on
 screen, no chart is cut off, and the browser logs no error. A screenshot of each page at each width is left
 in test-output/. A rating's answer is in view after the page scrolls back to the rated turn. /api/docs/ draws
-the API reference with nothing from outside. And a run's page, open while the run finishes, takes its Cancel
-button away. The module's tests share one Chromium, each page gets a context of its own."""
+the API reference with nothing from outside. A run's page, open while the run finishes, takes its Cancel
+button away. And the playground asks the base model and a version of the adapter through the gateway. The
+module's tests share one Chromium, each page gets a context of its own."""
 
 from datetime import timedelta
 
@@ -67,6 +68,7 @@ def a_used_account():
         "keys": "/keys/",
         "key": f"/keys/{key.pk}/",
         "conversations": "/conversations/",
+        "playground": "/playground/",
         "conversation": f"/conversations/{samples[1].turn.session_id}/",
         "review": "/review/",
         "review-sample": f"/review/{samples[1].pk}/",
@@ -223,3 +225,42 @@ def test_the_api_reference_draws_offline(live_server, chromium):
     context.close()
     # Redoc's own attribution image is the one thing it takes from outside; it hides it when it fails.
     assert [url for url in failed if url != "https://cdn.redoc.ly/redoc/logo-mini.svg"] == []
+
+
+@pytest.mark.browser
+def test_the_playground_answers_with_the_base_model_and_a_version_of_the_adapter(site, chromium, output_dir):
+    """Through the gateway in front of the fake upstream, which answers with the name it was asked for: the
+    base's ("tiny") or the adapter's on vLLM ("t<tenant>-v<N>"). Both turns are stored as playground turns;
+    only the one rated on the page becomes a training sample."""
+    from playwright.sync_api import expect
+
+    from clawhub.conversations.models import Turn
+    from tests.gateway.conftest import activate_adapter, wait_until
+
+    me = make_user()
+    activate_adapter(me.tenant, version=1)
+    activate_adapter(me.tenant, version=2)
+    context = chromium.new_context(viewport=PHONE)
+    context.add_cookies([session_cookie(me, site.url)])
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{site.url}/playground/")
+    page.select_option("#pg-model", "clawhub-personal:v1")  # the retired version, not the active one
+    page.fill("#pg-prompt", "Which fruit is cheapest?")
+    page.fill("#pg-max", "12")
+    page.get_by_role("button", name="Ask both").click()
+    base, adapter = page.locator("#answer-base blockquote"), page.locator("#answer-adapter blockquote")
+    expect(base).to_contain_text("tiny says hello", timeout=20_000)
+    expect(adapter).to_contain_text(f"t{me.tenant.pk}-v1 says hello", timeout=20_000)
+    page.locator("#answer-adapter").get_by_role("button", name="Good (thumbs up)").click()
+    expect(page.locator("#answer-adapter .rated")).to_contain_text("now a training sample", timeout=20_000)
+    page.screenshot(path=str(output_dir / "playground-answered-phone.png"), full_page=True)
+    context.close()
+    assert errors == []
+
+    stored = Turn.objects.filter(user=me).order_by("model")
+    turns = wait_until(lambda: stored.count() == 2 and list(stored))
+    assert [(t.model, t.turn_type) for t in turns] == [("base", "playground"),
+                                                       ("clawhub-personal:v1", "playground")]
+    assert [t.model for t in turns if hasattr(t, "sample")] == ["clawhub-personal:v1"]
