@@ -1,6 +1,8 @@
 """Reads behind the learning page ("Is my model getting better?"): per tenant, the promotion gate's metric per
 version with its interval, the share of positively judged turns per day, and the versions' timeline with
-promotions, rejections and rollbacks — and one sentence that answers the question from them.
+promotions, rejections and rollbacks — and one sentence that answers the question from them. Then the serving
+version against what it was measured against, in words, with replies before and after from what is stored
+(the gate's canary replies, and the user's own playground comparisons): nothing is generated to draw the page.
 
 The gate's numbers are what ``adapters.services.adapter_record_decision`` stored on each version
 (``metrics["eval"]["numbers"]["margin"]``: the change in preference margin over the parent on held-out judged
@@ -55,6 +57,17 @@ class Event:
 
 
 @dataclass
+class Comparison:
+    """The serving version (or the newest the gate judged) against its parent or the base model, in words."""
+
+    version: AdapterVersion
+    against: str  # "v2" or "the base model"
+    figures: list[str]  # the gate's numbers, one plain sentence each
+    canaries: list[tuple[str, str]]  # the same fixed prompt answered before (the parent) and after (this one)
+    tried: list[tuple[str, str, str]]  # the user's playground comparisons: prompt, base reply, this version's
+
+
+@dataclass
 class Learning:
     tenant: Tenant
     verdict: str
@@ -65,6 +78,7 @@ class Learning:
     days_chart: Chart | None
     timeline: list[Event] = field(default_factory=list)
     explicit: int = 0
+    comparison: Comparison | None = None
 
 
 Number = float | None
@@ -192,6 +206,91 @@ def _unmeasured_verdict(row: GateRow) -> tuple[str, str]:
             "turns let the gate measure the next version."), "unsure"
 
 
+def _pct(value) -> str:
+    return f"{value:.0%}" if isinstance(value, int | float) else "—"
+
+
+def _figures(n: dict, against: str, base_is_parent: bool) -> list[str]:
+    """The gate's numbers (adapters.evaluation.decide's ``numbers``) as sentences a user can read."""
+    figures = []
+    held = n.get("held_out")
+    if held is not None:
+        split = (f" ({n['positives']} with a reply you liked, {n.get('negatives', 0)} with one you "
+                 f"corrected, {n.get('hinted', 0)} with a hint)") if "positives" in n else ""
+        figures.append(f"Scored on {held} of your judged turns that no version was trained on{split}.")
+    margin = n.get("margin")
+    if margin and margin.get("delta") is not None:
+        low, high = margin.get("low"), margin.get("high")
+        what = ("a clear gain" if low is not None and low > 0 else
+                "a loss" if high is not None and high < 0 else "no measurable change yet")
+        span = f" ({_pct(n.get('confidence'))} interval {low:+.3f} to {high:+.3f})" if low is not None else ""
+        figures.append(
+            f"Compared with {against}, it makes the replies you liked likelier relative to the ones you "
+            f"corrected by {margin['delta']:+.3f} nats per token{span}: {what}.")
+    elif held is not None:
+        figures.append("No preference change could be measured: that needs at least 3 held-out turns you "
+                       "liked and 3 you corrected.")
+    accuracy = n.get("accuracy")
+    if accuracy:
+        figures.append(
+            f"Given a reply you liked and one you corrected, it rates the liked one likelier in "
+            f"{_pct(accuracy.get('candidate'))} of pairs ({against}: {_pct(accuracy.get('parent'))}).")
+    kl = n.get("kl")
+    if kl and kl.get("away") is not None:
+        figures.append(
+            f"Against your hints: it moved {kl['away']:.3f} nats per token away from what the base model "
+            f"prefers once given the hint (at most {kl.get('tolerance', 0.02)} is allowed).")
+    canary = n.get("canary") or {}
+    empty, repetition = canary.get("empty") or {}, canary.get("repetition") or {}
+    if empty.get("candidate") is not None:
+        base = ("" if base_is_parent or empty.get("base") is None
+                else f", the base model {_pct(empty['base'])}")
+        figures.append(
+            f"On fixed prompts no one can train it on: {_pct(empty['candidate'])} empty replies ({against} "
+            f"{_pct(empty.get('parent'))}{base}) and {_pct(repetition.get('candidate'))} repeated word "
+            f"triples ({against} {_pct(repetition.get('parent'))}).")
+    capability = n.get("capability")
+    if capability:
+        figures.append(
+            f"It answers {capability['candidate']} of {capability['asked']} fixed factual questions right; "
+            f"the base model {capability['base']}.")
+    return figures
+
+
+def _tried(tenant: Tenant, version: AdapterVersion, limit: int = 3) -> list[tuple[str, str, str]]:
+    """The user's newest playground comparisons of this version with the base model: the same prompt, both
+    replies, as stored."""
+    from clawhub.conversations.identity import newest_user_text
+    from clawhub.conversations.models import Turn
+    from clawhub.conversations.selectors import turns_messages
+    from clawhub.review.services import reply_text
+    from clawhub.tenants.naming import BASE_MODEL_ID
+
+    mine = list(Turn.objects.filter(tenant=tenant, turn_type=Turn.Type.PLAYGROUND, adapter_version=version,
+                                    status=Turn.Status.COMPLETE).order_by("-created_at")[:limit])
+    bases = {t.session_id: t for t in Turn.objects.filter(
+        session_id__in=[t.session_id for t in mine], turn_type=Turn.Type.PLAYGROUND, model=BASE_MODEL_ID,
+        status=Turn.Status.COMPLETE)}
+    messages = turns_messages(turns=mine)
+    return [(newest_user_text(messages.get(t.pk) or []), reply_text(bases[t.session_id]), reply_text(t))
+            for t in mine if t.session_id in bases]
+
+
+def _comparison(tenant: Tenant, versions: list[AdapterVersion]) -> Comparison | None:
+    judged = [v for v in versions if isinstance((v.metrics or {}).get("eval"), dict)]
+    active = next((v for v in judged if v.state == AdapterVersion.State.ACTIVE), None)
+    version = active or (judged[-1] if judged else None)
+    if version is None:
+        return None
+    numbers = version.metrics["eval"].get("numbers") or {}
+    against = f"v{version.parent.version}" if version.parent_id else "the base model"
+    shown = numbers.get("canaries") or {}
+    canaries = list(zip(shown.get("parent") or [], shown.get("candidate") or [], strict=False))
+    return Comparison(version=version, against=against,
+                      figures=_figures(numbers, against, base_is_parent=not version.parent_id),
+                      canaries=canaries, tried=_tried(tenant, version))
+
+
 def learning_for_tenant(*, tenant: Tenant, days: int = DAYS) -> Learning:
     versions = list(AdapterVersion.objects.filter(tenant=tenant).select_related("parent").order_by("version"))
     gate = [GateRow(v, *_margin(v)) for v in versions if v.decision or _margin(v)[0] is not None]
@@ -211,4 +310,5 @@ def learning_for_tenant(*, tenant: Tenant, days: int = DAYS) -> Learning:
     return Learning(tenant=tenant, verdict=verdict, verdict_kind=kind, gate=gate,
                     gate_chart=interval_chart(gate), days=per_day, days_chart=chart,
                     timeline=_timeline(tenant, versions),
-                    explicit=ExplicitFeedback.objects.filter(tenant=tenant).count())
+                    explicit=ExplicitFeedback.objects.filter(tenant=tenant).count(),
+                    comparison=_comparison(tenant, versions))

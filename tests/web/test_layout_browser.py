@@ -42,7 +42,9 @@ def a_used_account():
     long_prompt = "Please list every fruit in the basket with its price per kilogram " * 4
     samples = [make_sample(me, key=key, reward=reward, prompt=long_prompt, hints=hints)
                for reward, hints in ((1, []), (-1, ["Say which fruit is cheapest first."]), (1, []), (0, []))]
-    run = make_run(me.tenant, state=TrainingRun.State.SUCCEEDED, started_by=me,
+    steps = [{"step": s, "loss": 0.6 / s, "mean_reward": r, "mean_advantage": r, "samples": 2, "tokens": 90,
+              "seconds": 1.5} for s, r in ((1, -0.5), (2, 0.0), (3, 0.5), (4, 1.0))]
+    run = make_run(me.tenant, state=TrainingRun.State.SUCCEEDED, started_by=me, metrics=steps,
                    sample_ids=[s.pk for s in samples[:2]], finished_at=timezone.now())
     version = adapter_services.adapter_version_create(tenant=me.tenant, parent=None)
     run.adapter_version = version
@@ -182,6 +184,16 @@ def test_every_main_page_fits_a_phone_and_a_laptop(live_server, chromium, output
                 problems[f"{path} at {viewport['width']} px"] = found
     assert problems == {}
     rate_on_a_phone(chromium, live_server.url + unrated, cookie, output_dir)
+
+    context = chromium.new_context(viewport=DESKTOP)  # the promoted version against the base, in words
+    context.add_cookies([cookie])
+    page = context.new_page()
+    page.goto(f"{live_server.url}{pages['learning']}")
+    card = page.locator("#base-vs-version")
+    assert card.locator("h2").inner_text() == "v1 against the base model"
+    assert "a clear gain" in card.inner_text()
+    card.screenshot(path=str(output_dir / "learning-base-vs-version.png"))
+    context.close()
 
     context = chromium.new_context()  # what a browser that asks for /favicon.ico gets
     icon = context.new_page().goto(f"{live_server.url}/favicon.ico")

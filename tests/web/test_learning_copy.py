@@ -113,3 +113,48 @@ def test_the_rating_buttons_are_named_by_what_they_show():
     assert len(buttons) == 2
     for name, shown in buttons:
         assert name.startswith(text(shown).replace("▲", "").replace("▼", "").strip()), (name, shown)
+
+
+def test_the_learning_page_compares_the_serving_version_with_its_parent_in_words_with_replies():
+    """v2 against v1: the gate's figures as sentences, the canary replies before and after, and the user's own
+    playground comparison of v2 with the base model (stored turns: nothing is generated for the page)."""
+    from clawhub.adapters.evaluation import PROMOTE
+    from clawhub.conversations.models import Turn
+    from tests.review.conftest import make_turn
+
+    me = make_user()
+    v1 = adapter_services.adapter_version_create(tenant=me.tenant, parent=None)
+    adapter_services.adapter_activate(version=v1, upstreams=[])
+    v2 = adapter_services.adapter_version_create(tenant=me.tenant, parent=v1)
+    numbers = {
+        "confidence": 0.9, "held_out": 14, "positives": 8, "negatives": 6, "hinted": 3,
+        "margin": {"delta": 0.21, "low": 0.08, "high": 0.33},
+        "accuracy": {"candidate": 0.75, "parent": 0.5},
+        "kl": {"delta": 0.01, "away": 0.004, "low": -0.01, "high": 0.012, "tolerance": 0.02},
+        "canary": {"empty": {"candidate": 0.0, "parent": 0.25, "base": 0.0},
+                   "repetition": {"candidate": 0.05, "parent": 0.1, "base": 0.04},
+                   "perplexity": {"candidate": 9.1, "parent": 9.4, "base": 9.0}},
+        "canaries": {"parent": ["Paris is the capital of Franceee"], "candidate": ["Paris is the capital."]},
+    }
+    adapter_services.adapter_record_decision(version=v2, decision=Decision(PROMOTE, "margin rose", numbers))
+    adapter_services.adapter_activate(version=v2, upstreams=[])
+    base, mine = (make_turn(me, prompt="Name a red fruit.", reply=reply, next_text=None,
+                            turn_type="playground") for reply in ("A banana.", "A strawberry."))
+    Turn.objects.filter(pk=base.pk).update(model="base")
+    Turn.objects.filter(pk=mine.pk).update(session=base.session, index=1, model="clawhub-personal:v2",
+                                           adapter_version=v2)
+
+    page = text(browser(me).get(f"/learning/{me.tenant.pk}/").content.decode())
+    for sentence in (
+        "v2 against v1",
+        "Scored on 14 of your judged turns that no version was trained on (8 with a reply you liked, 6 with "
+        "one you corrected, 3 with a hint).",
+        "Compared with v1, it makes the replies you liked likelier relative to the ones you corrected by "
+        "+0.210 nats per token (90% interval +0.080 to +0.330): a clear gain.",
+        "it rates the liked one likelier in 75% of pairs (v1: 50%).",
+        "0% empty replies (v1 25%, the base model 0%)",
+        "Paris is the capital of Franceee",
+        "Paris is the capital.",
+        "Name a red fruit. A banana. A strawberry.",
+    ):
+        assert sentence in page, sentence
