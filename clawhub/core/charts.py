@@ -275,3 +275,57 @@ def svg_chart(values: Sequence[tuple[str, float, str, str]], *, y_min: float = -
     return SvgChart(width=width, height=height, points=points,
                     polyline=" ".join(f"{p.x},{p.y}" for p in points), gridlines=grid, left=left, right=right,
                     bottom=bottom)
+
+
+def step_chart(*, title: str, steps: Sequence[int], values: Sequence[float | None], y_label: str,
+               color: str = PALETTE[0], width: int = 460, height: int = 200) -> Svg | None:
+    """One value per training step as a line with a dot per step (its tooltip: step and value), the value
+    axis from its lowest to its highest value (a dashed line at 0 when the range crosses it). Steps without
+    a value are left out; None without any."""
+    points = [(int(s), float(v)) for s, v in zip(steps, values, strict=True)
+              if isinstance(v, int | float) and math.isfinite(v)]
+    if not points:
+        return None
+    low, high = min(v for _, v in points), max(v for _, v in points)
+    pad = (high - low) * 0.1 or max(abs(high) * 0.1, 0.05)
+    low, high = low - pad, high + pad
+    first, last = points[0][0], points[-1][0]
+    left, right, top, bottom = 56, width - 16, 30, height - 34
+
+    def x(step: int) -> float:
+        return left + (right - left) * ((step - first) / (last - first) if last > first else 0.5)
+
+    def y(value: float) -> float:
+        return bottom - (bottom - top) * (value - low) / (high - low)
+
+    cid = next(_ids)
+    lowest, highest = min(v for _, v in points), max(v for _, v in points)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="step-chart" role="img" width="{width}" '
+             f'height="{height}" viewBox="0 0 {width} {height}" {FONT} font-size="12" '
+             f'aria-labelledby="sc{cid}t sc{cid}d">',
+             f'<title id="sc{cid}t">{escape(title)}</title>',
+             f'<desc id="sc{cid}d">{escape(y_label)} over {len(points)} steps: from {points[0][1]:.4g} at '
+             f'step {first} to {points[-1][1]:.4g} at step {last} (lowest {lowest:.4g}, highest '
+             f'{highest:.4g})</desc>',
+             f'<text x="{(left + right) / 2:.0f}" y="16" text-anchor="middle" font-weight="600">'
+             f'{escape(title)}</text>']
+    for value in (low, high):
+        parts.append(f'<text x="{left - 6}" y="{y(value):.1f}" text-anchor="end" dominant-baseline="middle" '
+                     f'fill="#6b7078">{value:.3g}</text>')
+    if low < 0 < high:
+        parts.append(f'<line x1="{left}" x2="{right}" y1="{y(0):.1f}" y2="{y(0):.1f}" stroke="#9ca3af" '
+                     'stroke-dasharray="4 3"/>')
+    parts.append(f'<line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="#d1d5db"/>')
+    for step in sorted({first, last}):
+        parts.append(f'<text x="{x(step):.1f}" y="{bottom + 16}" text-anchor="middle" fill="#6b7078">'
+                     f'{step}</text>')
+    parts.append(f'<text x="{(left + right) / 2:.0f}" y="{height - 4}" text-anchor="middle" '
+                 'fill="#6b7078">step</text>')
+    if len(points) > 1:
+        line = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in points)
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="2"/>')
+    for s, v in points:
+        parts.append(f'<circle cx="{x(s):.1f}" cy="{y(v):.1f}" r="3" fill="{color}">'
+                     f'<title>step {s}: {escape(y_label)} {v:.4g}</title></circle>')
+    parts.append("</svg>")
+    return Svg("".join(parts))

@@ -146,8 +146,22 @@ def run_detail(request, run, access):
             "remote_ids": json.dumps(run.remote_ids, indent=2),
             "progress": run_progress(run=run),
             "poll_seconds": POLL_SECONDS,
+            "curves": _curves(run),
         },
     )
+
+
+def _curves(run) -> list:
+    """The run's loss and mean reward per step, from the metrics the trainer stored at each step."""
+    from clawhub.core.charts import step_chart
+
+    steps = [m.get("step", i) for i, m in enumerate(run.metrics or [])]
+    charts = [step_chart(title="Loss per step (lower: the update fits the batch better)", steps=steps,
+                         values=[m.get("loss") for m in run.metrics or []], y_label="loss"),
+              step_chart(title="Mean reward per step (of the samples in the step)", steps=steps,
+                         values=[m.get("mean_reward") for m in run.metrics or []], y_label="mean reward",
+                         color="#009e73")]
+    return [c for c in charts if c is not None]
 
 
 @login_required

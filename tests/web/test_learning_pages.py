@@ -155,3 +155,22 @@ def test_a_runs_progress_says_where_it_is_and_what_comes_next(me):
     assert done["phase"] == "serving" and done["done"] is True and "v1 is promoted" in done["next"]
     assert done["open"] is False  # the page hides its Cancel button
     assert browser(make_user()).get(f"/training/runs/{run.pk}/progress/").status_code == 404
+
+
+def test_the_run_page_draws_the_loss_and_the_reward_of_each_step_it_stored(me):
+    from tests.factories import make_run
+
+    run = make_run(me.tenant, started_by=me)
+    client = browser(me)
+    assert 'id="run-curves"' not in client.get(f"/training/runs/{run.pk}/").content.decode()  # no step yet
+    training.run_mark_running(run_id=run.pk, task_id="t")
+    for step, loss, reward in ((1, 0.52, -0.5), (2, 0.31, 0.25), (3, 0.12, 1.0)):
+        metrics = {"step": step, "loss": loss, "mean_reward": reward, "mean_advantage": reward, "tokens": 10,
+                   "seconds": 1.0, "samples": 2}
+        training.run_record_step(run_id=run.pk, metrics=metrics)
+    html = client.get(f"/training/runs/{run.pk}/").content.decode()
+    curves = html[html.index('id="run-curves"'):]
+    assert curves.count('class="step-chart"') == 2
+    assert "loss over 3 steps: from 0.52 at step 1 to 0.12 at step 3" in curves
+    assert "mean reward over 3 steps: from -0.5 at step 1 to 1 at step 3" in curves
+    assert "<title>step 2: loss 0.31</title>" in curves
