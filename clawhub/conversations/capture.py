@@ -19,7 +19,7 @@ import re
 import threading
 import uuid
 from collections import OrderedDict, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -47,7 +47,6 @@ from clawhub.conversations.selectors import stored_prompt_chains, turns_awaiting
 from clawhub.conversations.services import turns_ready_notify
 from clawhub.conversations.storage import pack_ids, split_ids, split_messages
 from clawhub.gateway.records import TurnRecord
-from clawhub.usage.services import usage_record
 
 logger = logging.getLogger("clawhub.conversations.capture")
 
@@ -56,6 +55,23 @@ STATS = {"stored": 0, "duplicates": 0, "failed": 0, "batch_retries": 0}
 _stats_lock = threading.Lock()
 
 _EXTERNAL_ID_MAX = Session._meta.get_field("external_id").max_length
+
+# Usage metering lives in an app above conversations (clawhub.usage), which registers its writer here from its
+# AppConfig.ready(). It runs in the store's transaction with every new record of a batch (side turns, failed
+# requests and users who turned storage off included), and for a dead-lettered record alone.
+_usage_recorder: Callable[..., None] | None = None
+
+
+def register_usage_recorder(recorder: Callable[..., None]) -> None:
+    """``recorder(records=...)`` meters the served requests of an iterable of TurnRecords."""
+    global _usage_recorder
+    _usage_recorder = recorder
+
+
+def _meter_usage(records: Iterable[TurnRecord]) -> None:
+    if _usage_recorder is None:
+        raise RuntimeError("no usage recorder registered: is clawhub.usage in INSTALLED_APPS?")
+    _usage_recorder(records=records)
 
 
 def _count(name: str, n: int = 1) -> None:
@@ -137,7 +153,7 @@ def capture_usage_only(*, record: TurnRecord) -> None:
     """Meters a record that will never become a turn (the consumer dead-lettered it): it was still served."""
     try:
         with transaction.atomic():
-            usage_record(records=[record])
+            _meter_usage([record])
     except Exception:
         logger.exception("usage of turn %s could not be recorded either", record.request_id)
 
@@ -169,7 +185,7 @@ def _store(records: Sequence[TurnRecord]) -> int:
         graph.lock_sessions(items)
         ready = _write_turns(items, graph, now)
         turns_ready_notify(turn_ids=ready)
-    usage_record(records=records)
+    _meter_usage(records)
     return len(kept)
 
 

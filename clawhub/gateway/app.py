@@ -42,6 +42,7 @@ from clawhub.gateway.errors import (
 from clawhub.gateway.fields import check_fields
 from clawhub.gateway.http import ClientGone, read_body, send_json
 from clawhub.gateway.identity import Identity, extract_identity
+from clawhub.gateway.meters import ServedRequests
 from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, watch_disconnect
 from clawhub.gateway.quotas import LocalLimiter, RedisLimiter, reservation
 from clawhub.gateway.records import TurnRecord
@@ -182,7 +183,8 @@ class Gateway:
             self._ids = itertools.count()
             self._id_prefix = f"{os.urandom(4).hex()}{os.getpid():x}-"  # unique across workers and restarts
             self.db = DbRunner()
-            self.writer = CaptureWriter(store=self._store, maxsize=cfg.capture_queue_size)
+            self.writer = CaptureWriter(store=self._store, maxsize=cfg.capture_queue_size,
+                                        observer=ServedRequests())
             self.writer.start()
             self.keys = KeyCache(self.db, ttl=cfg.key_cache_seconds)
             self.adapters = CachedLoader(self._load_adapter, ttl=cfg.adapter_cache_seconds, what="adapter")

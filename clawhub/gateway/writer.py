@@ -12,8 +12,9 @@ once Redis is back. Without Redis the spool is the log. A record is dropped only
 (counted, alarmed at 80 %).
 
 ``stop()`` (lifespan shutdown, after the server finished its open streams) hands every queued record to the
-log before it returns. A thread still runs the gateway's small database writes (the upstream/adapter registry,
-ApiKey.last_used_at) and the per-request Prometheus metrics, so the event loop pays for neither.
+log before it returns. A thread runs what the serving process hands it besides capture, so the event loop pays
+for none of it: small database writes (``submit_op``: the gateway's upstream/adapter registry) and its
+``RecordObserver`` (the gateway's request metrics and ApiKey.last_used_at, clawhub.gateway.meters).
 
 With ``store`` given (tests) or CAPTURE_CONSUMER_IN_PROCESS, the consumer runs as a thread of this process on
 a stream and spool folder of this writer's own, so several gateways in one test process never share records.
@@ -29,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from clawhub.core import metrics
 from clawhub.gateway.handoff import SYNC_INTERVAL, HandoffSettings, Spool, encode
@@ -39,7 +40,6 @@ logger = logging.getLogger("clawhub.gateway.capture")
 
 BATCH = 200
 INTERVAL = 0.2
-LAST_USED_EVERY = 60.0  # seconds between last_used_at updates of one key
 HOUSEKEEPING_INTERVAL = 0.5
 REDIS_RETRY_AFTER = 1.0  # after a failed Redis call, records go straight to the spool for this long
 PIPELINE_BYTES = 8 * 1024 * 1024  # one XADD pipeline carries at most this much
@@ -48,48 +48,21 @@ PIPELINE_BYTES = 8 * 1024 * 1024  # one XADD pipeline carries at most this much
 STATS = {"submitted": 0, "streamed": 0, "spooled": 0, "forwarded": 0, "dropped": 0, "op_failures": 0}
 
 
-class RequestMeters:
-    """The per-request metrics of one served /v1 completion, taken from its TurnRecord.
+class RecordObserver(Protocol):
+    """What the process that serves the records does with each one besides capture (the gateway: its request
+    metrics and its keys' last use), on the writer's thread, so that the event loop pays for none of it."""
 
-    Label children are cached: ``labels()`` costs more than the increment itself, and the label sets are few.
-    """
+    def count(self, record: TurnRecord) -> None:
+        """Cheap and without the database: also called on the event loop when the thread's queue is full."""
 
-    def __init__(self) -> None:
-        self._requests: dict[tuple, Any] = {}
-        self._timings: dict[tuple, tuple[Any, Any]] = {}
-        self._tokens: dict[str, tuple[Any, Any]] = {}
-
-    def observe(self, record: TurnRecord) -> None:
-        model = metrics.model_label(record.model)
-        route = record.api or record.route  # the API the client spoke, as a refused request is counted
-        key = (route, model, record.http_status)
-        counter = self._requests.get(key)
-        if counter is None:
-            counter = self._requests[key] = metrics.GATEWAY_REQUESTS.labels(
-                route=route, model=model, status=str(record.http_status))
-        counter.inc()
-        timing = self._timings.get((route, model))
-        if timing is None:
-            timing = self._timings[(route, model)] = (
-                metrics.GATEWAY_REQUEST_DURATION.labels(route=route, model=model),
-                metrics.GATEWAY_TIME_TO_FIRST_TOKEN.labels(route=route, model=model))
-        timing[0].observe(record.latency_ms / 1000)
-        if record.stream and record.ttft_ms is not None:
-            timing[1].observe(record.ttft_ms / 1000)
-        if record.prompt_tokens or record.completion_tokens:
-            tokens = self._tokens.get(model)
-            if tokens is None:
-                tokens = self._tokens[model] = (metrics.GATEWAY_TOKENS.labels(kind="prompt", model=model),
-                                                metrics.GATEWAY_TOKENS.labels(kind="completion", model=model))
-            if record.prompt_tokens:
-                tokens[0].inc(record.prompt_tokens)
-            if record.completion_tokens:
-                tokens[1].inc(record.completion_tokens)
+    def observe(self, records: list[TurnRecord]) -> None:
+        """Once ``count`` has seen each of them, on the thread (which may use the database)."""
 
 
 class CaptureWriter:
     def __init__(self, *, store: Callable[[list[TurnRecord]], None] | None = None, maxsize: int = 20000,
-                 batch: int = BATCH, interval: float = INTERVAL, handoff: HandoffSettings | None = None):
+                 batch: int = BATCH, interval: float = INTERVAL, handoff: HandoffSettings | None = None,
+                 observer: RecordObserver | None = None):
         cfg = handoff or HandoffSettings.from_settings()
         self.instance = f"{os.urandom(5).hex()}{os.getpid():x}"
         self._in_process = store is not None or cfg.in_process
@@ -114,8 +87,7 @@ class CaptureWriter:
         self._stopping = threading.Event()
         self._batch, self._interval = batch, interval
         self._thread: threading.Thread | None = None
-        self._last_used: dict[int, float] = {}
-        self._meters = RequestMeters()
+        self._observer = observer
         self._consumer = None
         self._consumer_thread: threading.Thread | None = None
         self._consumer_stop = threading.Event()
@@ -231,7 +203,8 @@ class CaptureWriter:
         # A deque append, not queue.Queue.put: put() takes a lock and wakes the thread for every item. The
         # size check races with the thread's pops, which can only make room.
         if len(self._items) >= self._maxsize:
-            self._meters.observe(record)
+            if self._observer is not None:
+                self._observer.count(record)
         else:
             self._items.append(record)
 
@@ -456,7 +429,7 @@ class CaptureWriter:
         finally:
             client.close()
 
-    # --- the thread: metrics and the small registry writes --------------------------------------------------
+    # --- the thread: the observer and the small registry writes ---------------------------------------------
     def _run(self) -> None:
         while True:
             stopping = self._stopping.wait(self._interval)
@@ -475,8 +448,9 @@ class CaptureWriter:
         self._close_connections()
 
     def _flush(self, records: list[TurnRecord], ops: list[Callable[[], Any]]) -> None:
-        for record in records:
-            self._meters.observe(record)
+        if self._observer is not None:
+            for record in records:
+                self._observer.count(record)
         if not ops and not records:
             return
         from django.db import close_old_connections
@@ -489,23 +463,8 @@ class CaptureWriter:
                 # The database may be down: the registry is written again at the next sync or health change.
                 STATS["op_failures"] += 1
                 logger.warning("gateway registry write failed: %s: %s", type(exc).__name__, exc)
-        if records:
-            self._touch_keys(records)
-
-    def _touch_keys(self, records: list[TurnRecord]) -> None:
-        now = time.monotonic()
-        due = {r.key_id for r in records if now - self._last_used.get(r.key_id, -1e9) >= LAST_USED_EVERY}
-        if not due:
-            return
-        from clawhub.gateway.services import api_keys_mark_used
-
-        try:
-            api_keys_mark_used(key_ids=sorted(due))
-            self._last_used.update(dict.fromkeys(due, now))
-        except Exception as exc:
-            # Not a turn: a missed last_used_at is written with the next one. The database may be down.
-            STATS["op_failures"] += 1
-            logger.warning("updating last_used_at failed: %s: %s", type(exc).__name__, exc)
+        if records and self._observer is not None:
+            self._observer.observe(records)
 
     def _close_connections(self) -> None:
         from django.db import connections

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from clawhub.gateway.handoff import HandoffSettings, decode, encode
+from clawhub.gateway.meters import ServedRequests
 from clawhub.gateway.records import TurnRecord
 from clawhub.gateway.writer import CaptureWriter
 from tests.factories import make_key, make_user
@@ -168,7 +169,7 @@ def test_capture_failures_by_reason(tmp_path):
     one_record = len(encode(record)) + 40
     cfg = HandoffSettings.from_settings(redis_url="", spool_dir=tmp_path, spool_max_bytes=one_record,
                                         max_attempts=2)
-    writer = CaptureWriter(store=broken_store, handoff=cfg, interval=0.01)
+    writer = CaptureWriter(store=broken_store, handoff=cfg, interval=0.01, observer=ServedRequests())
     writer.start()  # no event loop here: records go straight to the spool
     assert writer.submit(record) and not writer.submit(replace(record, request_id="r2"))
     assert full() == 1
