@@ -168,8 +168,8 @@ class Turn(models.Model):
             # Also serves as the (session, index) index.
             models.UniqueConstraint(fields=["session", "index"], name="one_turn_per_session_index"),
         ]
-        # Capture reads the newest few turns per hash (conversations.capture, LINK_ROWS): each hash index ends
-        # with the id, so that read stays a short index scan however many turns share the hash.
+        # Capture reads the newest few turns per hash (conversations.capture.graph.LINK_ROWS): each hash index
+        # ends with the id, so that read stays a short index scan however many turns share the hash.
         indexes = [
             models.Index(fields=["tenant", "-created_at"], name="turn_tenant_recent"),
             models.Index(

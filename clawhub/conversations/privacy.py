@@ -1,6 +1,6 @@
 """Users' privacy switches as capture sees them, and the retention purge of old turns.
 
-Capture (``conversations.capture.capture_store``) calls
+Capture (``conversations.capture.store.capture_store``) calls
 ``capture_allowed`` / ``capture_allowed_many`` before storing a turn: a user with ``store_turns`` off is
 served and metered (usage), but their turns are not written.
 """

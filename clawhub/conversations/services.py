@@ -1,7 +1,7 @@
 """Writes for sessions and turns outside the capture path: closing idle sessions, handing turns to judging.
 
-Capture itself (``clawhub.conversations.capture``) writes turns in batches for the gateway. These writes are
-the system's own bookkeeping, not a person's change, so they leave no audit rows.
+Capture itself (``clawhub.conversations.capture.store``) writes turns in batches for the gateway. These writes
+are the system's own bookkeeping, not a person's change, so they leave no audit rows.
 """
 
 from collections.abc import Iterable

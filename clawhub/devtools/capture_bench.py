@@ -1,9 +1,9 @@
 """bench_capture: the capture consumer's CPU per stored turn (PostgreSQL + Redis) as a tenant's history grows.
 
-A benchmark, not a test. Records shaped as the gateway hands them off for the fake upstream's replies
-(reply token ids and log-probs, the prompt's token ids) are put on a capture stream of the bench's own; then
-the real consumer (``clawhub.gateway.consumer.CaptureConsumer`` with ``capture_store``) drains them in this
-process, and the CPU this process spent is divided by the turns stored. Nothing else runs in the process
+A benchmark, not a test. Records shaped as the gateway hands them off for the fake upstream's replies (reply
+token ids and log-probs, the prompt's token ids) are put on a capture stream of the bench's own; then the real
+consumer (``clawhub.conversations.capture.consumer.CaptureConsumer`` with ``capture_store``) drains them in
+this process, and the CPU this process spent is divided by the turns stored. Nothing else runs in the process
 meanwhile, so no idle polling is in the figure; the database server's CPU for the same work is a line of its
 own (its backend process, read from /proc).
 
@@ -81,7 +81,7 @@ class Records:
         return " ".join(words), words
 
     def record(self, tenant: Tenant, messages: list[dict], *, tools=None, same_reply: bool = False):
-        from clawhub.gateway.records import TurnRecord
+        from clawhub.conversations.capture.records import TurnRecord
 
         self.n += 1
         text, words = self.reply(0 if same_reply else self.n)
@@ -239,9 +239,10 @@ def drain(workload: str, tenants: list[Tenant], *, records: int, batch: int, out
     import redis
     from django.db import connection
 
-    from clawhub.conversations.capture import forget_recent_prompts
-    from clawhub.gateway.consumer import CaptureConsumer
-    from clawhub.gateway.handoff import HandoffSettings, encode
+    from clawhub.conversations.capture.compact import forget_recent_prompts
+    from clawhub.conversations.capture.consumer import CaptureConsumer
+    from clawhub.conversations.capture.handoff import HandoffSettings
+    from clawhub.conversations.capture.records import encode
 
     cfg = HandoffSettings.from_settings(stream=f"bench-capture:{uuid.uuid4().hex}", in_process=False,
                                         batch_records=batch)

@@ -6,12 +6,13 @@ tree: unlike requests/s it barely moves with the noise of a shared machine.
 
 ``--body openclaw-32k`` / ``openclaw-90k`` sends OpenClaw-shaped bodies (a long system prompt with every
 section, its 12 tools, 40 or 160 history messages; about 32 KB or 90 KB), each request ending with a user
-message of its own. Where the gateway hands turns off to the capture consumer (clawhub.gateway.consumer),
-the bench runs ``manage.py capture_consumer`` beside it and reports the consumer's CPU per request and its
-lag: the largest backlog seen during the run and how long the backlog took to drain after the last response.
-Per stored turn (the consumer's counter), it prints the gateway's CPU, the consumer's CPU beyond what it
-spends idle over the same wall time (read over IDLE_WINDOW seconds of an empty log just before the run), and
-the two together; ``manage.py bench_capture`` measures the consumer alone, as a tenant's history grows.
+message of its own. Where the gateway hands turns off to the capture consumer
+(clawhub.conversations.capture.consumer), the bench runs ``manage.py capture_consumer`` beside it and reports
+the consumer's CPU per request and its lag: the largest backlog seen during the run and how long the backlog
+took to drain after the last response. Per stored turn (the consumer's counter), it prints the gateway's CPU,
+the consumer's CPU beyond what it spends idle over the same wall time (read over IDLE_WINDOW seconds of an
+empty log just before the run), and the two together; ``manage.py bench_capture`` measures the consumer alone,
+as a tenant's history grows.
 
 As in production, ClawHub's load comes from ``--tenants`` tenants (200 by default), each with its own key and
 active adapter, used in turn, so key and adapter caches miss as often as real agents' turns make them. The
@@ -158,7 +159,7 @@ def api_body(api: str, *, model: str, max_tokens: int, stream: bool, messages: l
 def capture_backlog() -> int:
     """What the capture consumer has yet to store (stream entries, or spool bytes); 0 without a log."""
     try:
-        from clawhub.gateway.handoff import handoff_state
+        from clawhub.conversations.capture.handoff import handoff_state
     except ImportError:
         return 0
     state = handoff_state()
@@ -322,7 +323,7 @@ async def _idle_rates(pids: dict[str, int]) -> dict[str, float]:
 
 def _stored_count() -> int:
     """Turns the capture consumers have stored so far (their shared counter)."""
-    from clawhub.gateway.handoff import handoff_state
+    from clawhub.conversations.capture.handoff import handoff_state
 
     return int(handoff_state().get("stored", 0) or 0)
 

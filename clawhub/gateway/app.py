@@ -16,6 +16,8 @@ from time import perf_counter
 import httpx
 import orjson
 
+from clawhub.conversations.capture.records import TurnRecord
+from clawhub.conversations.capture.writer import CaptureWriter
 from clawhub.core.logging import clean_request_id, new_request_id, reset_request_id, set_request_id
 from clawhub.core.metrics import (
     CAPTURE_FAILURES,
@@ -45,7 +47,6 @@ from clawhub.gateway.identity import Identity, extract_identity
 from clawhub.gateway.meters import ServedRequests
 from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, watch_disconnect
 from clawhub.gateway.quotas import LocalLimiter, RedisLimiter, reservation
-from clawhub.gateway.records import TurnRecord
 from clawhub.gateway.transport import UpstreamTransport
 from clawhub.gateway.upstreams import (
     ActiveAdapter,
@@ -55,7 +56,6 @@ from clawhub.gateway.upstreams import (
     active_adapter_blocking,
     version_adapter_blocking,
 )
-from clawhub.gateway.writer import CaptureWriter
 from clawhub.tenants import naming
 from workers.upstream_errors import body_shape
 

@@ -1,6 +1,6 @@
 """What the gateway does with each served request's TurnRecord besides capturing it: its Prometheus
-metrics, and its key's last use. The capture writer (clawhub.gateway.writer) runs both on its thread, so the
-event loop pays for neither.
+metrics, and its key's last use. The capture writer (clawhub.conversations.capture.writer) runs both on its
+thread, so the event loop pays for neither.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import logging
 import time
 from typing import Any
 
+from clawhub.conversations.capture.records import TurnRecord
+from clawhub.conversations.capture.writer import STATS
 from clawhub.core import metrics
-from clawhub.gateway.records import TurnRecord
-from clawhub.gateway.writer import STATS
 
 logger = logging.getLogger("clawhub.gateway.capture")
 

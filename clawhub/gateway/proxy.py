@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import httpx
 import orjson
 
+from clawhub.conversations.capture.records import TurnRecord
 from clawhub.core.metrics import UPSTREAM_ERRORS
 from clawhub.gateway import messages, responses, tool_calls
 from clawhub.gateway.errors import GatewayError, normalise_upstream_error, upstream_refused, upstream_timeout
-from clawhub.gateway.records import TurnRecord
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -149,7 +149,7 @@ def capture_spool_scrub_deleted() -> int:
     """Empties the acknowledged records of accounts that no longer exist from this host's capture spool: those
     a deletion could not reach because the consumer acknowledged them after it. Run by the daily retention
     purge. Returns how many records were emptied."""
-    from clawhub.gateway.handoff import spool_scrub
+    from clawhub.conversations.capture.spool import spool_scrub
 
     known: dict[int, bool] = {}
 
@@ -166,7 +166,7 @@ def _scrub_capture_spool(*, user_id: int) -> None:
     and a gateway's fallback while Redis is away), where they would otherwise stay until their segment fills
     up. A spool on another host (a gateway replica's fallback) is not reached from here; records not yet
     stored are left to the consumer, which stores nothing of a user who is gone."""
-    from clawhub.gateway.handoff import spool_scrub_user
+    from clawhub.conversations.capture.spool import spool_scrub_user
 
     try:
         scrubbed = spool_scrub_user(Path(settings.CAPTURE_SPOOL_DIR), user_id)

@@ -279,8 +279,8 @@ GATEWAY_REDIS_TIMEOUT = env.float("GATEWAY_REDIS_TIMEOUT", default=0.5)
 GATEWAY_DB_TIMEOUT = env.float("GATEWAY_DB_TIMEOUT", default=2.0)
 GATEWAY_STALE_SECONDS = env.float("GATEWAY_STALE_SECONDS", default=3600.0)
 GATEWAY_UNAVAILABLE_RETRY_AFTER = env.int("GATEWAY_UNAVAILABLE_RETRY_AFTER", default=5)
-# The durable capture hand-off (clawhub/gateway/handoff.py): a Redis Stream when REDIS_URL is set (drained by
-# `manage.py capture_consumer`), else an append-only spool in CAPTURE_SPOOL_DIR.
+# The durable capture hand-off (clawhub/conversations/capture/handoff.py): a Redis Stream when REDIS_URL is
+# set (drained by `manage.py capture_consumer`), else an append-only spool in CAPTURE_SPOOL_DIR.
 CAPTURE_STREAM = env.str("CLAWHUB_CAPTURE_STREAM", default="clawhub:capture")
 CAPTURE_SPOOL_DIR = env.str("CLAWHUB_CAPTURE_SPOOL_DIR", default=str(DATA_DIR / "capture"))
 CAPTURE_MAX_BYTES = env.int("CLAWHUB_CAPTURE_MAX_BYTES", default=2 * 1024**3)

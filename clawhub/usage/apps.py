@@ -5,9 +5,9 @@ class UsageConfig(AppConfig):
     name = "clawhub.usage"
 
     def ready(self) -> None:
-        from clawhub.conversations import capture
+        from clawhub.conversations.capture import store
         from clawhub.usage.services import usage_record
 
         # Capture meters every served request in the transaction that stores its turn; conversations sits
         # below this app and imports none of it, so the writer is handed over here.
-        capture.register_usage_recorder(usage_record)
+        store.register_usage_recorder(usage_record)

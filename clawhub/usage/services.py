@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
-from clawhub.gateway.records import TurnRecord
+from clawhub.conversations.capture.records import TurnRecord
 from clawhub.usage.models import SUMMED, UsageDaily
 
 

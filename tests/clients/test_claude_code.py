@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import turn_messages
 from clawhub.core.model_limits import served_limits

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import turn_messages
 from clawhub.keys.codex import codex_config

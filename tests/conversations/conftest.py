@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from clawhub.gateway.records import TurnRecord
+from clawhub.conversations.capture.records import TurnRecord
 from clawhub.keys.models import ApiKey
 from tests.factories import make_key
 

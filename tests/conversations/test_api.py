@@ -2,7 +2,7 @@
 
 import pytest
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Session
 from tests.conversations.conftest import assistant, make_record, user
 from tests.factories import make_key, make_user

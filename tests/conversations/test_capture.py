@@ -4,8 +4,9 @@ import logging
 
 import pytest
 
-from clawhub.conversations import capture, hooks
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations import hooks
+from clawhub.conversations.capture import store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Session, Turn
 from clawhub.conversations.selectors import turn_request
 from clawhub.groups.models import Role
@@ -310,19 +311,19 @@ def test_a_bad_record_does_not_lose_the_rest_of_the_batch_and_is_named_not_skipp
     bad = make_record(key, [user("two")], model="m" * 500)  # longer than the column: the database refuses it
     nul = make_record(key, [user("three\u0000")])  # PostgreSQL's jsonb refuses NUL characters
     good2 = make_record(key, [user("four")])
-    failed = capture.STATS["failed"]
+    failed = store.STATS["failed"]
     with caplog.at_level(logging.ERROR, logger="clawhub.conversations.capture"):
-        with pytest.raises(capture.CaptureFailed) as raised:
+        with pytest.raises(store.CaptureFailed) as raised:
             capture_store([good1, bad, nul, good2])
     # The caller (the consumer) gets the failing records back, to retry and then dead-letter them.
     assert [r.request_id for r, _ in raised.value.failures] == [bad.request_id, nul.request_id]
     assert set(Turn.objects.values_list("request_id", flat=True)) == {good1.request_id, good2.request_id}
-    assert capture.STATS["failed"] == failed + 2
+    assert store.STATS["failed"] == failed + 2
     assert bad.request_id in caplog.text and nul.request_id in caplog.text
     # Only the stored records are metered here: a failing one is metered once, when it is dead-lettered.
     row = UsageDaily.objects.get(key=key, model=key.owner.tenant.model_id)
     assert row.requests == 2
-    capture.capture_usage_only(record=nul)
+    store.capture_usage_only(record=nul)
     row.refresh_from_db()
     assert row.requests == 3
     assert row.prompt_tokens == good1.prompt_tokens + nul.prompt_tokens + good2.prompt_tokens

@@ -12,9 +12,9 @@ import django, time
 django.setup()
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Session, Turn
-from clawhub.gateway.records import TurnRecord
+from clawhub.conversations.capture.records import TurnRecord
 from tests.factories import make_key, make_user
 
 owner = make_user("sqlite@example.com")

@@ -5,7 +5,7 @@ tool calls, session headers), not as this folder's builders imagine it."""
 import openai
 
 from clawhub.conversations import hooks
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Session, Turn
 from clawhub.usage.models import UsageDaily
 from tests.factories import make_key, make_user

@@ -4,7 +4,7 @@ prompt token ids included."""
 
 import httpx
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Session, Turn
 from tests.factories import make_key, make_user
 from tests.gateway.conftest import fake, fake_upstream, gateway_factory  # noqa: F401

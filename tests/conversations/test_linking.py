@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from clawhub.conversations import hooks
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import ConversationSettings, Session, Turn
 from clawhub.conversations.services import session_close_idle
 from tests.conversations.conftest import assistant, make_record, system, tool, tool_call, user

@@ -4,7 +4,7 @@ sample is built from; per tenant on the training page, samples from served ids v
 import pytest
 from django.test import Client
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Session, Turn
 from tests.conversations.conftest import approved_sample, assistant, make_record, user
 

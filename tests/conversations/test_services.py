@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from clawhub.conversations import hooks
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Session, Turn
 from clawhub.conversations.services import session_close_idle
 from tests.conversations.conftest import assistant, make_record, user

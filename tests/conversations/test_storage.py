@@ -5,8 +5,8 @@ import httpx
 import orjson
 import pytest
 
-from clawhub.conversations import capture
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.compact import forget_recent_prompts
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
 from clawhub.conversations.privacy import _detach_from
 from clawhub.conversations.selectors import turn_prompt_token_ids, turn_request, turns_messages
@@ -59,7 +59,7 @@ def test_a_100_turn_session_through_the_gateway_stores_linearly_and_rebuilds_exa
     # Several writer batches, and the writer's memory of recent prompts forgotten in between, so that bases
     # are rebuilt from the database too.
     for start in range(0, TURNS, 25):
-        capture.forget_recent_prompts()
+        forget_recent_prompts()
         capture_store(sorted(records, key=lambda r: r.started_at)[start : start + 25])
 
     turns = list(Turn.objects.filter(user=owner).order_by("created_at"))

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import torch
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
 from tests.conversations.conftest import approved_sample
 from tests.factories import make_key, make_user

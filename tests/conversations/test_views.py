@@ -3,7 +3,7 @@
 import pytest
 from django.test import Client
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Session
 from tests.conversations.conftest import assistant, make_record, tool, tool_call, user
 from tests.factories import make_key

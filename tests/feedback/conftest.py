@@ -2,7 +2,7 @@
 
 import pytest
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
 from clawhub.keys.models import ApiKey
 from tests.conversations.conftest import assistant, make_record, user

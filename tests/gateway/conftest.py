@@ -20,9 +20,9 @@ import uvicorn
 from django.conf import settings
 
 from clawhub.adapters.models import AdapterVersion
+from clawhub.conversations.capture.records import TurnRecord
 from clawhub.gateway.app import Gateway
 from clawhub.gateway.config import GatewayConfig
-from clawhub.gateway.records import TurnRecord
 from tests.factories import make_key, make_user
 
 
@@ -92,7 +92,8 @@ def fake(fake_upstream):
 
 
 class CaptureSpy:
-    """Stands in for clawhub.conversations.capture.capture_store and keeps what the writer handed over."""
+    """Stands in for capture_store (clawhub.conversations.capture.store) and keeps what the writer handed
+    over."""
 
     def __init__(self):
         self.records: list[TurnRecord] = []

@@ -11,10 +11,11 @@ import redis
 from django.db import OperationalError
 from prometheus_client import REGISTRY
 
-from clawhub.conversations import capture
+from clawhub.conversations.capture import store
+from clawhub.conversations.capture.consumer import CaptureConsumer
+from clawhub.conversations.capture.handoff import HandoffSettings, handoff_state
+from clawhub.conversations.capture.records import decode, encode
 from clawhub.conversations.models import Turn
-from clawhub.gateway.consumer import CaptureConsumer
-from clawhub.gateway.handoff import HandoffSettings, decode, encode, handoff_state
 from clawhub.usage.models import UsageDaily
 from tests.conversations.conftest import make_record, user
 from tests.factories import make_key
@@ -91,9 +92,9 @@ def test_a_record_that_fails_once_is_retried_and_stored_once(stream):
         calls.append([r.request_id for r in batch])
         if len(calls) == 1:
             others = [r for r in batch if r is not flaky]
-            capture.capture_store(others)
-            raise capture.CaptureFailed([(flaky, OperationalError("deadlock detected"))])
-        capture.capture_store(batch)
+            store.capture_store(others)
+            raise store.CaptureFailed([(flaky, OperationalError("deadlock detected"))])
+        store.capture_store(batch)
 
     hand_off(cfg, client, records)
     consumer = CaptureConsumer(cfg, store=deadlocks_once)

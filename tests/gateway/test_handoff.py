@@ -10,14 +10,15 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 
+from clawhub.conversations.capture.consumer import CaptureConsumer
+from clawhub.conversations.capture.handoff import HandoffSettings, handoff_state
+from clawhub.conversations.capture.records import TurnRecord, decode, encode
+from clawhub.conversations.capture.spool import FRAME, Spool
 from clawhub.conversations.models import Turn
 from clawhub.gateway.auth import KeyInfo
-from clawhub.gateway.consumer import CaptureConsumer
 from clawhub.gateway.dbreads import CachedLoader
 from clawhub.gateway.errors import GatewayError
-from clawhub.gateway.handoff import FRAME, HandoffSettings, Spool, decode, encode, handoff_state
 from clawhub.gateway.quotas import GroupLimits, RedisLimiter
-from clawhub.gateway.records import TurnRecord
 from tests.factories import make_key
 from tests.gateway.conftest import free_port, wait_until
 

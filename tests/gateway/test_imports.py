@@ -9,7 +9,7 @@ os.environ["DJANGO_SETTINGS_MODULE"] = "clawhub.settings.test"
 os.environ["CLAWHUB_UPSTREAMS"] = '[{"url": "http://127.0.0.1:9", "base_model": "tiny"}]'
 import httpx
 import clawhub.asgi
-import clawhub.conversations.capture  # what the writer imports on its first batch
+import clawhub.conversations.capture.store  # what the consumer imports on its first batch
 
 async def main():
     transport = httpx.ASGITransport(app=clawhub.asgi.application)

@@ -13,10 +13,10 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from clawhub.gateway.handoff import HandoffSettings, decode, encode
+from clawhub.conversations.capture.handoff import HandoffSettings
+from clawhub.conversations.capture.records import TurnRecord, decode, encode
+from clawhub.conversations.capture.writer import CaptureWriter
 from clawhub.gateway.meters import ServedRequests
-from clawhub.gateway.records import TurnRecord
-from clawhub.gateway.writer import CaptureWriter
 from tests.factories import make_key, make_user
 from tests.gateway.conftest import activate_adapter, free_port, wait_until
 

@@ -197,7 +197,7 @@ def test_claude_code_shaped_messages_turns_are_served_captured_and_linked(vgw, t
     turns carry the served token ids and log-probs and the second is the first's next state."""
     import anthropic
 
-    from clawhub.conversations.capture import capture_store
+    from clawhub.conversations.capture.store import capture_store
     from clawhub.conversations.models import Turn
 
     user = make_user()
@@ -242,7 +242,7 @@ def test_codex_shaped_responses_turns_are_served_captured_and_linked(vgw):
     """POST /v1/responses on real vLLM: a streamed function call, its output sent back with the whole
     conversation (store: false); both turns carry the served token ids and log-probs, the second is the
     first's next state."""
-    from clawhub.conversations.capture import capture_store
+    from clawhub.conversations.capture.store import capture_store
     from clawhub.conversations.models import Turn
 
     user = make_user()

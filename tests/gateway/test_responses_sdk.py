@@ -5,7 +5,7 @@ and linked."""
 import openai
 import pytest
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
 from tests.factories import make_key, make_user
 from tests.gateway.conftest import activate_adapter

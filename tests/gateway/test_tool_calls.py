@@ -3,9 +3,9 @@ streamed replies."""
 
 import orjson
 
+from clawhub.conversations.capture.records import TurnRecord
 from clawhub.gateway import tool_calls
 from clawhub.gateway.proxy import StreamJoiner, Wants, _rewrite_chunk, rewrite_response
-from clawhub.gateway.records import TurnRecord
 
 DECLARED = frozenset({"read"})
 

@@ -6,7 +6,7 @@ import anthropic
 import openai
 import pytest
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import SERVED_IDS
 from clawhub.review.models import Sample

@@ -9,10 +9,11 @@ import uuid
 import pytest
 import redis
 
-from clawhub.gateway.consumer import CaptureConsumer
-from clawhub.gateway.handoff import HandoffSettings, Spool, decode
-from clawhub.gateway.records import TurnRecord
-from clawhub.gateway.writer import STATS, CaptureWriter
+from clawhub.conversations.capture.consumer import CaptureConsumer
+from clawhub.conversations.capture.handoff import HandoffSettings
+from clawhub.conversations.capture.records import TurnRecord, decode
+from clawhub.conversations.capture.spool import Spool
+from clawhub.conversations.capture.writer import STATS, CaptureWriter
 
 
 def record(request_id: str) -> TurnRecord:

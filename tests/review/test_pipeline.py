@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.records import TurnRecord
+from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
-from clawhub.gateway.records import TurnRecord
 from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.review.selectors import samples_for_training
 from workers.tasks.judging import judge_turn

@@ -16,8 +16,8 @@ from clawhub.accounts.services import audit_record
 from clawhub.adapters import serving
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.services import artifact_dir
-from clawhub.gateway.handoff import Spool, decode, encode
-from clawhub.gateway.records import TurnRecord
+from clawhub.conversations.capture.records import TurnRecord, decode, encode
+from clawhub.conversations.capture.spool import Spool
 from clawhub.groups.models import Group, Membership, Role
 from clawhub.keys.selectors import key_resolve
 from clawhub.privacy.services import capture_spool_scrub_deleted, user_delete

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection, connections
 
-from clawhub.conversations.capture import capture_store
+from clawhub.conversations.capture.store import capture_store
 from clawhub.usage import services
 from clawhub.usage.models import UsageDaily
 from clawhub.usage.services import usage_record

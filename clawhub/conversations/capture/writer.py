@@ -1,15 +1,13 @@
-"""The gateway's side of capture: every finished TurnRecord goes to the durable hand-off
-(clawhub.gateway.handoff) before the gateway forgets it, and the capture consumer (clawhub.gateway.consumer,
-its own process) stores it.
+"""The gateway's side of capture: every finished TurnRecord goes to the durable hand-off (``capture.handoff``)
+before the gateway forgets it, and the capture consumer (``capture.consumer``, its own process) stores it.
 
 On the event loop, per request: ``begin(request_id)`` at admission and, when the reply is done,
 ``submit(record)``: one orjson encode and an append to an outbox. A sender task pipelines the outbox into the
 Redis Stream (one round trip for everything that finished meanwhile) and only then closes the request's entry
 in the in-flight journal. When Redis does not answer within CAPTURE_REDIS_TIMEOUT, or the stream is over its
 byte or count bound (never trimmed: every entry in it is a turn not yet stored), records go to the local spool
-instead (one ``write()``), and a housekeeping task forwards them
-once Redis is back. Without Redis the spool is the log. A record is dropped only when the spool itself is full
-(counted, alarmed at 80 %).
+instead (one ``write()``), and a housekeeping task forwards them once Redis is back. Without Redis the spool
+is the log. A record is dropped only when the spool itself is full (counted, alarmed at 80 %).
 
 ``stop()`` (lifespan shutdown, after the server finished its open streams) hands every queued record to the
 log before it returns. A thread runs what the serving process hands it besides capture, so the event loop pays
@@ -32,9 +30,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
+from clawhub.conversations.capture.handoff import HandoffSettings
+from clawhub.conversations.capture.records import TurnRecord, encode
+from clawhub.conversations.capture.spool import SYNC_INTERVAL, Spool
 from clawhub.core import metrics
-from clawhub.gateway.handoff import SYNC_INTERVAL, HandoffSettings, Spool, encode
-from clawhub.gateway.records import TurnRecord
 
 logger = logging.getLogger("clawhub.gateway.capture")
 
@@ -117,7 +116,7 @@ class CaptureWriter:
             self._tasks = [self._loop.create_task(self._sender(), name="capture-sender"),
                            self._loop.create_task(self._housekeeping(), name="capture-housekeeping")]
         if self._in_process:
-            from clawhub.gateway.consumer import CaptureConsumer
+            from clawhub.conversations.capture.consumer import CaptureConsumer
 
             self._consumer = CaptureConsumer(self.cfg, store=self._store)
             self._consumer_stop.clear()
@@ -355,7 +354,7 @@ class CaptureWriter:
 
     async def _forward_spool(self, final: bool = False) -> None:
         """Moves spooled records (this process's, and those of writers that died here) into the stream."""
-        from clawhub.gateway.consumer import folder_lock
+        from clawhub.conversations.capture.consumer import folder_lock
 
         instances = [i for i in self.spool.instances() if i.segments or not i.alive]
         if not instances:
@@ -407,7 +406,7 @@ class CaptureWriter:
             self._note_bytes(int(results[-3]), int(results[-1]))
 
     async def _report_lost(self, instance: str, lost: list[str]) -> None:
-        from clawhub.gateway.consumer import report_lost
+        from clawhub.conversations.capture.consumer import report_lost
 
         if not lost:
             return

@@ -1,4 +1,5 @@
-"""``python manage.py capture_consumer``: stores the turns the gateway handed off (clawhub.gateway.consumer).
+"""``python manage.py capture_consumer``: stores the turns the gateway handed off
+(clawhub.conversations.capture.consumer).
 
 Runs until SIGTERM or SIGINT, then finishes the batch in hand (nothing unacknowledged is lost: it is
 delivered again). ``--check`` exits 0 when a consumer reported within ``--max-age`` seconds (a liveness
@@ -10,8 +11,8 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from clawhub.gateway.consumer import CaptureConsumer
-from clawhub.gateway.handoff import HandoffSettings, handoff_state
+from clawhub.conversations.capture.consumer import CaptureConsumer
+from clawhub.conversations.capture.handoff import HandoffSettings, handoff_state
 
 
 class Command(BaseCommand):

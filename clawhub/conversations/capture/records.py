@@ -1,11 +1,17 @@
 """The record the gateway hands to the background writer for every /v1 request it served.
 
-Plain data: the hot path builds it without touching the database; ``clawhub.conversations.capture`` and
-``clawhub.usage`` persist batches of them off the event loop.
+Plain data: the hot path builds it without touching the database; the capture consumer stores batches of
+them (``capture.store``, and ``clawhub.usage`` for the metering) off the event loop.
+
+The hand-off's record format is a TurnRecord as orjson, field by field, so fields added to TurnRecord flow
+through without the hand-off changing; unknown fields are ignored on the way back, missing ones take their
+defaults.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+import orjson
 
 
 @dataclass
@@ -54,3 +60,34 @@ class TurnRecord:
     # The API the client spoke when it is not the route's own: "messages" | "responses" (served as chat).
     # "" for chat and completions, and in records handed off before the field existed.
     api: str = ""
+
+
+# --- the record format --------------------------------------------------------------------------------------
+
+_FIELDS = tuple(f.name for f in fields(TurnRecord))
+
+
+def encode(record: TurnRecord) -> bytes:
+    # orjson serialises dataclasses natively, every field, in a few microseconds per KB.
+    try:
+        return orjson.dumps(record)
+    except orjson.JSONEncodeError:
+        # A request nested deeper than orjson writes (254 levels, the record's own included) that the gateway
+        # still parsed: the turn is kept without what it asked and answered (a side turn: never trained on),
+        # not lost, and its in-flight entry closes as usual.
+        return orjson.dumps(replace(record, request={"model": record.model}, choices=[], token_ids=None,
+                                    logprobs=None, prompt_token_ids=None, turn_type="side",
+                                    error=record.error or "request nested too deeply to keep"))
+
+
+def decode(payload: bytes) -> TurnRecord:
+    data = orjson.loads(payload)
+    return TurnRecord(**{name: data[name] for name in _FIELDS if name in data})
+
+
+def without_content(record: TurnRecord) -> TurnRecord:
+    """The record less everything the user sent or was sent (its ids, timing and counts stay): what an
+    acknowledged record of a deleted account becomes in the spool. Each field is no longer than before."""
+    return replace(record, request={}, choices=[], token_ids=None, logprobs=None, prompt_token_ids=None,
+                   session_id=None if record.session_id is None else "",
+                   error=None if record.error is None else "", trace_id="")

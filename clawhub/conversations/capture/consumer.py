@@ -1,5 +1,5 @@
-"""The capture consumer: takes finished TurnRecords off the durable hand-off (clawhub.gateway.handoff) and
-stores them with ``clawhub.conversations.capture.capture_store``, which is idempotent by request id.
+"""The capture consumer: takes finished TurnRecords off the durable hand-off (``capture.handoff``) and stores
+them with ``capture.store.capture_store``, which is idempotent by request id.
 
 A record is acknowledged only after the transaction that stored it committed, so a consumer killed at any
 point leaves its records to be delivered again (and skipped as known). Through a database outage it retries
@@ -32,14 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clawhub.gateway.handoff import (
-    HandoffSettings,
-    Spool,
-    decode,
-    spool_dead_letter,
-    spool_stats_add,
-)
-from clawhub.gateway.records import TurnRecord
+from clawhub.conversations.capture.handoff import HandoffSettings
+from clawhub.conversations.capture.records import TurnRecord, decode
+from clawhub.conversations.capture.spool import Spool, spool_dead_letter, spool_stats_add
 
 logger = logging.getLogger("clawhub.gateway.consumer")
 
@@ -78,13 +73,13 @@ def folder_lock(folder: Path, name: str) -> Iterator[bool]:
 
 
 def default_store(batch: list[TurnRecord]) -> None:
-    from clawhub.conversations.capture import capture_store
+    from clawhub.conversations.capture.store import capture_store
 
     capture_store(batch)
 
 
 def default_on_dead(record: TurnRecord) -> None:
-    from clawhub.conversations.capture import capture_usage_only
+    from clawhub.conversations.capture.store import capture_usage_only
 
     capture_usage_only(record=record)
 
@@ -339,7 +334,7 @@ class CaptureConsumer:
         return len(entries)
 
     def _store_chunk(self, chunk: list[Entry], stop: threading.Event | None) -> None:
-        from clawhub.conversations.capture import CaptureFailed
+        from clawhub.conversations.capture.store import CaptureFailed
 
         backoff = BACKOFF_FIRST
         while True:

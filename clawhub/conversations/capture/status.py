@@ -1,6 +1,6 @@
 """What the capture log tells operators: its readiness check (/readyz, /readyz/gateway) and its scrape-time
-gauges (/metrics). Core serves those endpoints and imports no app, so the gateway registers both in its
-``AppConfig.ready()``.
+gauges (/metrics). Core serves those endpoints and imports no app, so the conversations app registers both in
+its ``AppConfig.ready()``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from clawhub.core.health import CheckFailed
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("clawhub.gateway.capture_status")  # the name its log lines have always had
 
-# What the capture log reports at scrape time (clawhub.gateway.handoff.handoff_state): clawhub_capture_<name>.
+# What the capture log reports at scrape time (capture.handoff.handoff_state): clawhub_capture_<name>.
 CAPTURE_GAUGES = (
     ("backlog", "Finished turns waiting in the Redis stream to be stored (read or not)."),
     ("backlog_bytes", "Bytes of finished turns waiting to be stored (stream, or spool without Redis)."),
@@ -36,7 +36,8 @@ CAPTURE_GAUGES = (
 def check_capture() -> dict[str, Any]:
     """The capture log takes records: this host's spool is below its bound. A Redis stream that is unreachable
     or over its byte bound is no reason to stop serving (turns wait in the spool); the body says so."""
-    from clawhub.gateway.handoff import HandoffSettings, Spool, handoff_state
+    from clawhub.conversations.capture.handoff import HandoffSettings, handoff_state
+    from clawhub.conversations.capture.spool import Spool
 
     cfg = HandoffSettings.from_settings()
     try:
@@ -54,7 +55,7 @@ def check_capture() -> dict[str, Any]:
 
 
 def collect_capture_gauges() -> Iterable[Metric]:
-    from clawhub.gateway.handoff import handoff_state
+    from clawhub.conversations.capture.handoff import handoff_state
 
     try:
         state = handoff_state()
