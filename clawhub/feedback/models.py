@@ -81,7 +81,7 @@ class ExplicitFeedback(models.Model):
 
     It outranks the judge: the turn's sample takes its reward from here when it has one (the judge's votes
     stay on the Judgment, both are shown), its comment becomes the sample's hint, and a demonstration turns
-    the sample into one that trains the corrected reply (``feedback.selectors.sample_signal``).
+    the sample into one that trains the corrected reply (``review.selectors.sample_signal``).
     """
 
     class Thumb(models.TextChoices):

@@ -14,7 +14,7 @@ from clawhub.accounts.services import audit_record_for_tenant
 from clawhub.conversations.models import Turn
 from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
 from clawhub.feedback.models import ExplicitFeedback, JudgeRules, Judgment
-from clawhub.feedback.selectors import can_manage_judge_rules, sample_signal
+from clawhub.feedback.selectors import can_manage_judge_rules
 from clawhub.tenants.models import Tenant
 from workers.judge.judges import MAX_TENANT_RULES, RuleSet
 
@@ -265,7 +265,7 @@ def _sample_follow_feedback(*, sample, judgment: Judgment, feedback: ExplicitFee
     a pending one keeps waiting; a rejected or deleted one keeps its state, with the new reward on record."""
     from clawhub.review import flags as guards
     from clawhub.review.models import Sample
-    from clawhub.review.selectors import review_policy_for
+    from clawhub.review.selectors import review_policy_for, sample_signal
 
     signal = sample_signal(judgment=judgment, explicit=feedback)
     flags = [f for f in sample.flags or [] if f.get("code") != guards.EXPLICIT_OVERRIDES_JUDGE]

@@ -8,7 +8,9 @@ adapter; nobody else's is at stake). Members and viewers of a group see their ow
 ``clawhub.tenants.access.managed_tenants``: the tenants an actor reviews.
 """
 
+import dataclasses
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -20,8 +22,11 @@ from clawhub.accounts.models import User
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import SERVED_IDS, turn_training_source
 from clawhub.core.exceptions import ValidationFailed
+from clawhub.feedback.models import ExplicitFeedback, Judgment
+from clawhub.feedback.selectors import explicit_feedback_for_turn
 from clawhub.review import flags
 from clawhub.review.consensus import PROBATION, member_standings
+from clawhub.review.flags import Flag, explicit_overrides_judge
 from clawhub.review.models import ReviewPolicy, Sample
 from clawhub.tenants.access import managed_tenants, review_access_by_id
 from clawhub.tenants.models import Tenant
@@ -213,3 +218,65 @@ def training_sources_for_tenant(*, tenant_id: int) -> dict:
             why_counts[why] = why_counts.get(why, 0) + row["n"]
     rerendered = sorted(why_counts.items(), key=lambda item: -item[1])
     return {"served": served, "rerendered": sum(why_counts.values()), "reasons": rerendered}
+
+
+# --- what a sample learns from: the judge's verdict and a person's rating --------------------------------
+
+# How a corrected reply enters the teacher's context (it is appended to the last user message as a hint, the
+# way the trainer appends every hint): the teacher then reads the reply it should give, so its log-probs of
+# that reply are high and the OPD advantage pulls the student towards it.
+DEMONSTRATION_HINT = "The user corrected this reply. The reply they wanted:\n{demonstration}"
+
+
+@dataclass(frozen=True)
+class SampleSignal:
+    """What a turn's sample learns from, once the judge's verdict and a person's own rating are put together.
+
+    reward: the person's (thumb, else score) where they gave one, else the judge's; +1 for a demonstration
+        (what trains then is the corrected reply, which is good by definition).
+    hints: the person's comment (and corrected reply) as the only hint when they wrote one, else the judge's.
+    demonstration: the corrected reply, trained instead of the served one.
+    flags: poisoning-guard flags this feedback raises (the person contradicts the judge).
+    """
+
+    reward: int
+    hints: list[str]
+    demonstration: str = ""
+    flags: list[Flag] = field(default_factory=list)
+
+    @property
+    def teaches(self) -> bool:
+        return self.reward != 0 or bool(self.hints) or bool(self.demonstration)
+
+
+def sample_signal(*, judgment: Judgment, explicit: ExplicitFeedback | None = None) -> SampleSignal:
+    """The judge's verdict, outranked by explicit feedback where the turn has some (both stay recorded)."""
+    explicit = explicit or explicit_feedback_for_turn(turn_id=judgment.turn_id)
+    judged = judgment.status == Judgment.Status.OK
+    judge_reward = judgment.reward if judged else 0
+    judge_hints = [h for h in (judgment.hints or []) if isinstance(h, str) and h.strip()] if judged else []
+    if explicit is None:
+        return SampleSignal(reward=judge_reward, hints=judge_hints)
+    demonstration = explicit.demonstration.strip()
+    own = explicit.reward
+    reward = 1 if demonstration else (own if own is not None else judge_reward)
+    parts = [explicit.comment.strip()] if explicit.comment.strip() else []
+    if demonstration:
+        parts.append(DEMONSTRATION_HINT.format(demonstration=demonstration))
+    flag = explicit_overrides_judge(judge_reward=judge_reward, explicit_reward=own)
+    return SampleSignal(reward=reward, hints=["\n\n".join(parts)] if parts else judge_hints,
+                        demonstration=demonstration, flags=[flag] if flag else [])
+
+
+def train_sample_with_feedback(train: Any, *, judgment: Judgment) -> Any:
+    """The trainer's sample of a turn (``workers.trainer.backend.TrainSample``) with explicit feedback
+    applied: the hints it ranks, and for a demonstration the corrected reply as the trained response. That
+    reply was never sampled, so it has no token ids or log-probs: the trainer re-renders it after the prompt
+    and recomputes pi_old (``source`` says so)."""
+    signal = sample_signal(judgment=judgment)
+    changes: dict[str, Any] = {"hints": list(signal.hints)}
+    if signal.demonstration:
+        changes.update(response_text=signal.demonstration, response_token_ids=None, response_logprobs=None,
+                       prompt_token_ids=None,
+                       source="re-rendered: a demonstration (the user's corrected reply), pi_old recomputed")
+    return dataclasses.replace(train, **changes)

@@ -20,10 +20,12 @@ from clawhub.accounts.services import audit_record
 from clawhub.conversations.identity import content_text
 from clawhub.conversations.models import Turn
 from clawhub.core.exceptions import Conflict, NotFound, PermissionDenied, ValidationFailed
+from clawhub.feedback.models import Judgment
+from clawhub.feedback.selectors import explicit_feedback_for_turn
 from clawhub.review import flags as guards
 from clawhub.review.consensus import judged_recent, member_standings
 from clawhub.review.models import ReviewPolicy, Sample
-from clawhub.review.selectors import review_policy_for
+from clawhub.review.selectors import review_policy_for, sample_signal
 from clawhub.tenants.access import REVIEW_FORBIDDEN, TenantAccess
 from clawhub.tenants.models import Tenant
 
@@ -121,9 +123,6 @@ def sample_create_for_judgment(*, judgment_id: int) -> Sample | None:
 
     Called by the judge task after it stores each judgment.
     """
-    from clawhub.feedback.models import Judgment
-    from clawhub.feedback.selectors import explicit_feedback_for_turn, sample_signal
-
     existing = Sample.objects.filter(judgment_id=judgment_id).first()
     if existing is not None:
         return existing

@@ -43,8 +43,8 @@ from clawhub.conversations.selectors import (
     turn_training_source,
 )
 from clawhub.core import task_names as tasks
-from clawhub.feedback.selectors import train_sample_with_feedback
 from clawhub.review.models import Sample
+from clawhub.review.selectors import train_sample_with_feedback
 from clawhub.training import services
 from clawhub.training.models import TrainingRun
 from clawhub.training.selectors import run_for_task, run_for_version, samples_of_run
