@@ -40,7 +40,9 @@ def judgment_store(
     attempts: int = 1,
 ) -> tuple[Judgment, bool]:
     """Stores the judge's verdict on ``turn``. Idempotent: when the turn already has a successful judgment,
-    that one is returned untouched and the second value is False. A failed judgment is replaced."""
+    that one is returned untouched and the second value is False. A failed judgment is replaced. Samples are
+    review's: the judge task hands a stored judgment on (``sample_follow_judge``, then review's
+    ``sample_create_for_judgment``) in the same transaction."""
     if reward not in _VALID_REWARDS:
         raise ValidationFailed("A reward is -1, 0 or 1.", reward=reward)
     with transaction.atomic():
@@ -58,18 +60,20 @@ def judgment_store(
         judgment.error = ""
         judgment.attempts = attempts
         judgment.save()
-        _sample_follow_judge(judgment)
     return judgment, True
 
 
-def _sample_follow_judge(judgment: Judgment) -> None:
-    # A person rated the turn before the judge ran, so its sample exists already: the judge's reward and
-    # hints now count wherever the person's rating leaves them open.
+def sample_follow_judge(*, judgment_id: int) -> None:
+    """A person rated the turn before the judge ran, so its sample exists already: the judge's reward and
+    hints, just stored, now count wherever the person's rating leaves them open. Nothing to do otherwise."""
     from clawhub.review.models import Sample
 
-    feedback = ExplicitFeedback.objects.filter(turn_id=judgment.turn_id).first()
-    sample = Sample.objects.select_for_update().filter(judgment=judgment).first()
-    if feedback is not None and sample is not None and not sample.claimed:
+    sample = Sample.objects.select_for_update().filter(judgment_id=judgment_id).first()
+    if sample is None or sample.claimed:
+        return
+    feedback = ExplicitFeedback.objects.filter(turn_id=sample.turn_id).first()
+    if feedback is not None:
+        judgment = Judgment.objects.get(pk=judgment_id)
         _sample_follow_feedback(sample=sample, judgment=judgment, feedback=feedback)
 
 

@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from clawhub.accounts.models import AuditLog
 from clawhub.feedback.models import ExplicitFeedback, Judgment
-from clawhub.feedback.services import judgment_store
+from clawhub.feedback.services import judgment_store, sample_follow_judge
 from clawhub.review.models import Sample
 from clawhub.review.services import sample_approve
 from clawhub.tenants.access import review_access
@@ -196,6 +196,7 @@ def test_a_turn_rated_before_the_judge_ran_gets_its_sample_and_then_the_judges_v
     judgment, stored = judgment_store(turn=turn, reward=1, votes=[1, 1, 1], hints=["Say more."], judge="rule",
                                       prompt_version="t", raw_outputs={})
     assert stored and judgment.status == Judgment.Status.OK and judgment.reward == 1
+    sample_follow_judge(judgment_id=judgment.pk)  # what the judge task does next
     sample.refresh_from_db()
     # The person's -1 outranks the judge's +1, which is recorded, and now flags the sample for a human.
     assert sample.reward == -1 and sample.state == Sample.State.PENDING

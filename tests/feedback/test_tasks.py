@@ -266,3 +266,22 @@ def test_judged_turn_becomes_a_review_sample(judged_turn):
     judge_turn.apply(args=[judged_turn.pk])
     judgment = Judgment.objects.get(turn=judged_turn)
     assert Sample.objects.filter(judgment=judgment).count() == 1
+
+
+def test_a_turn_rated_before_the_judge_ran_takes_the_judges_reward_through_the_task(judged_turn, settings):
+    from django.apps import apps
+
+    if not apps.is_installed("clawhub.review"):
+        pytest.skip("the review app is not installed")
+    from clawhub.feedback.services import feedback_submit
+    from clawhub.review.models import Sample
+
+    settings.CLAWHUB_JUDGE = "rule"
+    # A comment alone leaves the reward to the judge, which has not run yet.
+    feedback_submit(actor=judged_turn.user, turn=judged_turn, source="api", comment="Plain text, please.")
+    sample = Sample.objects.get(turn=judged_turn)
+    assert sample.reward == 0
+    judge_turn.apply(args=[judged_turn.pk])
+    sample.refresh_from_db()
+    assert Judgment.objects.get(turn=judged_turn).reward == -1 and sample.reward == -1
+    assert Sample.objects.filter(turn=judged_turn).count() == 1

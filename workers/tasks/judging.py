@@ -26,7 +26,7 @@ from clawhub.feedback.selectors import (
     judgment_for_turn,
     turn_for_judging,
 )
-from clawhub.feedback.services import judgment_store, judgment_store_failure
+from clawhub.feedback.services import judgment_store, judgment_store_failure, sample_follow_judge
 from workers.celery import app
 from workers.judge import Judge, JudgeError, JudgeInput, TransientJudgeError
 from workers.judge.registry import judge_class
@@ -122,6 +122,7 @@ def _hand_to_review(judgment_id: int) -> None:
         return
     from clawhub.review.services import sample_create_for_judgment
 
+    sample_follow_judge(judgment_id=judgment_id)
     sample_create_for_judgment(judgment_id=judgment_id)
 
 
