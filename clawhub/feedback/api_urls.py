@@ -4,10 +4,8 @@ from clawhub.feedback import api
 from clawhub.groups.api import one_url
 
 _rules = one_url(api.JudgeRulesDetailApi, api.JudgeRulesUpdateApi).as_view()
-_feedback = one_url(api.TurnFeedbackDetailApi, api.TurnFeedbackRateApi).as_view()
 
 urlpatterns = [
     path("judge-rules/", _rules, name="api-judge-rules"),
     path("groups/<slug:slug>/judge-rules/", _rules, name="api-group-judge-rules"),
-    path("turns/<int:turn_id>/feedback/", _feedback, name="api-turn-feedback"),
 ]

@@ -37,10 +37,10 @@ def _error(exc) -> GatewayError:
 def _submit(key_id: int, user_id: int, body: dict[str, Any]) -> dict[str, Any]:
     from clawhub.accounts.models import User
     from clawhub.core.exceptions import ClawHubError, NotFound
-    from clawhub.feedback.api import ExplicitFeedbackOutputSerializer
     from clawhub.feedback.models import ExplicitFeedback
     from clawhub.feedback.selectors import turn_for_rating
-    from clawhub.feedback.services import feedback_submit
+    from clawhub.review.api import ExplicitFeedbackOutputSerializer
+    from clawhub.review.services import feedback_submit
 
     try:
         request_id = request_id_for(body["completion_id"])

@@ -1,16 +1,23 @@
-"""REST API: the review console's actions (/api/review/…). Users' own data (/api/me/…) is
-``clawhub.privacy.api``."""
+"""REST API: the review console's actions (/api/review/…), and explicit feedback on one turn,
+/api/turns/<id>/feedback/ (a key needs the ``admin`` scope to rate here; the key that served a turn rates
+it on /v1/feedback with ``inference``). Users' own data (/api/me/…) is ``clawhub.privacy.api``."""
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clawhub.conversations.selectors import turn_request
 from clawhub.core.api import PAGE_PARAMETERS, Pagination, QueryChoiceField, client_ip, openapi_error, page_of
+from clawhub.core.exceptions import NotFound
 from clawhub.core.openapi import NOT_SPACE
+from clawhub.feedback.completion_ids import completion_id_for
+from clawhub.feedback.models import ExplicitFeedback
+from clawhub.feedback.selectors import explicit_feedback_for_turn, judgment_for_turn, turn_for_rating
 from clawhub.review import flags, selectors, services
 from clawhub.review.models import ReviewPolicy, Sample
+from clawhub.review.services import COMMENT_MAX, DEMONSTRATION_MAX, feedback_submit
 from clawhub.tenants.access import (
     TenantAccess,
     TenantApi,
@@ -268,3 +275,104 @@ class ReviewPolicyApi(TenantApi):
         policy = services.review_policy_set(access=access, mode=data.validated_data["mode"],
                                             ip=client_ip(request))
         return Response(self.OutputSerializer(policy).data)
+
+
+# --- explicit feedback on a turn ----------------------------------------------------------------------------
+
+
+class JudgeVerdictSerializer(serializers.Serializer):
+    status = serializers.CharField(help_text='"ok", "failed", or "awaiting" (the judge has not run yet).')
+    reward = serializers.IntegerField(help_text="The judge's own reward, -1, 0 or 1.")
+    votes = serializers.ListField(child=serializers.IntegerField(allow_null=True))
+    hints = serializers.ListField(child=serializers.CharField())
+    judge = serializers.CharField()
+
+
+class FeedbackSampleSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    state = serializers.CharField()
+    reward = serializers.IntegerField(help_text="What training uses: the person's rating where there is one.")
+    has_hint = serializers.BooleanField()
+    flags = serializers.ListField(child=serializers.DictField(child=serializers.CharField()))
+    training_run_id = serializers.IntegerField(allow_null=True)
+
+
+class ExplicitFeedbackOutputSerializer(serializers.Serializer):
+    turn = serializers.IntegerField(source="turn_id")
+    completion_id = serializers.SerializerMethodField()
+    thumb = serializers.CharField(allow_blank=True, help_text='"up", "down" or "" (none).')
+    score = serializers.IntegerField(allow_null=True, help_text="1 (bad) to 5 (good).")
+    comment = serializers.CharField(allow_blank=True)
+    demonstration = serializers.CharField(allow_blank=True)
+    reward = serializers.IntegerField(allow_null=True,
+                                      help_text="-1, 0 or 1 from the thumb or score; null without either.")
+    source = serializers.CharField()
+    rated_by = serializers.EmailField(source="rated_by.email", allow_null=True, default=None)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    judge = serializers.SerializerMethodField()
+    sample = serializers.SerializerMethodField()
+
+    def get_completion_id(self, feedback) -> str:
+        return completion_id_for(request_id=feedback.turn.request_id, route=feedback.turn.api)
+
+    @extend_schema_field(JudgeVerdictSerializer(allow_null=True))
+    def get_judge(self, feedback) -> dict | None:
+        judgment = judgment_for_turn(turn_id=feedback.turn_id)
+        return JudgeVerdictSerializer(judgment).data if judgment is not None else None
+
+    @extend_schema_field(FeedbackSampleSerializer(allow_null=True))
+    def get_sample(self, feedback) -> dict | None:
+        sample = Sample.objects.filter(turn_id=feedback.turn_id).first()
+        return FeedbackSampleSerializer(sample).data if sample is not None else None
+
+
+class TurnFeedbackInputSerializer(serializers.Serializer):
+    """What a rating may say (named apart: the judge rules' input is "Input" too)."""
+
+    thumb = serializers.ChoiceField(choices=ExplicitFeedback.Thumb.choices, required=False,
+                                    allow_null=True, allow_blank=True)
+    score = serializers.IntegerField(min_value=1, max_value=5, required=False, allow_null=True)
+    comment = serializers.CharField(max_length=COMMENT_MAX, required=False, allow_blank=True,
+                                    allow_null=True, trim_whitespace=True)
+    demonstration = serializers.CharField(max_length=DEMONSTRATION_MAX, required=False, allow_blank=True,
+                                          allow_null=True, trim_whitespace=True)
+
+
+class TurnFeedbackDetailApi(APIView):
+    """The explicit feedback on one turn (404 when it has none yet)."""
+
+    @extend_schema(responses={200: ExplicitFeedbackOutputSerializer,
+                              404: openapi_error("No such turn for the caller, or no feedback on it yet.")},
+                   description=__doc__)
+    def get(self, request: Request, turn_id: int) -> Response:
+        turn = turn_for_rating(actor=request.user, turn_id=turn_id)
+        feedback = explicit_feedback_for_turn(turn_id=turn.pk)
+        if feedback is None:
+            raise NotFound("This turn has no explicit feedback yet.", code="no_feedback")
+        return Response(ExplicitFeedbackOutputSerializer(feedback).data)
+
+
+class TurnFeedbackRateApi(APIView):
+    """Rate a turn: thumb, 1–5 score, comment and/or corrected reply. Rating again updates it (fields left out
+    keep their value, null clears one). Your own turns, and those of tenants you review. Rule across fields
+    and the turn's earlier rating: the feedback after the change says something (a thumb, a score, a comment
+    or a corrected reply that is not blank), or the request is refused (400 empty_feedback)."""
+
+    InputSerializer = TurnFeedbackInputSerializer
+
+    @extend_schema(request=InputSerializer,
+                   responses={200: ExplicitFeedbackOutputSerializer, 201: ExplicitFeedbackOutputSerializer,
+                              400: openapi_error("Invalid or empty feedback, or a side turn."),
+                              404: openapi_error("No such turn for the caller."),
+                              409: openapi_error("The turn has already gone to training (sample_trained).")},
+                   description=__doc__)
+    def post(self, request: Request, turn_id: int) -> Response:
+        turn = turn_for_rating(actor=request.user, turn_id=turn_id)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        key = getattr(request.auth, "key", None)
+        feedback, created = feedback_submit(actor=request.user, turn=turn, source=ExplicitFeedback.Source.API,
+                                            key_id=key.pk if key else None, ip=client_ip(request),
+                                            **data.validated_data)
+        return Response(ExplicitFeedbackOutputSerializer(feedback).data, status=201 if created else 200)

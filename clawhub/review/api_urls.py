@@ -1,6 +1,9 @@
 from django.urls import path
 
+from clawhub.groups.api import one_url
 from clawhub.review import api
+
+_feedback = one_url(api.TurnFeedbackDetailApi, api.TurnFeedbackRateApi).as_view()
 
 urlpatterns = [
     path("review/samples/", api.SampleListApi.as_view(), name="api-review-samples"),
@@ -11,4 +14,5 @@ urlpatterns = [
     path("review/samples/<int:sample_id>/reject/", api.SampleRejectApi.as_view(),
          name="api-review-sample-reject"),
     path("review/tenants/<int:tenant_id>/policy/", api.ReviewPolicyApi.as_view(), name="api-review-policy"),
+    path("turns/<int:turn_id>/feedback/", _feedback, name="api-turn-feedback"),
 ]

@@ -1,4 +1,5 @@
-"""Writes for review: samples from judgments (with the poisoning guards) and reviewers' decisions. A user's
+"""Writes for review: samples from judgments (with the poisoning guards), a person's rating of a turn (its
+explicit feedback and the sample it changes) and reviewers' decisions. A user's
 control over their own data (withdrawing a sample, the switches, deleting the account) is
 ``clawhub.privacy.services``.
 
@@ -10,18 +11,20 @@ import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from clawhub.accounts.models import User
-from clawhub.accounts.services import audit_record
+from clawhub.accounts.services import audit_record, audit_record_for_tenant
 from clawhub.conversations.identity import content_text
 from clawhub.conversations.models import Turn
 from clawhub.core.exceptions import Conflict, NotFound, PermissionDenied, ValidationFailed
-from clawhub.feedback.models import Judgment
+from clawhub.feedback.models import ExplicitFeedback, Judgment
 from clawhub.feedback.selectors import explicit_feedback_for_turn
+from clawhub.feedback.services import turn_lock
 from clawhub.review import flags as guards
 from clawhub.review.consensus import judged_recent, member_standings
 from clawhub.review.models import ReviewPolicy, Sample
@@ -198,6 +201,144 @@ def consensus_holds_refresh(*, tenant: Tenant) -> int:
     standings = member_standings(tenant=tenant, policy=review_policy_for(tenant=tenant))
     return sum(samples_hold_for_consensus(tenant=tenant, user_id=user_id, flag=standing.flag)
                for user_id, standing in standings.items() if standing.flag is not None)
+
+
+# --- a person's rating of a turn ----------------------------------------------------------------------------
+
+COMMENT_MAX = 4000
+DEMONSTRATION_MAX = 32000
+_UNSET: Any = object()
+
+
+def _clean_feedback(*, thumb: Any, score: Any, comment: Any, demonstration: Any) -> dict[str, Any]:
+    """The fields the caller gave, checked; ``_UNSET`` ones are left out (they keep their stored value)."""
+    fields: dict[str, Any] = {}
+    errors: dict[str, list[str]] = {}
+    if thumb is not _UNSET:
+        if thumb in (None, ""):
+            fields["thumb"] = ""
+        elif thumb in ExplicitFeedback.Thumb.values:
+            fields["thumb"] = thumb
+        else:
+            errors["thumb"] = ['"up", "down" or null.']
+    if score is not _UNSET:
+        if score is None:
+            fields["score"] = None
+        elif isinstance(score, int) and not isinstance(score, bool) and 1 <= score <= 5:
+            fields["score"] = score
+        else:
+            errors["score"] = ["An integer from 1 to 5, or null."]
+    for name, value, limit in (("comment", comment, COMMENT_MAX),
+                               ("demonstration", demonstration, DEMONSTRATION_MAX)):
+        if value is _UNSET:
+            continue
+        if value is None:
+            value = ""
+        if not isinstance(value, str):
+            errors[name] = ["A string."]
+        elif len(value) > limit:
+            errors[name] = [f"At most {limit} characters."]
+        else:
+            fields[name] = value.strip()
+    if errors:
+        raise ValidationFailed("The feedback is not valid.", fields=errors)
+    return fields
+
+
+def _sample_follow_feedback(*, sample, judgment: Judgment, feedback: ExplicitFeedback) -> None:
+    """Brings an existing, unclaimed sample in line with the judge's verdict and the person's rating. An
+    approved sample is decided again by the tenant's policy (a rating against the judge waits for a human);
+    a pending one keeps waiting; a rejected or deleted one keeps its state, with the new reward on record."""
+    signal = sample_signal(judgment=judgment, explicit=feedback)
+    flags = [f for f in sample.flags or [] if f.get("code") != guards.EXPLICIT_OVERRIDES_JUDGE]
+    flags += [f.as_json() for f in signal.flags]
+    state = sample.state
+    if state == Sample.State.APPROVED:
+        state = guards.initial_state(review_policy_for(tenant=sample.tenant).mode, flags)
+    if (sample.reward, sample.has_hint, sample.flags, sample.state) == (signal.reward, bool(signal.hints),
+                                                                         flags, state):
+        return
+    if state != sample.state:
+        sample.decided_by, sample.decided_at, sample.reason = None, None, ""
+    sample.reward, sample.has_hint = signal.reward, bool(signal.hints)
+    sample.flags, sample.state = flags, state
+    sample.save(update_fields=["reward", "has_hint", "flags", "state", "decided_by", "decided_at", "reason"])
+
+
+def sample_follow_judge(*, judgment_id: int) -> None:
+    """A person rated the turn before the judge ran, so its sample exists already: the judge's reward and
+    hints, just stored, now count wherever the person's rating leaves them open. Nothing to do otherwise."""
+    sample = Sample.objects.select_for_update().filter(judgment_id=judgment_id).first()
+    if sample is None or sample.claimed:
+        return
+    feedback = ExplicitFeedback.objects.filter(turn_id=sample.turn_id).first()
+    if feedback is not None:
+        judgment = Judgment.objects.get(pk=judgment_id)
+        _sample_follow_feedback(sample=sample, judgment=judgment, feedback=feedback)
+
+
+def feedback_submit(
+    *,
+    actor: User,
+    turn: Turn,
+    source: str,
+    key_id: int | None = None,
+    thumb: Any = _UNSET,
+    score: Any = _UNSET,
+    comment: Any = _UNSET,
+    demonstration: Any = _UNSET,
+    ip: str | None = None,
+) -> tuple[ExplicitFeedback, bool]:
+    """Records what ``actor`` says about ``turn`` (checked by ``feedback.selectors.turn_for_rating``) and
+    hands it to review: the turn's sample is created, or updated, from it. Rating a turn again updates its
+    feedback (fields left out keep their value; null clears one). Returns the feedback and whether it was
+    new. A turn that has gone to training can no longer be rated differently (its run trains what it
+    claimed)."""
+    if turn.turn_type == Turn.Type.SIDE:  # a playground turn may be rated: that is what trains on it
+        raise ValidationFailed("Side turns (heartbeats, memory flushes) are never trained on; rate a main "
+                               "turn.", code="side_turn")
+    if source not in ExplicitFeedback.Source.values:
+        raise ValidationFailed(f"Unknown source {source!r}.", field="source")
+    fields = _clean_feedback(thumb=thumb, score=score, comment=comment, demonstration=demonstration)
+    now = timezone.now()
+    with transaction.atomic():
+        judgment = turn_lock(turn=turn)
+        sample = Sample.objects.select_for_update().filter(turn=turn).first()
+        if sample is not None and sample.claimed:
+            raise Conflict(f"This turn has already gone to training (run {sample.training_run_id}); its "
+                           "feedback can no longer change.", code="sample_trained", sample=sample.pk)
+        feedback = ExplicitFeedback.objects.filter(turn=turn).first()
+        created = feedback is None
+        feedback = feedback or ExplicitFeedback(turn=turn, tenant_id=turn.tenant_id, created_at=now)
+        before = _feedback_dict(feedback) if not created else None
+        for name, value in fields.items():
+            setattr(feedback, name, value)
+        if not (feedback.thumb or feedback.score is not None or feedback.comment or feedback.demonstration):
+            raise ValidationFailed("Say something: a thumb, a score, a comment or a corrected reply.",
+                                   code="empty_feedback")
+        own = {feedback.thumb == ExplicitFeedback.Thumb.UP if feedback.thumb else None,
+               None if feedback.score in (None, 3) else feedback.score > 3} - {None}
+        if len(own) > 1:
+            raise ValidationFailed("The thumb and the score disagree.", code="contradictory_feedback",
+                                   fields={"score": [f"Thumb {feedback.thumb} with score {feedback.score}."]})
+        feedback.rated_by, feedback.key_id, feedback.source, feedback.updated_at = actor, key_id, source, now
+        feedback.save()
+        if judgment is None:
+            judgment = Judgment.objects.create(turn=turn, tenant_id=turn.tenant_id, judge="",
+                                               status=Judgment.Status.AWAITING)
+        if sample is None:
+            sample_create_for_judgment(judgment_id=judgment.pk)
+        else:
+            _sample_follow_feedback(sample=sample, judgment=judgment, feedback=feedback)
+        audit_record_for_tenant(actor=actor, action="feedback.rate", target=feedback, tenant=turn.tenant,
+                                ip=ip, before=before, after=_feedback_dict(feedback), source=source,
+                                turn=turn.pk)
+    return feedback, created
+
+
+def _feedback_dict(feedback: ExplicitFeedback) -> dict[str, Any]:
+    return {"thumb": feedback.thumb, "score": feedback.score, "comment": feedback.comment[:200],
+            "demonstration": len(feedback.demonstration)}
 
 
 # --- reviewers' decisions -----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from clawhub.core.exceptions import NotFound
 from clawhub.core.views import messages_by_anchor, page_errors, post_and_redirect
 from clawhub.feedback.models import ExplicitFeedback
 from clawhub.feedback.selectors import turn_for_rating
-from clawhub.feedback.services import feedback_submit
+from clawhub.review.services import feedback_submit
 from clawhub.training.selectors import learning_for_turns
 
 PER_PAGE = 50

@@ -16,11 +16,11 @@ from django.utils import timezone
 
 from clawhub.adapters.models import AdapterVersion
 from clawhub.feedback.models import ExplicitFeedback
-from clawhub.feedback.services import feedback_submit
 from clawhub.groups.models import Role
 from clawhub.groups.services import invitation_create
 from clawhub.keys.models import ApiKey, ApiKeySecret
 from clawhub.keys.scopes import ALL_SCOPES
+from clawhub.review.services import feedback_submit
 from clawhub.training.models import TrainingRun
 from tests.factories import add_member, make_group, make_key, make_user
 from tests.review.conftest import approved_sample, make_sample, make_turn, old_key

@@ -7,9 +7,9 @@ from rest_framework.test import APIClient
 
 from clawhub.accounts.models import AuditLog
 from clawhub.feedback.models import ExplicitFeedback, Judgment
-from clawhub.feedback.services import judgment_store, sample_follow_judge
+from clawhub.feedback.services import judgment_store
 from clawhub.review.models import Sample
-from clawhub.review.services import sample_approve
+from clawhub.review.services import sample_approve, sample_follow_judge
 from clawhub.tenants.access import review_access
 from clawhub.training import services as training
 from clawhub.training.models import TrainingSettings

@@ -273,8 +273,8 @@ def test_a_turn_rated_before_the_judge_ran_takes_the_judges_reward_through_the_t
 
     if not apps.is_installed("clawhub.review"):
         pytest.skip("the review app is not installed")
-    from clawhub.feedback.services import feedback_submit
     from clawhub.review.models import Sample
+    from clawhub.review.services import feedback_submit
 
     settings.CLAWHUB_JUDGE = "rule"
     # A comment alone leaves the reward to the judge, which has not run yet.

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from clawhub.accounts.selectors import LOCAL_MAILBOX_BACKEND
-from clawhub.feedback.services import feedback_submit
 from clawhub.groups.models import Membership, Role
 from clawhub.groups.services import invitation_create
 from clawhub.review.models import Sample
+from clawhub.review.services import feedback_submit
 from tests.factories import PASSWORD, make_group, make_user
 from tests.review.conftest import make_sample, old_key
 from tests.web.conftest import LAPTOP, chromium_browser

@@ -9,9 +9,9 @@ from django.test import Client
 
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.evaluation import NOT_ENOUGH, REJECT, Decision
-from clawhub.feedback.services import feedback_submit
 from clawhub.privacy.services import sample_delete_own
 from clawhub.review.models import Sample
+from clawhub.review.services import feedback_submit
 from tests.factories import make_run, make_user
 from tests.review.conftest import make_sample, old_key
 

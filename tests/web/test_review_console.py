@@ -5,8 +5,8 @@ import re
 import pytest
 from django.test import Client
 
-from clawhub.feedback.services import feedback_submit
 from clawhub.review.models import Sample
+from clawhub.review.services import feedback_submit
 from tests.factories import make_user
 from tests.review.conftest import make_sample, old_key
 

@@ -26,7 +26,7 @@ from clawhub.feedback.selectors import (
     judgment_for_turn,
     turn_for_judging,
 )
-from clawhub.feedback.services import judgment_store, judgment_store_failure, sample_follow_judge
+from clawhub.feedback.services import judgment_store, judgment_store_failure
 from workers.celery import app
 from workers.judge import Judge, JudgeError, JudgeInput, TransientJudgeError
 from workers.judge.registry import judge_class
@@ -120,7 +120,7 @@ def _hand_to_review(judgment_id: int) -> None:
     # The review app is optional here: judging works (and is tested) without it.
     if not apps.is_installed("clawhub.review"):
         return
-    from clawhub.review.services import sample_create_for_judgment
+    from clawhub.review.services import sample_create_for_judgment, sample_follow_judge
 
     sample_follow_judge(judgment_id=judgment_id)
     sample_create_for_judgment(judgment_id=judgment_id)
