@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.ports import free_port
 from workers import base_models, vllm_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,11 +49,6 @@ class VllmServer:
     def openai_url(self) -> str:
         return f"{self.base_url}/v1"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _log_tail(path: Path, lines: int = 60) -> str:
@@ -106,7 +101,7 @@ def real_vllm_server(tmp_path_factory):
 def _serve(model_dir: Path, served_name: str, tmp_path_factory):
     if not VLLM_BIN.exists():
         pytest.fail(f"{VLLM_BIN} is missing: run ./dev vllm-venv (./dev test does it too)")
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("vllm") / "server.log"
     env = {**os.environ, **vllm_cpu.env_defaults(str(model_dir)), **vllm_cpu.OFFLINE_ENV}
     argv = vllm_cpu.serve_argv(root=ROOT, model=str(model_dir), served_name=served_name, port=port)

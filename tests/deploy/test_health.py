@@ -10,6 +10,7 @@ from django.db.utils import OperationalError
 from django.test import Client, override_settings
 
 from clawhub.core import health
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -41,9 +42,7 @@ def healthy_upstream():
 @pytest.fixture
 def dead_port():
     """A port nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 @pytest.fixture

@@ -18,8 +18,9 @@ import pytest
 from django.conf import settings
 
 from tests.factories import make_key
-from tests.gateway.conftest import free_port, start_fake, wait_until
+from tests.gateway.conftest import start_fake, wait_until
 from tests.gateway.durability import ThrowawayRedis
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,6 +22,8 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_LINE = "ClawHub is ready: "
@@ -48,12 +49,6 @@ STACK_ENV = {
 # For iterating only (never set in CI): a JSON object of extra settings for the shared stack, e.g. another
 # CLAWHUB_BASE_MODEL. Read here, in the test process; the stack itself still gets a stripped environment.
 EXTRA_STACK_ENV = json.loads(os.environ.get("CLAWHUB_TEST_STACK_ENV") or "{}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def make_clone(dest: Path) -> Path:

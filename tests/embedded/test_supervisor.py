@@ -11,7 +11,7 @@ import time
 import psutil
 
 from clawhub.web.supervisor import Child, RestartPolicy, Supervisor, start_all, stop_all, wait_any
-from tests.embedded.conftest import free_port
+from tests.ports import free_port
 
 ENV = dict(os.environ)
 

@@ -7,7 +7,6 @@ hence ``transactional_db``.
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -24,12 +23,7 @@ from clawhub.conversations.capture.records import TurnRecord
 from clawhub.gateway.app import Gateway
 from clawhub.gateway.config import GatewayConfig
 from tests.factories import make_key, make_user
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port
 
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):

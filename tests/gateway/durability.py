@@ -22,7 +22,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.gateway.conftest import free_port, wait_until
+from tests.gateway.conftest import wait_until
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per load request otherwise

@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 from django.db import connection
 
-from tests.gateway.conftest import free_port, wait_until
+from tests.gateway.conftest import wait_until
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

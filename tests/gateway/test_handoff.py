@@ -20,7 +20,8 @@ from clawhub.gateway.dbreads import CachedLoader
 from clawhub.gateway.errors import GatewayError
 from clawhub.gateway.quotas import GroupLimits, RedisLimiter
 from tests.factories import make_key
-from tests.gateway.conftest import free_port, wait_until
+from tests.gateway.conftest import wait_until
+from tests.ports import free_port
 
 
 def record(request_id: str = "r1", **fields) -> TurnRecord:

@@ -18,7 +18,8 @@ from clawhub.conversations.capture.records import TurnRecord, decode, encode
 from clawhub.conversations.capture.writer import CaptureWriter
 from clawhub.gateway.meters import ServedRequests
 from tests.factories import make_key, make_user
-from tests.gateway.conftest import activate_adapter, free_port, wait_until
+from tests.gateway.conftest import activate_adapter, wait_until
+from tests.ports import free_port
 
 MSGS = [{"role": "user", "content": "hi"}]
 

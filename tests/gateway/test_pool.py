@@ -7,7 +7,8 @@ import httpx
 
 from clawhub.gateway.models import LoadedAdapter, Upstream
 from tests.factories import make_key, make_user
-from tests.gateway.conftest import activate_adapter, free_port, start_fake, wait_until
+from tests.gateway.conftest import activate_adapter, start_fake, wait_until
+from tests.ports import free_port
 
 MSGS = [{"role": "user", "content": "hi"}]
 
