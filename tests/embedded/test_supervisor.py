@@ -109,7 +109,9 @@ def test_a_child_that_exits_is_restarted_with_backoff_and_the_restart_is_said(tm
         first_pid = child.pid
         os.kill(first_pid, signal.SIGKILL)
         deadline = time.monotonic() + 20
-        while (child.pid == first_pid or child.returncode is not None) and time.monotonic() < deadline:
+        # The restart is said just after the new child starts: wait for both.
+        while time.monotonic() < deadline and (
+                child.pid == first_pid or child.returncode is not None or len(said) < 2):
             time.sleep(0.05)
         assert child.pid != first_pid and child.returncode is None
         assert said[0].startswith("flaky exited with code -9; restarting it in 0 s (failure 1 of 3 allowed")

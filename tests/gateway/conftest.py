@@ -26,6 +26,14 @@ from tests.factories import make_key, make_user
 from tests.ports import free_port
 
 
+def inside_one_minute(seconds: float = 10) -> None:
+    """Quotas count per fixed minute: if fewer than ``seconds`` are left of this one, wait for the next, so
+    that the requests a test counts on all fall in one window (a boundary between them resets the count)."""
+    left = 60 - time.time() % 60
+    if left < seconds:
+        time.sleep(left + 0.05)
+
+
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

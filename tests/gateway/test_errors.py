@@ -12,6 +12,7 @@ from django.utils import timezone
 from clawhub.gateway.quotas import GroupLimits
 from clawhub.keys.services import key_revoke, key_rotate
 from tests.factories import add_member, make_group, make_key, make_user
+from tests.gateway.conftest import inside_one_minute, wait_until
 
 MSGS = [{"role": "user", "content": "hi"}]
 
@@ -149,6 +150,7 @@ def test_models_the_key_may_not_use_are_403(gateway):
 def test_rpm_quota_is_429_with_retry_after(gateway, secret):
     owner = make_user()
     _, limited = make_key(owner, rpm_limit=2)
+    inside_one_minute()
     assert post(gateway, limited, chat()).status_code == 200
     assert post(gateway, limited, chat()).status_code == 200
     response = post(gateway, limited, chat())
@@ -162,6 +164,7 @@ def test_rpm_quota_is_429_with_retry_after(gateway, secret):
 
 def test_tpm_quota_reserves_at_admission_and_settles_to_the_real_usage(gateway):
     _, limited = make_key(make_user(), tpm_limit=100)
+    inside_one_minute()
     # Reserved: about 31 tokens for the 90-byte body plus max_tokens 50; settled to the 51 really used.
     first = post(gateway, limited, chat(max_tokens=50))
     assert first.status_code == 200 and first.json()["usage"]["total_tokens"] == 51
@@ -174,13 +177,14 @@ def test_tpm_quota_reserves_at_admission_and_settles_to_the_real_usage(gateway):
     assert "lower max_tokens" in response.json()["error"]["message"]
 
 
-def test_concurrency_quota_and_release(gateway):
+def test_concurrency_quota_and_release(gateway, fake):
     import threading
 
     _, limited = make_key(make_user(), concurrency_limit=1)
-    slow = threading.Thread(target=post, args=(gateway, limited, chat(fake_fault="sleep", fake_sleep=1.0)))
+    slow = threading.Thread(target=post, args=(gateway, limited, chat(fake_fault="sleep", fake_sleep=2.0)))
     slow.start()
-    time.sleep(0.4)
+    # Holding its slot once the upstream has it (a fixed sleep was too short on a loaded machine).
+    assert wait_until(lambda: sum(fake.stats()["requests"].values()) == 1, timeout=10)
     response = post(gateway, limited, chat())
     slow.join()
     assert_error(response, 429)
@@ -194,6 +198,7 @@ def test_group_limits_count_every_group_key(gateway_factory, fake):
     _, first = make_key(add_member(group), group=group)
     _, second = make_key(add_member(group), group=group)
     model = f"clawhub-group-{group.slug}"
+    inside_one_minute()
     assert post(gateway, first, chat(model)).status_code == 200
     assert_error(post(gateway, second, chat(model)), 429)
     _, personal = make_key(make_user())

@@ -9,7 +9,7 @@ import pytest
 from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
 from tests.factories import make_key, make_user
-from tests.gateway.conftest import activate_adapter
+from tests.gateway.conftest import activate_adapter, inside_one_minute
 
 SEARCH = {"name": "search", "description": "Search the notes",
           "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}
@@ -144,6 +144,7 @@ def test_count_tokens_renders_through_the_upstreams_tokenizer(gateway, fake, bob
 
 def test_one_keys_quota_and_output_clamp_hold_across_the_three_apis(gateway, fake):
     _, limited = make_key(make_user(), rpm_limit=2)
+    inside_one_minute()
     openai_client = openai.OpenAI(base_url=gateway.v1, api_key=limited, max_retries=0)
     openai_client.chat.completions.create(model="clawhub-personal",
                                           messages=[{"role": "user", "content": "x"}])
@@ -166,6 +167,7 @@ def test_one_keys_quota_and_output_clamp_hold_across_the_three_apis(gateway, fak
 def test_count_tokens_takes_a_request_from_the_keys_rate_and_gives_its_slot_back(gateway, fake):
     # Rendering a long prompt costs the upstream CPU: a key cannot ask for it without limit.
     _, limited = make_key(make_user(), rpm_limit=3, concurrency_limit=1)
+    inside_one_minute()
     anthropic_client = client(gateway, limited)
     body = {"model": "clawhub-personal", "messages": [{"role": "user", "content": "hi there"}]}
     # One at a time, each frees its concurrency slot: the next one is admitted.

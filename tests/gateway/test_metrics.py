@@ -18,7 +18,7 @@ from clawhub.conversations.capture.records import TurnRecord, decode, encode
 from clawhub.conversations.capture.writer import CaptureWriter
 from clawhub.gateway.meters import ServedRequests
 from tests.factories import make_key, make_user
-from tests.gateway.conftest import activate_adapter, wait_until
+from tests.gateway.conftest import activate_adapter, inside_one_minute, wait_until
 from tests.ports import free_port
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -102,6 +102,7 @@ def test_refusals_before_a_turn_exists_are_counted_too(gateway):
 
 def test_quota_rejections_name_the_limit(gateway):
     _, limited = make_key(make_user(), rpm_limit=1)
+    inside_one_minute()
     rejections = Delta("clawhub_quota_rejections_total", limit="rpm")
     too_many = requests_delta(model="base", status="429")
     assert chat(gateway, limited, model="base").status_code == 200

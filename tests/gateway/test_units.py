@@ -9,6 +9,7 @@ from clawhub.gateway.auth import KeyInfo
 from clawhub.gateway.errors import GatewayError
 from clawhub.gateway.identity import extract_identity
 from clawhub.gateway.quotas import GroupLimits, LocalLimiter, RedisLimiter
+from tests.gateway.conftest import inside_one_minute
 
 
 def key_info(key_id=1, group_id=None, **limits) -> KeyInfo:
@@ -29,6 +30,7 @@ def test_limiters_apply_rpm_tpm_and_concurrency_alike(make):
         limiter = make()
         try:
             rpm = key_info(101, rpm=2)
+            inside_one_minute()
             await limiter.admit(rpm, "a", None)
             await limiter.admit(rpm, "b", None)
             with pytest.raises(GatewayError) as exc:
