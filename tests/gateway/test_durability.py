@@ -1,5 +1,6 @@
 """Nothing captured is lost: the production server (gunicorn, one uvicorn worker) under paced load, with its
-PostgreSQL stopped, its Redis restarted, and the server itself stopped with SIGTERM or killed with SIGKILL.
+PostgreSQL stopped, its Redis restarted, the server itself stopped with SIGTERM or killed with SIGKILL, and
+the capture consumer killed with SIGKILL.
 
 The tests own their data stores (a throwaway PostgreSQL cluster and a Redis with AOF, each on its own port,
 made once for the module), the fake upstream, and the capture consumer process. Each request is a session of
@@ -238,3 +239,40 @@ def test_sigkill_loses_only_what_was_in_flight_and_says_so(stores, stack):
     print(f"\nSIGKILL: {len(load.sent)} requests, {len(answered)} answered before the kill "
           f"({len(answered_lost)} of them lost), {len(open_at_kill)} open at the kill, {lost} reported lost "
           f"in flight, {stored} turns stored")
+
+
+def test_consumer_sigkill_mid_load_loses_nothing(stores, stack):
+    """The consumer killed while it stores (a batch read and maybe committed, not yet acknowledged): a new one
+    claims what the dead one had read, stores what was not committed and skips what was, so every answered
+    request ends as exactly one turn and is metered once."""
+    pg, rds = stores
+    load = PacedLoad(stack["base"], stack["keys"], prefix="ckill")
+    load.start()
+    time.sleep(4)
+    consumer, log = stack["consumer"], rds.client()
+    # Killed while it holds records it read and has not acknowledged (it waits CAPTURE_BATCH_LINGER_MS for
+    # more after a short read, so this comes within a few reads).
+    wait_until(lambda: log.xpending("clawhub:capture", "capture")["pending"] > 0, timeout=10, interval=0.005)
+    consumer.signal(signal.SIGKILL)
+    consumer.wait(10)
+    killed_at = time.monotonic()
+    pending = log.xpending("clawhub:capture", "capture")["pending"]
+    time.sleep(2)  # turns keep coming and wait in the stream
+    again = consumer_process(stack["env"], stack["folder"])
+    stack["started"].append(again)
+    again.start()
+    time.sleep(4)  # past CLAWHUB_CAPTURE_CLAIM_IDLE_SECONDS (3): the dead consumer's entries are claimed
+    load.stop()
+
+    served = load.ok()
+    assert len(served) == len(load.sent), sorted({(s.status, s.error) for s in load.sent if s not in served})
+    turns = settle(pg, load, expected=len(served))
+    assert_exactly_once(turns, served)
+    stored = sum(turns.values())
+    assert stored == len(served)
+    assert usage_requests(pg, stack["keys"]["tenant"]) == len(served)
+    assert pending > 0 and log.xpending("clawhub:capture", "capture")["pending"] == 0
+    before_kill = len([s for s in served if s.done_at < killed_at])
+    print(f"\nconsumer SIGKILL: {len(served)} requests served ({before_kill} before the kill), {stored} "
+          f"turns stored, {len(served) - stored} lost, {pending} records read by the killed consumer and not "
+          "acknowledged (claimed by the next)")
