@@ -93,6 +93,11 @@ CAPTURE_HANDOFFS = Counter(
     " unreachable or over its byte bound).",
     ["path"],
 )
+CAPTURE_STREAM_FULL = Counter(
+    "clawhub_capture_stream_full",
+    "Finished turns spooled locally because the Redis stream was over its byte or count bound: the unread"
+    " turns a trim (XADD MAXLEN) would have dropped. They are forwarded once the backlog is under the bound.",
+)
 REDIS_FAILURES = Counter(
     "clawhub_redis_failures",
     "Redis calls of the gateway that failed or timed out. part: quota (served without limits: fail-open) |"

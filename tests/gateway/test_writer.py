@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 import redis
+from prometheus_client import REGISTRY
 
 from clawhub.conversations.capture.consumer import CaptureConsumer
 from clawhub.conversations.capture.handoff import HandoffSettings
@@ -59,8 +60,10 @@ def spooled(cfg: HandoffSettings) -> list[str]:
 
 
 def test_a_stream_over_its_count_bound_spools_and_never_trims_unread_records(log):
-    """Before: XADD MAXLEN ~ 50 dropped whole 100-entry nodes of records no consumer had read."""
+    """Before: XADD MAXLEN ~ 50 dropped whole 100-entry nodes of records no consumer had read. Each record
+    that waits in the spool because the stream is full is counted."""
     cfg, client = log
+    full = REGISTRY.get_sample_value("clawhub_capture_stream_full_total") or 0.0
     cfg.maxlen = 50
     ids = [f"r{i}" for i in range(400)]
 
@@ -76,6 +79,7 @@ def test_a_stream_over_its_count_bound_spools_and_never_trims_unread_records(log
             writer.submit(record(rid))  # the stream is full: these wait in the spool
         await until(lambda: not writer._outbox and not writer._sending)
         assert STATS["spooled"] - spooled_before == 100 and len(spooled(cfg)) == 100
+        assert REGISTRY.get_sample_value("clawhub_capture_stream_full_total") - full == 100
         assert client.xlen(cfg.stream) == 300
         await writer.aclose()  # a clean stop forwards the spool
 

@@ -217,6 +217,8 @@ class CaptureWriter:
             return False
         STATS["spooled"] += 1
         metrics.CAPTURE_HANDOFFS.labels(path="spool").inc()
+        if self._over_bytes and self._redis is not None:
+            metrics.CAPTURE_STREAM_FULL.inc()
         self.spool.end(request_id)
         return True
 
