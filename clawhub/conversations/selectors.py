@@ -1,33 +1,67 @@
 """Reads for sessions and turns. A user sees their own; admins review samples through clawhub.review."""
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, TextField
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast
 
 from clawhub.conversations.models import CUT_ENDINGS, ConversationSettings, Session, Turn
 from clawhub.conversations.storage import Rebuilder, Stored
 from clawhub.core.exceptions import NotFound
+from workers.messages import content_text
 
 
-def sessions_for_user(*, user, turn_type: str | None = None) -> QuerySet[Session]:
-    """The user's sessions, newest activity first, with their main and side turn counts. ``turn_type`` keeps
-    the sessions that have at least one turn of that type."""
+def sessions_for_user(*, user, turn_type: str | None = None, text: str = "", key_id: int | None = None,
+                      since: datetime | None = None, until: datetime | None = None) -> QuerySet[Session]:
+    """The user's sessions, newest activity first, with their main, side and playground turn counts.
+    ``turn_type`` keeps the sessions that have at least one turn of that type; ``text`` those with a turn
+    whose messages or reply contain it (any case: a scan of the user's own turns, fine for a page); ``key_id``
+    those its key sent; ``since`` / ``until`` those active in that span."""
     sessions = (
         Session.objects.filter(user=user)
         .select_related("key", "tenant__group")
         .annotate(
             main_turns=Count("turns", filter=Q(turns__turn_type=Turn.Type.MAIN)),
             side_turns=Count("turns", filter=Q(turns__turn_type=Turn.Type.SIDE)),
+            playground_turns=Count("turns", filter=Q(turns__turn_type=Turn.Type.PLAYGROUND)),
         )
         .order_by("-last_activity_at", "-id")
     )
-    if turn_type == Turn.Type.MAIN:
-        sessions = sessions.filter(main_turns__gt=0)
-    elif turn_type == Turn.Type.SIDE:
-        sessions = sessions.filter(side_turns__gt=0)
+    counted = {Turn.Type.MAIN: "main_turns", Turn.Type.SIDE: "side_turns",
+               Turn.Type.PLAYGROUND: "playground_turns"}
+    if turn_type in counted:
+        sessions = sessions.filter(**{f"{counted[turn_type]}__gt": 0})
+    if key_id is not None:
+        sessions = sessions.filter(key_id=key_id)
+    if since is not None:
+        sessions = sessions.filter(last_activity_at__gte=since)
+    if until is not None:
+        sessions = sessions.filter(started_at__lt=until)
+    if text:
+        # The messages are stored as JSON text (messages_added; older rows in request), the reply as JSON.
+        found = Turn.objects.annotate(request_text=Cast("request", TextField()),
+                                      response_text=Cast("response", TextField())).filter(
+            Q(messages_added__icontains=text) | Q(request_text__icontains=text)
+            | Q(response_text__icontains=text),
+            session=OuterRef("pk"), user=user)
+        sessions = sessions.filter(Exists(found))
     return sessions
+
+
+def first_user_messages(*, sessions: Iterable[Session]) -> dict[int, str]:
+    """The text of each session's first user message (its first turn's), for the conversation list."""
+    first = list(Turn.objects.filter(session__in=list(sessions), index=0))
+    messages = turns_messages(turns=first)
+    shown = {}
+    for turn in first:
+        users = (m for m in messages.get(turn.pk) or [] if isinstance(m, dict) and m.get("role") == "user")
+        said = next(users, None)
+        if said is not None:
+            shown[turn.session_id] = content_text(said.get("content"))
+    return shown
 
 
 def session_get_for_user(*, user, session_id: int) -> Session:

@@ -3,16 +3,20 @@ taught the model: its judgment, the person's own rating, its sample's review, th
 the run that trained on it. They show what feedback, review and training made of the conversations app's
 turns, so they live with the pages that combine apps."""
 
+from datetime import date, datetime, time, timedelta
+
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from clawhub.conversations.identity import content_text, next_state_messages, reply_message
 from clawhub.conversations.links import describe
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import (
+    first_user_messages,
     session_get_for_user,
     sessions_for_user,
     turn_training_source,
@@ -85,12 +89,39 @@ def _kept(row: dict, *, reward: str, flag: str, version: str) -> bool:
     return True
 
 
+def _day(value: str | None) -> datetime | None:
+    """The start of a day given as YYYY-MM-DD, in the site's time zone; None for anything else."""
+    try:
+        day = date.fromisoformat(value or "")
+    except ValueError:
+        return None
+    return timezone.make_aware(datetime.combine(day, time.min))
+
+
 @login_required
 def conversation_list(request: HttpRequest) -> HttpResponse:
+    """The user's sessions, filtered by turn type, text, key and the days they were active in, each with the
+    start of its first message."""
+    from clawhub.keys.selectors import keys_for_user
+
     turn_type = _turn_type(request)
-    page = Paginator(sessions_for_user(user=request.user, turn_type=turn_type), PER_PAGE).get_page(
-        request.GET.get("page"))
-    return render(request, "conversations/list.html", {"page": page, "turn_type": turn_type})
+    text = request.GET.get("q", "").strip()[:200]
+    keys = list(keys_for_user(user=request.user))
+    key_id = next((k.pk for k in keys if str(k.pk) == request.GET.get("key")), None)
+    since, last = _day(request.GET.get("from")), _day(request.GET.get("to"))
+    sessions = sessions_for_user(user=request.user, turn_type=turn_type, text=text, key_id=key_id,
+                                 since=since, until=last + timedelta(days=1) if last else None)
+    page = Paginator(sessions, PER_PAGE).get_page(request.GET.get("page"))
+    previews = first_user_messages(sessions=page.object_list)
+    for session in page.object_list:
+        session.preview = previews.get(session.pk, "")
+    kept = request.GET.copy()
+    kept.pop("page", None)
+    return render(request, "conversations/list.html", {
+        "page": page, "turn_type": turn_type, "q": text, "keys": keys, "key_id": key_id,
+        "since": since.date().isoformat() if since else "", "last": last.date().isoformat() if last else "",
+        "filtered": bool(turn_type or text or key_id or since or last), "query": kept.urlencode(),
+    })
 
 
 @login_required

@@ -40,3 +40,37 @@ def test_list_and_detail(browser, key):
 def test_pages_need_a_login(browser):
     response = browser.get("/conversations/")
     assert response.status_code == 302 and "/login" in response["Location"]
+
+
+def test_the_list_searches_text_filters_by_key_type_and_day_and_previews_each_first_message(browser, key):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    laptop = make_key(key.owner, name="laptop")[0]
+    capture_store([
+        make_record(key, [user("Which fruit is cheapest in March?")], reply="Apples.", session_id="fruit"),
+        make_record(key, [user("Plan a trip to Lyon")], reply="Take the TGV at dawn.", session_id="trip"),
+        make_record(laptop, [user("Summarise the meeting notes")], reply="Three.", session_id="notes"),
+        make_record(make_key()[0], [user("cheapest fruit of someone else")], session_id="stranger"),
+    ])
+    ids = dict(Session.objects.values_list("external_id", "pk"))
+    ten_days_ago = timezone.now() - timedelta(days=10)
+    Session.objects.filter(external_id="trip").update(started_at=ten_days_ago, last_activity_at=ten_days_ago)
+    browser.force_login(key.owner)
+
+    def listed(**query) -> set[str]:
+        html = browser.get("/conversations/", query).text
+        return {name for name in ids if f"/conversations/{ids[name]}/" in html}
+
+    everything = browser.get("/conversations/").text
+    assert "Which fruit is cheapest in March?" in everything  # the preview of the first message
+    assert listed() == {"fruit", "trip", "notes"}
+    assert listed(q="CHEAPEST") == {"fruit"}  # any case, and never another user's
+    assert listed(q="tgv") == {"trip"}  # the reply is searched too
+    assert listed(key=laptop.pk) == {"notes"}
+    assert listed(to=timezone.localdate(ten_days_ago).isoformat()) == {"trip"}
+    assert listed(**{"from": timezone.localdate().isoformat()}) == {"fruit", "notes"}
+    assert listed(type="playground") == set()
+    assert "No conversation matches these filters" in browser.get("/conversations/", {"q": "zebra"}).text
+    assert listed(key="not-a-key", to="not-a-day") == {"fruit", "trip", "notes"}  # nonsense is ignored
