@@ -51,6 +51,18 @@ def sessions_for_user(*, user, turn_type: str | None = None, text: str = "", key
     return sessions
 
 
+def recent_length_cuts(*, tenant_id: int, last: int = 50) -> tuple[int, int, int | None]:
+    """Of the tenant's ``last`` newest main turns: how many there are, how many stopped at max_tokens, and
+    the output limit those asked for most often (None when they named none). A turn cut there is not judged
+    unless the tenant includes them, so a client whose max_tokens is too small teaches nothing."""
+    rows = list(Turn.objects.filter(tenant_id=tenant_id, turn_type=Turn.Type.MAIN).order_by("-created_at")
+                .values_list("ended", "request__max_tokens", "request__max_completion_tokens")[:last])
+    asked = [tokens or completion for ended, tokens, completion in rows if ended == Turn.Ended.LENGTH]
+    limits = [n for n in asked if isinstance(n, int)]
+    common = max(set(limits), key=limits.count) if limits else None
+    return len(rows), len(asked), common
+
+
 def first_user_messages(*, sessions: Iterable[Session]) -> dict[int, str]:
     """The text of each session's first user message (its first turn's), for the conversation list."""
     first = list(Turn.objects.filter(session__in=list(sessions), index=0))

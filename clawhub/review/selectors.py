@@ -184,6 +184,11 @@ def samples_for_training(
     return list(samples.select_related("turn", "judgment").order_by("created_at", "id")[:limit])
 
 
+def pending_review_count(*, tenant: Tenant) -> int:
+    """How many of the tenant's samples wait for a reviewer's decision before they may train."""
+    return Sample.objects.filter(tenant=tenant, state=Sample.State.PENDING, training_run__isnull=True).count()
+
+
 def trainable_count(*, tenant: Tenant) -> int:
     """How many samples the tenant could train on now (before the per-member cap)."""
     return _trainable(tenant).count()

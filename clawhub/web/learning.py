@@ -79,6 +79,7 @@ class Learning:
     timeline: list[Event] = field(default_factory=list)
     explicit: int = 0
     comparison: Comparison | None = None
+    stalled: object = None  # web.progress.Stalled
 
 
 Number = float | None
@@ -292,6 +293,8 @@ def _comparison(tenant: Tenant, versions: list[AdapterVersion]) -> Comparison | 
 
 
 def learning_for_tenant(*, tenant: Tenant, days: int = DAYS) -> Learning:
+    from clawhub.web.progress import stalled_for
+
     versions = list(AdapterVersion.objects.filter(tenant=tenant).select_related("parent").order_by("version"))
     gate = [GateRow(v, *_margin(v)) for v in versions if v.decision or _margin(v)[0] is not None]
     since = timezone.now() - timedelta(days=days)
@@ -311,4 +314,4 @@ def learning_for_tenant(*, tenant: Tenant, days: int = DAYS) -> Learning:
                     gate_chart=interval_chart(gate), days=per_day, days_chart=chart,
                     timeline=_timeline(tenant, versions),
                     explicit=ExplicitFeedback.objects.filter(tenant=tenant).count(),
-                    comparison=_comparison(tenant, versions))
+                    comparison=_comparison(tenant, versions), stalled=stalled_for(tenant=tenant))

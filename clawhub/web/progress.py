@@ -64,6 +64,31 @@ class RunProgress:
 
 
 @dataclass
+class Stalled:
+    """What keeps feedback from training that nothing else on the page says: samples waiting for a reviewer,
+    and replies cut at max_tokens (never judged unless the tenant includes them)."""
+
+    pending_review: int
+    recent: int  # the newest main turns looked at
+    cut: int  # of those, how many stopped at max_tokens
+    asked: int | None  # the output limit those cut turns asked for most often
+    length_included: bool
+
+    @property
+    def mostly_cut(self) -> bool:
+        return not self.length_included and self.recent >= 3 and self.cut * 2 >= self.recent
+
+
+def stalled_for(*, tenant: Tenant) -> Stalled:
+    from clawhub.conversations.selectors import conversation_settings_for, recent_length_cuts
+    from clawhub.review.selectors import pending_review_count
+
+    recent, cut, asked = recent_length_cuts(tenant_id=tenant.pk)
+    return Stalled(pending_review=pending_review_count(tenant=tenant), recent=recent, cut=cut, asked=asked,
+                   length_included=conversation_settings_for(tenant_id=tenant.pk).include_length_turns)
+
+
+@dataclass
 class TenantProgress:
     tenant: Tenant
     label: str
@@ -72,6 +97,7 @@ class TenantProgress:
     run: RunProgress | None
     trainable: int
     batch_size: int | None
+    stalled: Stalled | None = None
 
     @property
     def active(self) -> AdapterVersion | None:
@@ -171,7 +197,8 @@ def tenant_progress(*, tenant: Tenant, viewer: User) -> TenantProgress:
               for v in reversed(versions) if v.eval_score is not None]
     trainable, batch_size = _batch(tenant)
     return TenantProgress(tenant=tenant, label=tenant_label(tenant), versions=rows, chart=svg_chart(scored),
-                          run=_open_run(tenant), trainable=trainable, batch_size=batch_size)
+                          run=_open_run(tenant), trainable=trainable, batch_size=batch_size,
+                          stalled=stalled_for(tenant=tenant))
 
 
 def adapter_progress(*, user: User) -> list[TenantProgress]:

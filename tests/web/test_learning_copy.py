@@ -158,3 +158,29 @@ def test_the_learning_page_compares_the_serving_version_with_its_parent_in_words
         "Name a red fruit. A banana. A strawberry.",
     ):
         assert sentence in page, sentence
+
+
+def test_the_dashboard_and_the_learning_page_say_why_feedback_does_not_train():
+    """Replies cut at max_tokens (never judged) and samples held for review: both pages say so, and what to
+    do; a tenant that has cut replies judged is not told to change anything."""
+    from clawhub.conversations.models import ConversationSettings, Turn
+    from tests.review.conftest import make_turn
+
+    me = make_user()
+    key = old_key(me)
+    for n in range(4):
+        turn = make_turn(me, key=key, next_text="go on")
+        if n:  # three of four stopped at the limit their client asked for
+            Turn.objects.filter(pk=turn.pk).update(ended=Turn.Ended.LENGTH,
+                                                   request={**turn.request, "max_tokens": 16})
+    held = make_sample(me, key=key, reward=1, votes=[1, -1, 1])  # split votes: waits for a reviewer
+    assert held.state == Sample.State.PENDING
+    for url in ("/dashboard/", f"/learning/{me.tenant.pk}/"):
+        page = text(browser(me).get(url).content.decode())
+        assert ("Most replies stop at the token limit, so little is learned: 3 of the last 5 main turns "
+                "ended on max_tokens (your client asks for at most 16 tokens).") in page, url
+        assert "1 sample waits for review before it can train" in page, url
+    assert "0 of 16 approved samples toward the next one, and 1 more waiting for review." in text(
+        browser(me).get("/dashboard/").content.decode())
+    ConversationSettings.objects.create(tenant=me.tenant, include_length_turns=True)
+    assert "token limit" not in text(browser(me).get(f"/learning/{me.tenant.pk}/").content.decode())
