@@ -34,7 +34,7 @@ class TurnRecord:
     stream: bool = False
     # Session identity as the client gave it (headers, body fields or the system-prompt marker); None = infer.
     session_id: str | None = None
-    turn_type: str | None = None  # "main" | "side" | None (infer)
+    turn_type: str | None = None  # "main" | "side" | "playground" (a playground key's) | None (infer)
     session_done: bool = False
     # What was sent upstream minus ClawHub's own fields: messages (or prompt), tools, and sampling params.
     request: dict[str, Any] = field(default_factory=dict)
