@@ -96,9 +96,11 @@ def models_for_key(key: ApiKey, *, tenant: Tenant | None = None) -> list[str]:
     return naming.models_for_key(tenant_model_id=tenant.model_id, allowed_models=key.allowed_models)
 
 
-def keys_for_user(*, user: User) -> QuerySet[ApiKey]:
-    """The user's keys, without the playground's short-lived ones (keys.services.playground_key_mint)."""
-    return ApiKey.objects.filter(owner=user, playground=False).select_related("group")
+def keys_for_user(*, user: User, with_playground: bool = False) -> QuerySet[ApiKey]:
+    """The user's keys, without the playground's short-lived ones (keys.services.playground_key_mint) unless
+    ``with_playground`` (the privacy export: everything held about the user)."""
+    keys = ApiKey.objects.filter(owner=user).select_related("group")
+    return keys if with_playground else keys.filter(playground=False)
 
 
 def key_get_for_owner(*, key_id: int, user: User) -> ApiKey:

@@ -51,8 +51,9 @@ def user_data_export(*, user: User) -> dict[str, Any]:
         {"id": k.pk, "name": k.name, "display": k.display, "group": k.group.slug if k.group_id else None,
          "allowed_models": k.allowed_models, "rpm_limit": k.rpm_limit, "tpm_limit": k.tpm_limit,
          "concurrency_limit": k.concurrency_limit, "expires_at": k.expires_at, "revoked_at": k.revoked_at,
-         "last_used_at": k.last_used_at, "created_at": k.created_at, "training_enabled": k.training_enabled}
-        for k in keys_for_user(user=user)
+         "last_used_at": k.last_used_at, "created_at": k.created_at, "training_enabled": k.training_enabled,
+         "playground": k.playground}
+        for k in keys_for_user(user=user, with_playground=True)
     ]
     memberships = [
         {"group": {"id": m.group_id, "slug": m.group.slug, "name": m.group.name}, "role": m.role,

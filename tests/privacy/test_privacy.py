@@ -91,7 +91,10 @@ def test_capture_allowed_many_and_unknown_users():
 
 
 def _life(user, group, *, secret_word: str):
-    """A personal key and a group key, a personal and a group turn (judged, sampled), usage, audit rows."""
+    """A personal key and a group key, a personal and a group turn (judged, sampled), usage, audit rows, and
+    a key the playground minted."""
+    from clawhub.keys.services import playground_key_mint
+
     personal = old_key(user, name=f"{secret_word} personal key")
     shared = old_key(user, group=group, name=f"{secret_word} group key")
     s1 = make_sample(user, key=personal, prompt=f"{secret_word} personal prompt",
@@ -100,7 +103,8 @@ def _life(user, group, *, secret_word: str):
                      next_text=f"{secret_word} wrong", hints=[f"{secret_word} hint"])
     UsageDaily.objects.create(day=date(2026, 5, 1), key=shared, user=user, group=group, tenant=group.tenant,
                               model=group.tenant.model_id, requests=3, prompt_tokens=30, completion_tokens=9)
-    return {"keys": [personal, shared], "samples": [s1, s2]}
+    playground = playground_key_mint(actor=user)[0]
+    return {"keys": [personal, shared, playground], "samples": [s1, s2]}
 
 
 def test_export_contains_everything_of_the_user_and_nothing_of_anyone_else(api_as):
@@ -122,6 +126,7 @@ def test_export_contains_everything_of_the_user_and_nothing_of_anyone_else(api_a
     assert data["profile"]["email"] == "alice@example.com" and data["profile"]["training_enabled"] is True
     assert {k["id"] for k in data["keys"]} == {k.pk for k in mine["keys"]}
     assert all("digest" not in k and "secret" not in k for k in data["keys"])
+    assert [k["playground"] for k in data["keys"]].count(True) == 1
     assert data["memberships"] == [{"group": {"id": group.pk, "slug": group.slug, "name": group.name},
                                     "role": "member", "joined_at": data["memberships"][0]["joined_at"]}]
     mine_turns = {s.turn_id for s in mine["samples"]}
@@ -198,7 +203,8 @@ def test_account_deletion_removes_the_user_and_all_their_data(api_as):
     assert Group.objects.filter(pk=group.pk).exists()
     assert Sample.objects.filter(pk__in=[s.pk for s in kept["samples"]]).count() == 2
     # Keys were revoked (gateways drop them) before they went; the audit trail keeps actions, not the name.
-    assert AuditLog.objects.filter(action="key.revoke", data__reason="account deleted").count() == 2
+    revoked = AuditLog.objects.filter(action="key.revoke", data__reason="account deleted")
+    assert revoked.count() == len(mine["keys"])
     assert AuditLog.objects.filter(action="user.delete", data__user_id=leaver.pk).exists()
     assert not AuditLog.objects.filter(target_repr__icontains="leaver@example.com").exists()
     # The session is over.
