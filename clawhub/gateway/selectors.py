@@ -1,16 +1,5 @@
 """Reads of the gateway's registry: which upstream holds which adapter."""
 
-from clawhub.gateway.models import LoadedAdapter, Upstream
-
-
-def upstreams_list():
-    return Upstream.objects.all()
-
-
-def loaded_adapters_for_version(*, adapter_version_id: int):
-    return LoadedAdapter.objects.filter(adapter_version_id=adapter_version_id).select_related("upstream")
-
-
 def adapter_in_flight(*, adapter_name: str) -> int | None:
     """How many requests on any gateway process hold a lease on this adapter now (clawhub.gateway.quotas);
     None when Redis is not configured or does not answer (then nobody can tell)."""
