@@ -9,7 +9,7 @@ all processes at the same instant, and the design makes that harmless instead of
 
 1. Pre-load. The worker loads the new version under its own unique name (``t<tenant>-v<version>``) on every
    healthy upstream (the gateway may route a tenant to any of them), straight through vLLM's
-   ``/v1/load_lora_adapter``, and records the LoadedAdapter rows (through ``clawhub.gateway.services``, the
+   ``/v1/load_lora_adapter``, and records the LoadedAdapter rows (through ``clawhub.adapters.registry``, the
    registry's one writer). A failed load aborts the promotion before
    anything switched; the task retries.
 2. Switch. One transaction, the tenant row locked: the old active version becomes ``retired`` with
@@ -41,11 +41,11 @@ from django.utils import timezone
 from clawhub.accounts.audit import audit_record_for_tenant
 from clawhub.accounts.models import User
 from clawhub.adapters import evaluation, serving
-from clawhub.adapters.models import AdapterPin, AdapterVersion
-from clawhub.adapters.selectors import adapters_to_unload
+from clawhub.adapters.models import AdapterPin, AdapterVersion, LoadedAdapter
+from clawhub.adapters.registry import loaded_adapter_record, loaded_adapters_forget
+from clawhub.adapters.selectors import adapter_in_flight, adapters_to_unload
 from clawhub.core import tasks
 from clawhub.core.exceptions import Conflict, ValidationFailed
-from clawhub.gateway.services import loaded_adapter_record, loaded_adapters_forget
 from clawhub.tenants.access import TenantAccess
 from clawhub.tenants.models import Tenant
 
@@ -270,8 +270,6 @@ def adapter_unload_drained(*, now=None, upstreams: list[serving.UpstreamTarget] 
     """Unloads every retired version whose drain period is over from every upstream. An upstream that is down
     is retried on the next sweep (a restarted vLLM has forgotten it anyway), and so is a version a gateway
     still has a request on (one that outlasted the drain period)."""
-    from clawhub.gateway.selectors import adapter_in_flight
-
     now = now or timezone.now()
     targets = serving.configured_upstreams() if upstreams is None else upstreams
     done = []
@@ -468,7 +466,6 @@ def promotions_sweep(*, now=None) -> dict[str, list[str]]:
     promote task again once they are stuck longer than CLAWHUB_PROMOTION_STUCK_SECONDS; after
     CLAWHUB_PROMOTION_MAX_REDRIVES they are rejected with their samples returned to the pool. Pre-loads of
     versions that will never be served are unloaded."""
-    from clawhub.gateway.models import LoadedAdapter
     from clawhub.training.models import TrainingRun
 
     now = now or timezone.now()

@@ -15,7 +15,7 @@ Concurrency slots are *leases*: a member of a sorted set scored by when it expir
 renews the leases of its running requests every ``lease_seconds / 3`` in one pipelined round trip, so a
 stream may run for hours, and a crashed process's leases free within ``lease_seconds``. The same lease is
 taken on the adapter name (``gw:busy:<name>``): how any process can tell an adapter is in use on some
-gateway (clawhub.gateway.selectors.adapter_in_flight).
+gateway (clawhub.adapters.selectors.adapter_in_flight, which the drain sweep asks).
 
 Every Redis call is bounded (GATEWAY_REDIS_TIMEOUT). When Redis does not answer in time the request is
 admitted without limits (fail open: agents keep working) and counted in

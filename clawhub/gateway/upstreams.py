@@ -17,13 +17,13 @@ from both views and loaded again, once, single-flight.
 
 In flight is counted from dispatch (before the request is sent), per upstream and per adapter in this worker,
 for least-loaded routing; across workers, each request holds a lease on its adapter name in Redis (see
-clawhub.gateway.quotas), which the drain sweep can ask about (clawhub.gateway.selectors.adapter_in_flight).
+clawhub.gateway.quotas), which the drain sweep can ask about (clawhub.adapters.selectors.adapter_in_flight).
 
 Routing: only upstreams of the tenants' base model (the first configured upstream's ``base_model``; others,
 e.g. a judge's model, get no tenant traffic), healthy ones first; among them those that already serve the
 adapter, then the tenant's own upstream by rendezvous hashing (its prefix cache lives there), then the least
-loaded. The database registry (gateway.models) mirrors the local view through the writer thread so training
-can see which upstream holds which adapter version (clawhub.gateway.services writes it).
+loaded. The database registry (adapters.models) mirrors the local view through the writer thread so training
+can see which upstream holds which adapter version (clawhub.adapters.registry writes it).
 """
 
 import asyncio
@@ -400,7 +400,7 @@ class UpstreamPool:
         def write() -> None:
             from datetime import UTC, datetime
 
-            from clawhub.gateway.services import loaded_adapter_sync, upstream_record_health
+            from clawhub.adapters.registry import loaded_adapter_sync, upstream_record_health
 
             if healthy:
                 loaded_adapter_sync(url=url, base_model=base, max_adapters=cap, adapter_names=names,

@@ -10,10 +10,9 @@ from django.utils import timezone
 from clawhub.accounts.models import AuditLog
 from clawhub.adapters import services
 from clawhub.adapters.evaluation import PROMOTE, REJECT, Decision
-from clawhub.adapters.models import AdapterPin, AdapterVersion
+from clawhub.adapters.models import AdapterPin, AdapterVersion, LoadedAdapter
 from clawhub.adapters.selectors import active_adapter_for_tenant
 from clawhub.core.exceptions import Conflict
-from clawhub.gateway.models import LoadedAdapter
 from clawhub.tenants.access import tenant_access
 from tests.adapters.conftest import make_version
 from tests.factories import make_user

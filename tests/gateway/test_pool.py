@@ -5,7 +5,7 @@ import asyncio
 
 import httpx
 
-from clawhub.gateway.models import LoadedAdapter, Upstream
+from clawhub.adapters.models import LoadedAdapter, Upstream
 from tests.factories import make_key, make_user
 from tests.gateway.conftest import activate_adapter, start_fake, wait_until
 from tests.ports import free_port

@@ -211,7 +211,7 @@ def test_a_pin_made_while_the_candidate_is_being_switched_in_wins(db, sent, sett
     (seconds on a real vLLM): the switch sees it under the tenant's lock and holds the candidate; its
     pre-load is removed."""
     from clawhub.adapters import serving
-    from clawhub.gateway.models import LoadedAdapter
+    from clawhub.adapters.models import LoadedAdapter
     from clawhub.tenants.access import tenant_access
     from workers.tasks.training import promote
 

@@ -15,8 +15,7 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 
 from clawhub.adapters import services as adapter_services
-from clawhub.adapters.models import AdapterVersion
-from clawhub.gateway.models import LoadedAdapter
+from clawhub.adapters.models import AdapterVersion, LoadedAdapter
 from clawhub.training import services
 from clawhub.training.models import TrainingRun, TrainingSettings
 from clawhub.training.selectors import sample_standing, samples_held_back
