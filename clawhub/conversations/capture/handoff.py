@@ -10,10 +10,12 @@ Two logs, one record format (``capture.records``):
   entry is a turn not yet stored.
   Chosen over a spool on every host because it is shared: any consumer replica drains any gateway pod, a pod
   that is deleted takes nothing with it, and Redis is already on every request's path (quotas). It needs AOF
-  persistence (deploy/ runs Redis with ``--appendonly yes``). The stream is bounded by *bytes* too: a counter
-  next to it (``<stream>:bytes``) is raised by every XADD and lowered by every acknowledgement, and while it
-  is above ``CAPTURE_MAX_BYTES`` (or the stream longer than ``CAPTURE_STREAM_MAXLEN`` entries) the gateway
-  spools locally instead (4 MiB bodies make a count bound alone meaningless).
+  persistence (deploy/ runs Redis with ``--appendonly yes --appendfsync everysec``; the loss window on a Redis
+  crash that this leaves is stated and measured in deploy/README.md, ``manage.py bench_handoff``). The stream
+  is bounded by *bytes* too: a counter next to it (``<stream>:bytes``) is raised by every XADD and lowered by
+  every acknowledgement, and while it is above ``CAPTURE_MAX_BYTES`` (or the stream longer than
+  ``CAPTURE_STREAM_MAXLEN`` entries) the gateway spools locally instead (4 MiB bodies make a count bound alone
+  meaningless).
 - **Spool** (``capture.spool``; the embedded default, no Redis; and every gateway's fallback while Redis is
   unreachable or over its bound). Append-only segment files in ``CAPTURE_SPOOL_DIR``, one writer process per
   file, frames of ``length, crc32, time, payload``. Chosen over a SQLite spool because an append is one
