@@ -89,13 +89,14 @@ def _kept(row: dict, *, reward: str, flag: str, version: str) -> bool:
     return True
 
 
-def _day(value: str | None) -> datetime | None:
-    """The start of a day given as YYYY-MM-DD, in the site's time zone; None for anything else."""
+def _day(value: str | None, *, after: bool = False) -> datetime | None:
+    """The start of a day given as YYYY-MM-DD (``after``: of the day after it), in the site's time zone; None
+    for anything else, a day at the calendar's ends included."""
     try:
-        day = date.fromisoformat(value or "")
-    except ValueError:
+        day = date.fromisoformat(value or "") + timedelta(days=1 if after else 0)
+        return timezone.make_aware(datetime.combine(day, time.min))
+    except (ValueError, OverflowError):
         return None
-    return timezone.make_aware(datetime.combine(day, time.min))
 
 
 @login_required
@@ -105,12 +106,12 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
     from clawhub.keys.selectors import keys_for_user
 
     turn_type = _turn_type(request)
-    text = request.GET.get("q", "").strip()[:200]
+    text = request.GET.get("q", "").replace("\x00", "").strip()[:200]  # PostgreSQL text holds no NUL
     keys = list(keys_for_user(user=request.user))
     key_id = next((k.pk for k in keys if str(k.pk) == request.GET.get("key")), None)
-    since, last = _day(request.GET.get("from")), _day(request.GET.get("to"))
+    since, until = _day(request.GET.get("from")), _day(request.GET.get("to"), after=True)
     sessions = sessions_for_user(user=request.user, turn_type=turn_type, text=text, key_id=key_id,
-                                 since=since, until=last + timedelta(days=1) if last else None)
+                                 since=since, until=until)
     page = Paginator(sessions, PER_PAGE).get_page(request.GET.get("page"))
     previews = first_user_messages(sessions=page.object_list)
     for session in page.object_list:
@@ -119,8 +120,9 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
     kept.pop("page", None)
     return render(request, "conversations/list.html", {
         "page": page, "turn_type": turn_type, "q": text, "keys": keys, "key_id": key_id,
-        "since": since.date().isoformat() if since else "", "last": last.date().isoformat() if last else "",
-        "filtered": bool(turn_type or text or key_id or since or last), "query": kept.urlencode(),
+        "since": request.GET.get("from", "") if since else "",
+        "last": request.GET.get("to", "") if until else "",
+        "filtered": bool(turn_type or text or key_id or since or until), "query": kept.urlencode(),
     })
 
 

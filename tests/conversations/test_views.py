@@ -74,3 +74,4 @@ def test_the_list_searches_text_filters_by_key_type_and_day_and_previews_each_fi
     assert listed(type="playground") == set()
     assert "No conversation matches these filters" in browser.get("/conversations/", {"q": "zebra"}).text
     assert listed(key="not-a-key", to="not-a-day") == {"fruit", "trip", "notes"}  # nonsense is ignored
+    assert listed(to="9999-12-31", q="fruit\x00") == {"fruit"}  # no overflow, no NUL sent to the database
