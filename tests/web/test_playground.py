@@ -71,3 +71,17 @@ def test_the_key_is_minted_for_the_session_short_lived_hidden_and_one_at_a_time(
     for_group = browser(me).post("/playground/key/", {"group": group.slug}).json()["key"]
     assert key_resolve(secret=for_group).tenant == group.tenant
     assert key_resolve(secret=second) is not None  # each adapter's key lives on its own
+
+
+def test_a_playground_turn_is_rated_on_its_conversation_page_and_only_then_becomes_a_sample():
+    from clawhub.review.models import Sample
+    from tests.review.conftest import make_turn
+
+    me = make_user()
+    turn = make_turn(me, turn_type="playground", next_text=None)
+    page = browser(me).get(f"/conversations/{turn.session_id}/").content.decode()
+    assert "never judged: a playground turn trains only if you rate it" in page
+    assert f'action="/conversations/turns/{turn.pk}/feedback/"' in page
+    assert not Sample.objects.filter(turn=turn).exists()
+    assert browser(me).post(f"/conversations/turns/{turn.pk}/feedback/", {"thumb": "up"}).status_code == 302
+    assert Sample.objects.get(turn=turn).reward == 1
