@@ -48,6 +48,7 @@ def test_one_update_runs_end_to_end_and_changes_the_adapter(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "out" / "progress.jsonl").read_text().splitlines()]
     assert [line["update"] for line in lines] == [0, 1]
     assert lines[1]["train"]["trained"] == 4 and lines[1]["train"]["pi_old_recorded"] == 4
+    assert sum(turn["replies"] for turn in lines[1]["sampled"].values()) == 4
     assert (tmp_path / "out" / "compliance.png").read_bytes().startswith(b"\x89PNG")
 
 

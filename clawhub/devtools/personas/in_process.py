@@ -251,11 +251,14 @@ class InProcessBench:
     # --- sessions -----------------------------------------------------------------------------------------
 
     def collect_batch(self, track: Track, user: P.ScriptedUser, backend: Any, update: int,
-                      read: dict[str, int]) -> list[TrainSample]:
+                      read: dict[str, int], shapes: dict[str, Any] | None = None) -> list[TrainSample]:
         """Sessions of the track's user against the current policy until ``batch_size`` judged turns teach
-        something (a reward or a hint), each a TrainSample as the train task builds it from a served turn."""
+        something (a reward or a hint), each a TrainSample as the train task builds it from a served turn.
+        ``shapes``, when given, gets per turn of a session the sampled replies' words, cut replies and
+        rewards (where the judged replies that teach come from)."""
         cfg = self.config
         samples: list[TrainSample] = []
+        seen: dict[int, list[tuple[int, bool, int]]] = {}
         while len(samples) < cfg.batch_size:
             missing = cfg.batch_size - len(samples)
             count = max(1, min(cfg.parallel_sessions, math.ceil(missing / cfg.turns_per_session)))
@@ -283,6 +286,8 @@ class InProcessBench:
                     if sample is not None:
                         read[reaction.text] = sample.reward
                         samples.append(sample)
+                    seen.setdefault(turn, []).append((P.words(reply.text), reply.finish_reason == "length",
+                                                      sample.reward if sample is not None else 0))
                     session.messages += [{"role": "assistant", "content": reply.text},
                                          {"role": "user", "content": reaction.text}]
                     if last or reaction.prompt is None:
@@ -290,6 +295,12 @@ class InProcessBench:
                     else:
                         session.prompt = reaction.prompt
             track.sessions += count
+        if shapes is not None:
+            for turn, rows in sorted(seen.items()):
+                shapes[f"turn {turn + 1}"] = {
+                    "replies": len(rows), "median_words": statistics.median(w for w, _, _ in rows),
+                    "cut": sum(c for _, c, _ in rows), "positive": sum(r > 0 for _, _, r in rows),
+                    "negative": sum(r < 0 for _, _, r in rows)}
         return samples[:cfg.batch_size]
 
     def judged_sample(self, sample_id: str, messages: list[dict[str, str]], prompt_ids: list[int],
@@ -332,7 +343,8 @@ class InProcessBench:
                     self.measure_base(track, backend)
                     self._progress(method, track, None)
                 collected = time.monotonic()
-                batch = self.collect_batch(track, user, backend, update, read)
+                sampled: dict[str, Any] = {}
+                batch = self.collect_batch(track, user, backend, update, read, sampled)
                 trained = time.monotonic()
                 result = backend.train(batch)
                 parent = backend.export_adapter(str(root / f"v{update}"))
@@ -353,7 +365,7 @@ class InProcessBench:
             track.records.append(record)
             self._progress(method, track, record, extra={
                 "rewards": {str(r): sum(s.reward == r for s in batch) for r in (-1, 0, 1)},
-                "hinted": sum(bool(s.hints) for s in batch), "eval": shape,
+                "hinted": sum(bool(s.hints) for s in batch), "sampled": sampled, "eval": shape,
                 "train": _train_summary(result)})
         track.judge_agreement = agreement(track.truth, read)
         track.done = True
