@@ -76,6 +76,7 @@ class TurnOutputSerializer(serializers.Serializer):
 class SessionListOutputSerializer(SessionOutputSerializer):
     main_turns = serializers.IntegerField()
     side_turns = serializers.IntegerField()
+    playground_turns = serializers.IntegerField()
 
 
 class SessionDetailOutputSerializer(SessionOutputSerializer):
@@ -83,10 +84,17 @@ class SessionDetailOutputSerializer(SessionOutputSerializer):
 
 
 class SessionListApi(APIView):
-    """GET /api/sessions/?type=main|side&limit=&offset= — the caller's sessions, newest activity first."""
+    """GET /api/sessions/?type=main|side|playground&q=&key=&since=&until=&limit=&offset= — the caller's
+    sessions, newest activity first: with a turn of that type, with a turn whose messages or reply contain
+    ``q`` (any case), sent with that key, active between those days (both included)."""
 
     class InputSerializer(serializers.Serializer):
         type = QueryChoiceField(choices=Turn.Type.choices, required=False)
+        q = serializers.CharField(required=False, allow_blank=True, max_length=200,
+                                  help_text="Words in a message or a reply, any case.")
+        key = serializers.IntegerField(required=False, min_value=1, help_text="Sessions this key sent.")
+        since = serializers.DateField(required=False, help_text="Active on or after this day.")
+        until = serializers.DateField(required=False, help_text="Active on or before this day.")
 
     OutputSerializer = SessionListOutputSerializer
 
@@ -99,7 +107,10 @@ class SessionListApi(APIView):
     def get(self, request):
         filters = self.InputSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        sessions = sessions_for_user(user=request.user, turn_type=filters.validated_data.get("type"))
+        chosen = filters.validated_data
+        sessions = sessions_for_user(user=request.user, turn_type=chosen.get("type"),
+                                     text=chosen.get("q", ""), key_id=chosen.get("key"),
+                                     since=chosen.get("since"), until=chosen.get("until"))
         paginator = self.Pagination()
         page = paginator.paginate_queryset(sessions, request, view=self)
         return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)

@@ -1,12 +1,13 @@
 """Reads for sessions and turns. A user sees their own; admins review samples through clawhub.review."""
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import date, datetime, time, timedelta
 
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
+from django.utils import timezone
 
 from clawhub.conversations.models import CUT_ENDINGS, ConversationSettings, Session, Turn
 from clawhub.conversations.storage import Rebuilder, Stored
@@ -14,12 +15,21 @@ from clawhub.core.exceptions import NotFound
 from workers.messages import content_text
 
 
+def _day_start(day: date, *, days_after: int = 0) -> datetime | None:
+    """When ``day`` (plus ``days_after``) starts in the site's time zone; None past the calendar's ends."""
+    try:
+        return timezone.make_aware(datetime.combine(day + timedelta(days=days_after), time.min))
+    except (OverflowError, ValueError):
+        return None
+
+
 def sessions_for_user(*, user, turn_type: str | None = None, text: str = "", key_id: int | None = None,
-                      since: datetime | None = None, until: datetime | None = None) -> QuerySet[Session]:
+                      since: date | None = None, until: date | None = None) -> QuerySet[Session]:
     """The user's sessions, newest activity first, with their main, side and playground turn counts.
     ``turn_type`` keeps the sessions that have at least one turn of that type; ``text`` those with a turn
-    whose messages or reply contain it (any case: a scan of the user's own turns, fine for a page); ``key_id``
-    those its key sent; ``since`` / ``until`` those active in that span."""
+    whose messages or reply contain it (any case: a scan of the user's own turns, fine for a page; NULs,
+    which PostgreSQL text cannot hold, are dropped from it); ``key_id`` those its key sent; ``since`` /
+    ``until`` (days, both included, in the site's time zone) those active on one of those days."""
     sessions = (
         Session.objects.filter(user=user)
         .select_related("key", "tenant__group")
@@ -36,10 +46,13 @@ def sessions_for_user(*, user, turn_type: str | None = None, text: str = "", key
         sessions = sessions.filter(**{f"{counted[turn_type]}__gt": 0})
     if key_id is not None:
         sessions = sessions.filter(key_id=key_id)
-    if since is not None:
-        sessions = sessions.filter(last_activity_at__gte=since)
-    if until is not None:
-        sessions = sessions.filter(started_at__lt=until)
+    start = _day_start(since) if since is not None else None
+    end = _day_start(until, days_after=1) if until is not None else None
+    if start is not None:
+        sessions = sessions.filter(last_activity_at__gte=start)
+    if end is not None:
+        sessions = sessions.filter(started_at__lt=end)
+    text = text.replace("\x00", "")
     if text:
         # The messages are stored as JSON text (messages_added; older rows in request), the reply as JSON.
         found = Turn.objects.annotate(request_text=Cast("request", TextField()),

@@ -3,13 +3,12 @@ taught the model: its judgment, the person's own rating, its sample's review, th
 the run that trained on it. They show what feedback, review and training made of the conversations app's
 turns, so they live with the pages that combine apps."""
 
-from datetime import date, datetime, time, timedelta
+from datetime import date
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from clawhub.conversations.identity import content_text, next_state_messages, reply_message
@@ -89,13 +88,11 @@ def _kept(row: dict, *, reward: str, flag: str, version: str) -> bool:
     return True
 
 
-def _day(value: str | None, *, after: bool = False) -> datetime | None:
-    """The start of a day given as YYYY-MM-DD (``after``: of the day after it), in the site's time zone; None
-    for anything else, a day at the calendar's ends included."""
+def _day(value: str | None) -> date | None:
+    """A day given as YYYY-MM-DD; None for anything else."""
     try:
-        day = date.fromisoformat(value or "") + timedelta(days=1 if after else 0)
-        return timezone.make_aware(datetime.combine(day, time.min))
-    except (ValueError, OverflowError):
+        return date.fromisoformat(value or "")
+    except ValueError:
         return None
 
 
@@ -106,10 +103,10 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
     from clawhub.keys.selectors import keys_for_user
 
     turn_type = _turn_type(request)
-    text = request.GET.get("q", "").replace("\x00", "").strip()[:200]  # PostgreSQL text holds no NUL
+    text = request.GET.get("q", "").strip()[:200]
     keys = list(keys_for_user(user=request.user))
     key_id = next((k.pk for k in keys if str(k.pk) == request.GET.get("key")), None)
-    since, until = _day(request.GET.get("from")), _day(request.GET.get("to"), after=True)
+    since, until = _day(request.GET.get("from")), _day(request.GET.get("to"))
     sessions = sessions_for_user(user=request.user, turn_type=turn_type, text=text, key_id=key_id,
                                  since=since, until=until)
     page = Paginator(sessions, PER_PAGE).get_page(request.GET.get("page"))
@@ -120,8 +117,7 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
     kept.pop("page", None)
     return render(request, "conversations/list.html", {
         "page": page, "turn_type": turn_type, "q": text, "keys": keys, "key_id": key_id,
-        "since": request.GET.get("from", "") if since else "",
-        "last": request.GET.get("to", "") if until else "",
+        "since": since.isoformat() if since else "", "last": until.isoformat() if until else "",
         "filtered": bool(turn_type or text or key_id or since or until), "query": kept.urlencode(),
     })
 

@@ -41,6 +41,28 @@ def test_list_shows_own_sessions_with_counts_and_filters(api_client, key, conver
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid"
 
 
+def test_list_searches_words_and_filters_by_key_and_day(api_client, key, conversations):
+    from django.utils import timezone
+
+    api_client.force_login(key.owner)
+
+    def ids(query: str) -> set[int]:
+        response = api_client.get(f"/api/sessions/?{query}")
+        assert response.status_code == 200, response.content
+        return {s["id"] for s in response.json()["results"]}
+
+    main, side = conversations["main"].pk, conversations["side"].pk
+    assert ids("q=THANKS") == {main}  # a message, any case; never another user's ("mine")
+    assert ids("q=heartbeat_ok") == {side}  # a reply
+    assert ids("q=mine") == set()
+    assert ids(f"key={key.pk}") == {main, side} and ids(f"key={make_key()[0].pk}") == set()
+    today = timezone.localdate().isoformat()
+    assert ids(f"since={today}&until={today}") == {main, side}
+    assert ids("until=2001-01-01") == set() and ids("until=9999-12-31") == {main, side}
+    assert api_client.get("/api/sessions/").json()["results"][0]["playground_turns"] == 0
+    assert api_client.get("/api/sessions/?since=yesterday").status_code == 400
+
+
 def test_detail_shows_turns_in_order_with_next_state(api_client, key, conversations):
     api_client.force_login(key.owner)
     body = api_client.get(f"/api/sessions/{conversations['main'].pk}/").json()
