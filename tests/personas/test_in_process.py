@@ -49,6 +49,8 @@ def test_one_update_runs_end_to_end_and_changes_the_adapter(tmp_path):
     assert [line["update"] for line in lines] == [0, 1]
     assert lines[1]["train"]["trained"] == 4 and lines[1]["train"]["pi_old_recorded"] == 4
     assert sum(turn["replies"] for turn in lines[1]["sampled"].values()) == 4
+    kept = (tmp_path / "out" / "batches" / "combine-brief-u1.jsonl").read_text().splitlines()
+    assert len(kept) == 4 and {"reply", "reward", "hints"} <= set(json.loads(kept[0]))
     assert (tmp_path / "out" / "compliance.png").read_bytes().startswith(b"\x89PNG")
 
 

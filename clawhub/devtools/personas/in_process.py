@@ -346,6 +346,7 @@ class InProcessBench:
                 sampled: dict[str, Any] = {}
                 batch = self.collect_batch(track, user, backend, update, read, sampled)
                 trained = time.monotonic()
+                self._keep_batch(f"{method}-{persona.name}-u{update}", batch)
                 result = backend.train(batch)
                 parent = backend.export_adapter(str(root / f"v{update}"))
                 promoted = time.monotonic()
@@ -413,6 +414,16 @@ class InProcessBench:
         self.config.out_dir.mkdir(parents=True, exist_ok=True)
         with open(self.config.out_dir / "progress.jsonl", "a") as f:
             f.write(json.dumps(line) + "\n")
+
+    def _keep_batch(self, name: str, batch: list[TrainSample]) -> None:
+        """What an update trained on, one JSON line per sample (the conversation, reply, reward, hints)."""
+        folder = self.config.out_dir / "batches"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{name}.jsonl", "w") as f:
+            for s in batch:
+                f.write(json.dumps({"id": s.sample_id, "messages": s.messages, "reply": s.response_text,
+                                    "tokens": len(s.response_token_ids or []), "reward": s.reward,
+                                    "hints": s.hints}) + "\n")
 
     def plot(self) -> bytes:
         series: dict[str, list[float | None]] = {}
