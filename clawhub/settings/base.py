@@ -450,7 +450,7 @@ CLAWHUB_FIREWORKS_BASE_URL = env.str("FIREWORKS_BASE_URL", default="")
 # always loaded from the run's CLAWHUB_TRAIN_BASE_MODEL, so the tokens sent are the ones vLLM serves.
 CLAWHUB_TINKER_BASE_MODEL = env.str("CLAWHUB_TINKER_BASE_MODEL", default="")
 CLAWHUB_FIREWORKS_BASE_MODEL = env.str("CLAWHUB_FIREWORKS_BASE_MODEL", default="")
-# Bounds on waiting for the service (workers.trainer.remote.protocol.RetryPolicy): each call waits at most
+# Bounds on waiting for the service (workers.trainer.remote.errors.RetryPolicy): each call waits at most
 # CALL_TIMEOUT seconds; a transient failure (429, 5xx, timeout, lost connection) is retried up to ATTEMPTS
 # times in all with BACKOFF, 2*BACKOFF, ... seconds in between. Then the train task re-runs the whole run from
 # its last remote checkpoint up to RUN_RETRIES times before the run fails and its samples go back to the pool.

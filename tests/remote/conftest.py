@@ -11,7 +11,7 @@ from tests.remote.fakes.tinker_server import FakeTinker, TinyLogprobs
 from tests.training.conftest import sent  # noqa: F401 - a fixture (send_task recorded, not sent)
 from tests.vllm_server import TINY_MODEL_DIR
 from workers.trainer.backend import TrainConfig, TrainSample
-from workers.trainer.remote.protocol import RetryPolicy
+from workers.trainer.remote.errors import RetryPolicy
 
 TINKER_KEY = "tml-clawhub-test-key"
 FAST_RETRY = RetryPolicy(attempts=3, backoff_s=0.1, max_backoff_s=0.5, call_timeout_s=30)

@@ -11,7 +11,7 @@ from tests.remote.conftest import FIREWORKS_ACCOUNT, chat_sample, small_config
 from tests.remote.test_tinker import assert_datum, expected_wire
 from workers.trainer.batching import encode_sample, prompt_ids, with_hint
 from workers.trainer.remote import RemoteAuthError, RemoteTrainingError
-from workers.trainer.remote.protocol import RetryPolicy
+from workers.trainer.remote.errors import RetryPolicy
 
 
 def test_rl_batch_on_the_wire(fake_fireworks, make_fireworks, tokenizer, reference, tmp_path):

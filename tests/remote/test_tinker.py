@@ -15,7 +15,7 @@ import pytest
 from tests.remote.conftest import chat_sample, small_config
 from workers.trainer.batching import encode_sample, prompt_ids, with_hint
 from workers.trainer.remote import RemoteAuthError, RemoteTrainingError
-from workers.trainer.remote.protocol import RetryPolicy
+from workers.trainer.remote.errors import RetryPolicy
 
 
 def expected_wire(tokenizer, sample, advantages, old, samples_in_step):

@@ -1,6 +1,10 @@
-"""Errors of the remote training backends, raised after their own bounded retries are spent."""
+"""Errors of the remote training backends, raised after their own bounded retries are spent, and the bounds
+those retries keep (RetryPolicy)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 
 class RemoteTrainingError(RuntimeError):
@@ -20,3 +24,29 @@ class RemoteAuthError(RemoteTrainingError):
 
     def __init__(self, message: str, *, backend: str) -> None:
         super().__init__(message, backend=backend, transient=False)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounds on waiting for the service. Each remote call waits at most call_timeout_s; a call that failed
+    transiently (429, 5xx, timeout, lost connection) is retried up to `attempts` times in all, sleeping
+    backoff_s, 2*backoff_s, ... (capped at max_backoff_s) in between. The SDKs retry too, underneath: these
+    bounds are the ones the run actually keeps."""
+
+    attempts: int = 4
+    backoff_s: float = 2.0
+    max_backoff_s: float = 30.0
+    call_timeout_s: float = 600.0
+
+    def delay(self, attempt: int) -> float:
+        return min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
+
+    @classmethod
+    def from_config(cls, config: Any) -> RetryPolicy:
+        """From the CLAWHUB_REMOTE_* settings (attributes of ``config``)."""
+        return cls(
+            attempts=max(1, config.CLAWHUB_REMOTE_RETRY_ATTEMPTS),
+            backoff_s=config.CLAWHUB_REMOTE_RETRY_BACKOFF,
+            max_backoff_s=max(config.CLAWHUB_REMOTE_RETRY_BACKOFF, 30.0),
+            call_timeout_s=config.CLAWHUB_REMOTE_CALL_TIMEOUT,
+        )

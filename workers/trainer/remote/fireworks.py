@@ -8,7 +8,7 @@ need an evaluator and a dataset instead of our judged samples.
 
 Weights come back to our vLLM, like every other backend: save_weights_for_sampler(name) -> FireworksClient.
 promote_session_checkpoint (a Fireworks model) -> Fireworks(...).models.get_download_endpoint (signed URL per
-file) -> plain HTTP downloads -> protocol.to_peft_adapter.
+file) -> plain HTTP downloads -> weights.to_peft_adapter.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from workers.trainer.remote.errors import RemoteTrainingError
-from workers.trainer.remote.protocol import RetryPolicy, TinkerProtocolBackend
+from workers.trainer.remote.errors import RemoteTrainingError, RetryPolicy
+from workers.trainer.remote.protocol import TinkerProtocolBackend
 from workers.trainer.remote.tinker import _download
 
 SERVERLESS_PATH = "/training/v1/serverless"

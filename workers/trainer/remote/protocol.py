@@ -3,15 +3,8 @@ SDK).
 
 Read top to bottom: retry policy -> encode the batch (workers.trainer.batching, so remote batches equal local
 ones) -> pi_old and teacher log-probs -> advantages (Binary RL, OPD or Combine: workers.trainer.losses) ->
-datums -> forward_backward("ppo") and optim_step per step, with the state saved after each step -> weights
-out as a PEFT directory.
-
-Datum layout (OpenClaw-RL's Tinker path): model_input = (prompt + response)[:-1], target_tokens = (prompt +
-response)[1:]; logprobs and advantages are 0 on the P - 1 prompt targets and carry pi_old and A_t on the R
-response targets. Tinker's "ppo" loss SUMS the per-token clipped surrogate over the datums of a
-forward_backward, while ClawHub's objective is a masked token mean per sample, then a mean over the step's
-samples; since that surrogate is positively homogeneous in A, sending A_t / (R_i * N) (R_i response tokens of
-sample i, N samples in the optimizer step) makes the remote loss and gradient equal to the local one.
+datums (datums.py) -> forward_backward("ppo") and optim_step per step, with the state saved after each step
+-> weights out as a PEFT directory (weights.py).
 
 Subclasses provide the SDK module, the service client, and how trained weights come back as files.
 """
@@ -38,55 +31,13 @@ from workers.trainer.backend import (
     TrainResult,
     TrainSample,
 )
-from workers.trainer.remote.errors import RemoteAuthError, RemoteTrainingError
+from workers.trainer.remote.datums import PreparedSample, build_advantages, datum_arrays
+from workers.trainer.remote.errors import RemoteAuthError, RemoteTrainingError, RetryPolicy
+from workers.trainer.remote.weights import REMOTE_FILE, parent_state_path, to_peft_adapter
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "remote_state.json"  # in the run's workdir: what a redelivered task needs to resume
-REMOTE_FILE = "remote.json"  # in an exported adapter: where its weights live remotely (to continue training)
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounds on waiting for the service. Each remote call waits at most call_timeout_s; a call that failed
-    transiently (429, 5xx, timeout, lost connection) is retried up to `attempts` times in all, sleeping
-    backoff_s, 2*backoff_s, ... (capped at max_backoff_s) in between. The SDKs retry too, underneath: these
-    bounds are the ones the run actually keeps."""
-
-    attempts: int = 4
-    backoff_s: float = 2.0
-    max_backoff_s: float = 30.0
-    call_timeout_s: float = 600.0
-
-    def delay(self, attempt: int) -> float:
-        return min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
-
-    @classmethod
-    def from_config(cls, config: Any) -> RetryPolicy:
-        """From the CLAWHUB_REMOTE_* settings (attributes of ``config``)."""
-        return cls(
-            attempts=max(1, config.CLAWHUB_REMOTE_RETRY_ATTEMPTS),
-            backoff_s=config.CLAWHUB_REMOTE_RETRY_BACKOFF,
-            max_backoff_s=max(config.CLAWHUB_REMOTE_RETRY_BACKOFF, 30.0),
-            call_timeout_s=config.CLAWHUB_REMOTE_CALL_TIMEOUT,
-        )
-
-
-@dataclass
-class PreparedSample:
-    """One trainable sample on the wire grid."""
-
-    sample: TrainSample
-    prompt_ids: list[int]
-    response_ids: list[int]
-    old_logprobs: list[float]
-    advantages: list[float]  # per response token, before the 1 / (R * N) aggregation scale
-    hint: str | None = None
-
-    @property
-    def tokens(self) -> list[int]:
-        return self.prompt_ids + self.response_ids
 
 
 @dataclass
@@ -108,42 +59,6 @@ class RunState:
         tmp = workdir / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2))
         tmp.replace(workdir / STATE_FILE)  # atomic: a crash leaves the previous state readable
-
-
-def build_advantages(
-    config: TrainConfig, reward: int, old: list[float], teacher: list[float] | None
-) -> list[float] | None:
-    """A_t per response token for the configured method, or None when the turn carries no signal (masked).
-
-    rl: A_t = r, r = 0 masked. opd: A_t = w_opd (teacher - old), no hint masked. combine: the sum of both
-    terms, a turn with only a score has the OPD term 0 and one with only a hint has r = 0. The OPD log-ratio
-    is clipped to +-config.opd_clip as in losses.opd_advantages."""
-    if config.method == "rl":
-        return [float(reward)] * len(old) if reward != 0 else None
-    bound = config.opd_clip if config.opd_clip is not None else math.inf
-    opd = (
-        [config.w_opd * max(-bound, min(bound, t - o)) for t, o in zip(teacher, old, strict=True)]
-        if teacher is not None
-        else None
-    )
-    if config.method == "opd":
-        return opd
-    if opd is None and reward == 0:
-        return None
-    opd = opd or [0.0] * len(old)
-    return [a + config.w_rl * reward for a in opd]
-
-
-def datum_arrays(prepared: PreparedSample, scale: float) -> dict[str, list]:
-    """(prompt + response)[:-1] as input, the shifted targets, and pi_old / A on the response targets only."""
-    tokens = prepared.tokens
-    pad = len(prepared.prompt_ids) - 1
-    return {
-        "model_input": tokens[:-1],
-        "target_tokens": tokens[1:],
-        "logprobs": [0.0] * pad + [float(x) for x in prepared.old_logprobs],
-        "advantages": [0.0] * pad + [a * scale for a in prepared.advantages],
-    }
 
 
 class TinkerProtocolBackend(TrainingBackend):
@@ -287,7 +202,7 @@ class TinkerProtocolBackend(TrainingBackend):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.service = self.call("connect", self._make_service)
         saved = RunState.load(self.workdir)
-        parent_state = _parent_state_path(parent_adapter_dir, self.name)
+        parent_state = parent_state_path(parent_adapter_dir, self.name)
         if saved is not None and saved.state_path:
             self.state = saved
             self.resumed_from_step = saved.step
@@ -574,44 +489,3 @@ class TinkerProtocolBackend(TrainingBackend):
         (out / REMOTE_FILE).write_text(json.dumps({**self.remote_ids(), "step": self.state.step}, indent=2))
         self.outcome = "success"
         return str(out)
-
-
-def _parent_state_path(parent_adapter_dir: str | None, backend: str) -> str | None:
-    if not parent_adapter_dir:
-        return None
-    marker = Path(parent_adapter_dir) / REMOTE_FILE
-    if not marker.exists():
-        return None
-    data = json.loads(marker.read_text())
-    return data.get("state_path") if data.get("backend") == backend else None
-
-
-def to_peft_adapter(src: Path, out: Path, *, base_model: str) -> Path:
-    """Turn downloaded LoRA files into the PEFT directory vLLM loads: adapter_config.json (base model set to
-    ours, PEFT's required fields present) + adapter_model.safetensors with PEFT's key names."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    files = {p.name: p for p in src.rglob("*") if p.is_file()}
-    missing = [name for name in ADAPTER_FILES if name not in files]
-    if missing:
-        raise RemoteTrainingError(
-            f"downloaded weights are not a LoRA adapter: missing {', '.join(missing)} (got {sorted(files)})",
-            backend="remote",
-        )
-    config = json.loads(files["adapter_config.json"].read_text())
-    if config.get("peft_type", "LORA").upper() != "LORA" or not config.get("r"):
-        raise RemoteTrainingError(f"unsupported adapter config: {config.get('peft_type')}", backend="remote")
-    config.update(peft_type="LORA", base_model_name_or_path=base_model)
-    config.setdefault("task_type", "CAUSAL_LM")
-    config.setdefault("lora_alpha", config["r"])
-    tensors = {}
-    with safe_open(str(files["adapter_model.safetensors"]), framework="pt") as handle:
-        for key in handle.keys():  # noqa: SIM118 - safe_open handles are not iterable
-            name = key if key.startswith("base_model.model.") else f"base_model.model.{key}"
-            # PEFT's saved names drop the adapter name (".lora_A.default.weight" -> ".lora_A.weight").
-            tensors[name.replace(".default.weight", ".weight")] = handle.get_tensor(key).contiguous()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "adapter_config.json").write_text(json.dumps(config, indent=2))
-    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
-    return out

@@ -2,7 +2,7 @@
 
 The loop is protocol.TinkerProtocolBackend; what is Tinker's own: the ServiceClient (base URL and X-API-Key),
 and how weights come back: save_weights_external -> RestClient.get_external_weights_urls (signed URL per file)
--> plain HTTP downloads -> protocol.to_peft_adapter, so the result is served by our vLLM like a local version.
+-> plain HTTP downloads -> weights.to_peft_adapter, so the result is served by our vLLM like a local version.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
-from workers.trainer.remote.errors import RemoteTrainingError
-from workers.trainer.remote.protocol import RetryPolicy, TinkerProtocolBackend
+from workers.trainer.remote.errors import RemoteTrainingError, RetryPolicy
+from workers.trainer.remote.protocol import TinkerProtocolBackend
 
 # The SDK ships telemetry to the vendor by default; a worker should not phone home unless told to.
 os.environ.setdefault("TINKER_TELEMETRY", "0")
