@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from workers.trainer import bench
+from workers.trainer import bench, measure
 from workers.trainer.backend import TrainConfig
 from workers.trainer.local import LocalBackend
 
@@ -33,7 +33,7 @@ def test_the_4b_shape_refuses_to_run_without_a_gpu(capsys):
 def test_the_qwen3_path_works_scaled_down(tmp_path):
     """What the GPU run does (random Qwen3 built in place, long synthetic turns, both loops), on a small
     Qwen3 so it runs on CPU."""
-    loader = bench.qwen3_4b_loader(
+    loader = measure.qwen3_4b_loader(
         bench.TINY_MODEL_DIR,
         vocab_size=8192,  # covers the tiny model's tokenizer, whose ids these samples use
         hidden_size=64,
@@ -53,9 +53,9 @@ def test_the_qwen3_path_works_scaled_down(tmp_path):
     assert timing["steps"] == 1  # nothing dropped: the synthetic turns align with their recorded ids
     assert bench.reference_step(backend, samples) > 0
     lengths = [(100, 48)] * 4
-    layers, head, attn = bench.matmul_params(backend.model)
+    layers, head, attn = measure.matmul_params(backend.model)
     assert head == 8192 * 64 and attn == 2 * 2 * 32
-    assert bench.forward_flops(backend.model, lengths, False) == 4 * (
+    assert measure.forward_flops(backend.model, lengths, False) == 4 * (
         2 * layers * 148 + 2 * head * 48 + 2 * 148 * 148 * attn
     )
 
@@ -112,8 +112,8 @@ def test_the_gpu_check_script_runs_its_code_paths_on_cpu(capsys, monkeypatch, tm
 def test_the_gpu_checks_lora_flops_count_the_frozen_base_at_twice_its_forward():
     """Forward + activation gradients for the matmuls (the frozen base needs no weight gradients), attention
     at 3x its causal forward; the 6N figure is 6 x parameters x tokens."""
-    from workers.trainer.bench import matmul_params, qwen3_4b_loader
     from workers.trainer.gpu_check import SMOKE_SHAPE, lora_step_flops
+    from workers.trainer.measure import matmul_params, qwen3_4b_loader
 
     model, _ = qwen3_4b_loader(bench.TINY_MODEL_DIR, **SMOKE_SHAPE)(str(bench.TINY_MODEL_DIR), torch.float32,
                                                                            torch.device("cpu"))

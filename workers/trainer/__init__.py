@@ -7,5 +7,6 @@ hints.py       overlap-guided choice among several hints
 local.py       LocalBackend: torch + peft LoRA updates, checkpoints, export, on-policy sampling
 checkpoint.py  crash-safe checkpoints in a run's workdir
 bench.py       update-step throughput (python manage.py bench_trainer)
+measure.py     what the benchmarks measure with: a Qwen3-4B-shaped model, model FLOPs, peak memory
 remote/        the Tinker and Fireworks backends
 """

@@ -109,7 +109,8 @@ def measure(
 
     from workers.trainer import gate
     from workers.trainer.backend import TrainSample
-    from workers.trainer.bench import TINY_MODEL_DIR, qwen3_4b_loader
+    from workers.trainer.bench import TINY_MODEL_DIR
+    from workers.trainer.measure import qwen3_4b_loader
 
     torch.set_num_threads(1)
     model, tokenizer = qwen3_4b_loader(TINY_MODEL_DIR, **shape)("random", torch.float32, torch.device("cpu"))
