@@ -9,16 +9,8 @@ from django.core.management import call_command
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Tokenizer
 
-from workers.tiny_model.builder import (
-    CORPUS_DIR,
-    IM_END,
-    QWEN_SPLIT_REGEX,
-    TinyModelConfig,
-    build_tokenizer,
-    load_corpus,
-    render_chat,
-    train_bpe,
-)
+from workers.tiny_model.builder import CORPUS_DIR, TinyModelConfig, load_corpus
+from workers.tiny_model.tokenizer import IM_END, QWEN_SPLIT_REGEX, build_tokenizer, render_chat, train_bpe
 
 HINT_BLOCK = "\n\n[user's hint / instruction]\n"  # what OPD appends to the last user message (backend.py)
 WEATHER_TOOL = {
@@ -290,7 +282,7 @@ def test_an_ordinary_reply_never_opens_a_think_block(tiny_model_dir):
 
 
 def test_hint_teacher_check_scores_a_reply_the_way_the_model_does(tiny_model_dir):
-    from workers.tiny_model.builder import reply_logprobs
+    from workers.tiny_model.teacher_check import reply_logprobs
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
@@ -369,7 +361,7 @@ def test_the_committed_model_reads_the_corpus_hints(tiny_model_dir):
     """OPD's teacher is the base model with the hint: on questions the corpus never asks, the hint must make
     the compliant reply the likelier one for each style (plain, friendly-and-specific, formatted) with the
     corpus's phrasings, which include the benchmark's judge-rule hints."""
-    from workers.tiny_model.builder import hint_teacher_check
+    from workers.tiny_model.teacher_check import hint_teacher_check
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)

@@ -11,8 +11,8 @@ What the corpus teaches it, beyond words: two answer styles to prefer between (R
 hermes format, short <think> reasoning, and agent-shaped chats a few thousand tokens long (an agent client's
 first request is ~13k tokens; the model has 32k positions).
 
-Read top to bottom: corpus -> tokenizer -> model config -> pre-training -> teacher check -> save; then
-make_lora_adapter.
+Read top to bottom: corpus -> tokenizer (tokenizer.py) -> model config -> pre-training -> teacher check
+(teacher_check.py) -> save; then make_lora_adapter.
 Django-free like the engine beside it: it imports nothing from Django, clawhub or the trainer.
 """
 
@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
+
+from workers.tiny_model.teacher_check import hint_teacher_check
+from workers.tiny_model.tokenizer import ENDOFTEXT, IM_END, THINK_START, build_tokenizer, render_chat
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -45,107 +47,7 @@ TOKENIZER_TEXT_DIRS = ["clawhub", "workers", "tests", "templates", "deploy"]
 TOKENIZER_TEXT_SUFFIXES = {".md", ".py", ".html", ".toml"}
 TOKENIZER_TEXT_SNAPSHOT = CORPUS_DIR / "tokenizer_text.json.gz"
 
-# Qwen2's pre-tokenizer split. transformers 5.x rebuilds every qwen2 tokenizer as Qwen2Tokenizer, which throws
-# away the saved normalizer and pre-tokenizer and installs NFC + this regex; a tokenizer trained with any
-# other splitting would give different ids after a reload. So we train with exactly these.
-QWEN_SPLIT_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
-    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-
-ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 HINT_BLOCK = "\n\n[user's hint / instruction]\n"  # what OPD appends to the last user message (backend.py)
-SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END]
-# Like Qwen2.5: the tool-call tags are single (non-special) tokens, so they survive skip_special_tokens and
-# vLLM's hermes parser sees them in the text.
-TOOL_TAGS = ["<tool_call>", "</tool_call>"]
-# Like Qwen3: the reasoning tags are single non-special tokens too (reasoning parsers find them by id, and a
-# trainer rebuilding a thinking turn must get the ids vLLM served).
-THINK_START, THINK_END = "<think>", "</think>"
-THINK_TAGS = [THINK_START, THINK_END]
-
-# Qwen2.5-Instruct's template, with three changes: tool-call arguments given as a JSON string (OpenAI's wire
-# shape) are written as-is instead of being JSON-encoded a second time; an assistant message's
-# reasoning_content is written as "<think>\n{reasoning}\n</think>\n\n" before its content (every such
-# message, so a thinking turn renders the same in later prompts as it was generated); and
-# chat_template_kwargs={"enable_thinking": true} opens a <think> block in the generation prompt. Without
-# that flag no think block is written, as in Qwen2.5.
-CHAT_TEMPLATE = """\
-{%- if tools %}
-    {{- '<|im_start|>system\\n' }}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- messages[0]['content'] }}
-    {%- else %}
-        {{- 'You are a helpful assistant.' }}
-    {%- endif %}
-    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n" }}
-    {{- "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments " }}
-    {{- "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n" }}
-    {{- "{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
-{%- else %}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
-    {%- else %}
-        {{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}
-    {%- endif %}
-{%- endif %}
-{%- for message in messages %}
-    {%- if message.role == "user" or (message.role == "system" and not loop.first) %}
-        {{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>' + '\\n' }}
-    {%- elif message.role == "assistant" %}
-        {%- set content = message.content or '' %}
-        {%- if message.reasoning_content is string and message.reasoning_content %}
-            {#- Without content (a tool call follows) one newline less: the call's own leading newline. #}
-            {%- set content = '<think>\\n' + message.reasoning_content + '\\n</think>\\n'
-                + ('\\n' + content if content else '') %}
-        {%- endif %}
-        {%- if not message.tool_calls %}
-            {{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}
-        {%- else %}
-        {{- '<|im_start|>' + message.role }}
-        {%- if content %}
-            {{- '\\n' + content }}
-        {%- endif %}
-        {%- for tool_call in message.tool_calls %}
-            {%- if tool_call.function is defined %}
-                {%- set tool_call = tool_call.function %}
-            {%- endif %}
-            {{- '\\n<tool_call>\\n{"name": "' }}
-            {{- tool_call.name }}
-            {{- '", "arguments": ' }}
-            {%- if tool_call.arguments is string %}
-                {{- tool_call.arguments }}
-            {%- else %}
-                {{- tool_call.arguments | tojson }}
-            {%- endif %}
-            {{- '}\\n</tool_call>' }}
-        {%- endfor %}
-        {{- '<|im_end|>\\n' }}
-        {%- endif %}
-    {%- elif message.role == "tool" %}
-        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
-            {{- '<|im_start|>user' }}
-        {%- endif %}
-        {{- '\\n<tool_response>\\n' }}
-        {{- message.content }}
-        {{- '\\n</tool_response>' }}
-        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
-            {{- '<|im_end|>\\n' }}
-        {%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-    {%- if enable_thinking is defined and enable_thinking %}
-        {{- '<think>\\n' }}
-    {%- endif %}
-{%- endif %}
-"""
 
 LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -252,58 +154,6 @@ def snapshot_tokenizer_texts(root: Path = REPO_ROOT, out: Path = TOKENIZER_TEXT_
     texts = tree_texts(root)
     out.write_bytes(gzip.compress(json.dumps(texts).encode(), compresslevel=9, mtime=0))
     return sum(map(len, texts))
-
-
-def render_chat(chat: dict[str, Any], **template_kwargs: Any) -> str:
-    """A chat as the model sees it, through the same Jinja template vLLM and transformers use."""
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    rendered, _ = render_jinja_template(
-        conversations=[chat["messages"]], tools=chat.get("tools"), chat_template=CHAT_TEMPLATE,
-        **template_kwargs,
-    )
-    return rendered[0]
-
-
-# ---------------------------------------------------------------------------------------------- tokenizer
-
-
-def train_bpe(corpus: list[str], vocab_size: int = 3072) -> Tokenizer:
-    """Byte-level BPE with exactly Qwen2's normalizer and pre-tokenizer (see QWEN_SPLIT_REGEX)."""
-    raw = Tokenizer(models.BPE())
-    raw.normalizer = normalizers.NFC()
-    raw.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN_SPLIT_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    raw.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS + TOOL_TAGS + THINK_TAGS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    raw.train_from_iterator(corpus, trainer=trainer)
-    return raw
-
-
-def build_tokenizer(corpus: list[str], vocab_size: int = 3072) -> Qwen2Tokenizer:
-    """The trained BPE wrapped as the Qwen2Tokenizer that AutoTokenizer rebuilds from the saved files."""
-    model = json.loads(train_bpe(corpus, vocab_size).to_str())["model"]
-    tokenizer = Qwen2Tokenizer(
-        vocab=model["vocab"],
-        merges=[tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]],
-        eos_token=IM_END,
-        pad_token=ENDOFTEXT,
-        unk_token=None,
-        model_max_length=32768,
-        extra_special_tokens=[IM_START, IM_END],
-    )
-    tokenizer.add_tokens(TOOL_TAGS + THINK_TAGS)
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -476,115 +326,6 @@ def pretrain(
                 f"({kind}, {batch.shape[1]} tokens)")
     model.eval()
     return losses
-
-
-# ---------------------------------------------------------------------------------------------- teacher check
-
-# Held-out hint phrasings: none of them is in the corpus (make_chats.HINTS), to show the model reads what a
-# hint asks rather than recognising a sentence it was trained on.
-UNSEEN_HINTS = {
-    "plain": "Please write it in simple sentences with no bold or list formatting.",
-    "friendly": "Sound kind and encouraging, and repeat the numbers the question uses.",
-    "formatted": "Give it a bold heading, then numbered steps, then the answer in bold.",
-}
-
-
-def reply_logprobs(
-    model: Qwen2ForCausalLM, tokenizer: Qwen2Tokenizer, pairs: list[tuple[str, str]], chunk: int = 32,
-    total: bool = False,
-) -> list[float]:
-    """For each (user message, reply): the mean log-prob per token of the reply (and its <|im_end|>) after
-    a one-message chat, or with `total` their sum (the reply's log-prob as a whole). Sequences are
-    right-padded in chunks; causal attention never looks at the padding."""
-    out = []
-    for first in range(0, len(pairs), chunk):
-        encoded = []
-        for user, reply in pairs[first : first + chunk]:
-            chat = {"messages": [{"role": "user", "content": user}]}
-            prompt = render_chat(chat, add_generation_prompt=True)
-            encoded.append((tokenizer.encode(prompt, add_special_tokens=False),
-                            tokenizer.encode(reply + IM_END, add_special_tokens=False)))
-        width = max(len(p) + len(a) for p, a in encoded)
-        ids = torch.full((len(encoded), width), tokenizer.pad_token_id)
-        for row, (prompt, answer) in enumerate(encoded):
-            ids[row, : len(prompt) + len(answer)] = torch.tensor(prompt + answer)
-        with torch.no_grad():
-            logprobs = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)
-        for row, (prompt, answer) in enumerate(encoded):
-            positions = torch.arange(len(prompt) - 1, len(prompt) + len(answer) - 1)
-            picked = logprobs[row, positions, torch.tensor(answer)]
-            out.append((picked.sum() if total else picked.mean()).item())
-    return out
-
-
-def hint_teacher_check(
-    model: Qwen2ForCausalLM, tokenizer: Qwen2Tokenizer, corpus_text: str, prompts: int = 12, seed: int = 7
-) -> dict[str, Any]:
-    """Whether base + hint is a better OPD teacher than base, on homework questions the corpus never asks.
-
-    For each style the hint asks for (plain, friendly-and-specific, formatted) and each hint source (the
-    corpus's phrasings incl. the benchmark's judge-rule hints, and UNSEEN_HINTS): the mean log-prob per token
-    of a compliant reply and of a non-compliant one, with and without the hint block in the user message.
-    A useful teacher raises the compliant reply (advantage > 0) and lowers the non-compliant one.
-
-    Per token understates what a hint does to plain and formatted replies: their style is decided by the
-    first token or two ("**" or a word), after which both continue the same way with or without a hint. So the
-    check also scores whole replies: `preference_*_hint` is the teacher's probability of the compliant reply
-    when it has to choose between the two, sigmoid(log p(compliant) - log p(non-compliant)), averaged over the
-    prompts, and `margin_gain` is how many nats the hint adds to that log-ratio (what OPD's teacher - student
-    log-probs carry into a non-compliant sample). `better_teacher`: both advantage and margin_gain > 0.
-    """
-    from workers.tiny_model.corpus import make_chats
-
-    rng = random.Random(seed)
-    problems = []
-    while len(problems) < prompts:
-        (question, steps, final), numbers = make_chats.homework_with_numbers(rng)
-        if question not in corpus_text and question not in [p[0] for p in problems]:
-            problems.append((question, steps, final, numbers))
-
-    def replies(style: str, steps: list[str], final: str, numbers: tuple[int, ...]) -> tuple[str, str]:
-        if style == "friendly":
-            friendly = make_chats.answer_friendly(numbers, steps, final)
-            return friendly, make_chats.answer_formatted(steps, final)
-        if style == "plain":
-            return make_chats.answer_plain(steps, final), make_chats.answer_formatted(steps, final)
-        return make_chats.answer_formatted(steps, final), make_chats.answer_plain(steps, final)
-
-    cases = []  # (key, prompt index, question with or without the hint, reply, compliant?, hinted?)
-    for source in ("corpus", "unseen"):
-        for style in ("plain", "friendly", "formatted"):
-            for index, (question, steps, final, numbers) in enumerate(problems):
-                hint = UNSEEN_HINTS[style] if source == "unseen" else make_chats.hint_text(rng, style)
-                hinted = question + make_chats.HINT_TEMPLATE.format(hint=hint)
-                pair = replies(style, steps, final, numbers)
-                for compliant, reply in zip((True, False), pair, strict=True):
-                    cases.append((f"{source}/{style}", index, hinted, reply, compliant, True))
-                    cases.append((f"{source}/{style}", index, question, reply, compliant, False))
-    pairs = [(user, reply) for _, _, user, reply, _, _ in cases]
-    scores = reply_logprobs(model, tokenizer, pairs)
-    totals = dict(zip([case[:2] + case[4:] for case in cases],
-                      reply_logprobs(model, tokenizer, pairs, total=True), strict=True))
-    results: dict[str, Any] = {"prompts": prompts}
-    for key in dict.fromkeys(case[0] for case in cases):
-        means: dict[str, Any] = {}
-        for compliant in (True, False):
-            for hinted in (True, False):
-                picked = [score for case, score in zip(cases, scores, strict=True)
-                          if case[0] == key and case[4] == compliant and case[5] == hinted]
-                kind = "compliant" if compliant else "noncompliant"
-                name = f"{kind}_{'with' if hinted else 'without'}_hint"
-                means[name] = round(sum(picked) / len(picked), 3)
-        means["advantage"] = round(means["compliant_with_hint"] - means["compliant_without_hint"], 3)
-        margins = {hinted: [totals[(key, i, True, hinted)] - totals[(key, i, False, hinted)]
-                            for i in range(prompts)] for hinted in (True, False)}
-        for hinted, name in ((True, "with"), (False, "without")):
-            preference = sum(1 / (1 + math.exp(-m)) for m in margins[hinted]) / prompts
-            means[f"preference_{name}_hint"] = round(preference, 3)
-        means["margin_gain"] = round(sum(margins[True]) / prompts - sum(margins[False]) / prompts, 2)
-        means["better_teacher"] = means["advantage"] > 0 and means["margin_gain"] > 0
-        results[key] = means
-    return results
 
 
 def build_tiny_model(out_dir: Path | str, cfg: TinyModelConfig | None = None, log=print) -> dict[str, Any]:
