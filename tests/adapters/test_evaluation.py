@@ -51,12 +51,12 @@ def test_canaries_that_drifted_into_repetition_are_caught_against_the_base():
 
 
 def test_the_promote_task_checks_the_candidate_against_the_base_model(db, monkeypatch, settings):
-    """The train worker's gate (workers.tasks.training._gate) asks for the base model's numbers besides the
+    """The train worker's gate (workers.tasks.promotion._gate) asks for the base model's numbers besides the
     parent's (canaries and perplexity only) and the rule reads them: v3 of the drift above is rejected."""
     import sys
     import types
 
-    import workers.tasks.training as task
+    import workers.tasks.promotion as task
 
     user = make_user()
     v2 = make_version(user.tenant, 2, AdapterVersion.State.ACTIVE)

@@ -27,7 +27,7 @@ State = AdapterVersion.State
 def gate(monkeypatch):
     """The promote task's gate, replaced by a recorded decision (the gate's own measurements are tested in
     tests/trainer/test_gate.py and end to end by the race tests' real workers)."""
-    import workers.tasks.training as tasks
+    import workers.tasks.promotion as tasks
 
     def use(outcome=PROMOTE, reason="the preference margin rose"):
         def fake_gate(version):
@@ -177,7 +177,7 @@ def test_a_failed_preload_switches_nothing(db, fake):
 
 
 def test_pin_holds_a_passing_candidate_back(db, fake, gate, sent):
-    from workers.tasks.training import promote
+    from workers.tasks.promotion import promote
 
     user = make_user()
     make_turn(user)
@@ -202,7 +202,7 @@ def test_pin_holds_a_passing_candidate_back(db, fake, gate, sent):
 
 
 def test_promote_task_runs_gate_then_switch(db, fake, gate, sent):
-    from workers.tasks.training import promote
+    from workers.tasks.promotion import promote
 
     user = make_user()
     make_turn(user)

@@ -20,7 +20,8 @@ pytestmark = [pytest.mark.vllm]
 def test_a_remotely_trained_version_is_promoted_into_vllm_and_serves_the_tenant(
     backend, vllm_server, gateway_factory, remote_site, tokenizer, settings, sent
 ):
-    from workers.tasks.training import promote, train_run
+    from workers.tasks.promotion import promote
+    from workers.tasks.training import train_run
 
     forget_tenant_adapters(vllm_server.base_url)  # a reused server may hold names of an earlier session
     remote_site(backend)

@@ -78,7 +78,7 @@ def _fail_first_run(**_):
 
 @task_prerun.connect
 def _gate_until_released(**_):
-    import workers.tasks.training as task
+    import workers.tasks.promotion as task
 
     release = os.environ.get("CLAWHUB_TEST_GATE_RELEASE")
     if not release or getattr(task._gate, "held", False):

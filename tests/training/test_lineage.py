@@ -85,7 +85,7 @@ def test_a_kick_while_a_candidate_is_in_flight_waits_and_the_parent_is_resolved_
 
 
 def test_a_version_whose_parent_was_retired_while_training_gives_its_samples_back(db, sent):
-    from workers.tasks.training import promote
+    from workers.tasks.promotion import promote
 
     user = make_user()
     v1 = make_version(user.tenant, 1, State.ACTIVE)
@@ -173,7 +173,7 @@ def gated_candidate(user) -> tuple[AdapterVersion, AdapterVersion, TrainingRun]:
 
 def passing_gate(monkeypatch, *, meanwhile=lambda: None):
     """The promote task's gate, passing, with `meanwhile` done by someone else while it runs."""
-    import workers.tasks.training as task
+    import workers.tasks.promotion as task
     from clawhub.adapters.evaluation import PROMOTE, Decision
 
     def gate(version):
@@ -189,7 +189,7 @@ def test_a_rollback_made_while_the_gate_runs_wins(db, sent, settings, monkeypatc
     """The promotion read its parent (v2) before a gate of minutes; an owner rolled back to v1 meanwhile (on
     another train worker). The switch re-reads the active version under the tenant's lock: v1 stays active,
     and v3, which continues v2, gives its samples back instead of overriding the rollback."""
-    from workers.tasks.training import promote
+    from workers.tasks.promotion import promote
 
     settings.CLAWHUB_UPSTREAMS = []
     user = make_user()
@@ -213,7 +213,7 @@ def test_a_pin_made_while_the_candidate_is_being_switched_in_wins(db, sent, sett
     from clawhub.adapters import serving
     from clawhub.adapters.models import LoadedAdapter
     from clawhub.tenants.access import tenant_access
-    from workers.tasks.training import promote
+    from workers.tasks.promotion import promote
 
     settings.CLAWHUB_UPSTREAMS = []
     user = make_user()

@@ -1,3 +1,3 @@
 """Celery tasks: the only bridge between Django (clawhub) and the Django-free judge and trainer code."""
 
-from workers.tasks import health, judging, mail, retention, training  # noqa: F401
+from workers.tasks import health, judging, mail, promotion, retention, training  # noqa: F401
