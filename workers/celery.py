@@ -1,5 +1,7 @@
 """The Celery app of the workers and beat (``celery -A workers.celery``): the app every process sends through
-(``clawhub.core.celery_app``), with the beat schedule and the task modules."""
+(``clawhub.core.celery_app``), with the beat schedule (all of it, here) and the task modules."""
+
+from django.conf import settings
 
 from clawhub.core import task_names as tasks
 from clawhub.core.celery_app import app
@@ -7,7 +9,7 @@ from clawhub.core.celery_app import app
 __all__ = ["app"]
 
 app.conf.update(
-    # `celery -A workers.celery beat`: the idle sweep closes sessions and hands their last turns to judging.
+    # `celery -A workers.celery beat`. The idle sweep closes sessions and hands their last turns to judging.
     beat_schedule={
         "close-idle-sessions": {
             "task": tasks.CLOSE_IDLE,
@@ -24,6 +26,24 @@ app.conf.update(
             "task": tasks.RETENTION_PURGE,
             "schedule": 24 * 3600.0,
             "options": {"queue": tasks.HOUSEKEEPING_QUEUE, "expires": 3600},
+        },
+        # Runs for tenants with a full batch approved.
+        "train-kick": {
+            "task": tasks.TRAIN_KICK,
+            "schedule": settings.CLAWHUB_TRAIN_KICK_SECONDS,
+            "options": {"queue": tasks.HOUSEKEEPING_QUEUE, "expires": settings.CLAWHUB_TRAIN_KICK_SECONDS},
+        },
+        # Candidates and evaluations a lost worker forgot, promotions that gave up, their pre-loads.
+        "promotion-sweep": {
+            "task": tasks.PROMOTION_SWEEP,
+            "schedule": settings.CLAWHUB_SWEEP_SECONDS,
+            "options": {"queue": tasks.HOUSEKEEPING_QUEUE, "expires": settings.CLAWHUB_SWEEP_SECONDS},
+        },
+        # The switch schedules each unload with a countdown; this sweep catches any a lost worker dropped.
+        "unload-drained-adapters": {
+            "task": tasks.UNLOAD_DRAINED,
+            "schedule": 60.0,
+            "options": {"queue": tasks.HOUSEKEEPING_QUEUE, "expires": 60},
         },
     },
 )

@@ -1,4 +1,5 @@
-"""Sending Celery tasks from the web side: ``enqueue_on_commit`` (and ``enqueue``), by task name.
+"""Sending Celery tasks, from the web side and from tasks alike: ``enqueue_on_commit`` (and ``enqueue``), by
+task name.
 
 Senders name a task (``clawhub.core.task_names``, re-exported here) instead of importing it, so no app imports
 ``workers.tasks`` (which import the apps back) and the Celery app is loaded only when something is sent.
@@ -13,6 +14,7 @@ from typing import Any
 from django.db import transaction
 
 from clawhub.core.task_names import (  # re-exported: senders write tasks.JUDGE_TURN
+    ACCOUNT_MAIL,
     CLOSE_IDLE,
     DEFAULT_QUEUE,
     HEALTH_PING,
@@ -35,7 +37,7 @@ from clawhub.core.task_names import (  # re-exported: senders write tasks.JUDGE_
 __all__ = [
     "enqueue", "enqueue_on_commit", "JUDGE_QUEUE", "TRAIN_QUEUE", "HOUSEKEEPING_QUEUE", "DEFAULT_QUEUE",
     "QUEUES", "JUDGE_TURN", "JUDGE_TURNS", "JUDGE_SWEEP", "CLOSE_IDLE", "TRAIN_RUN", "PROMOTE", "TRAIN_KICK",
-    "PROMOTION_SWEEP", "UNLOAD_DRAINED", "RETENTION_PURGE", "HEALTH_PING", "TASK_QUEUES",
+    "PROMOTION_SWEEP", "UNLOAD_DRAINED", "RETENTION_PURGE", "HEALTH_PING", "ACCOUNT_MAIL", "TASK_QUEUES",
 ]
 
 

@@ -17,16 +17,20 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def published(monkeypatch):
-    """judge_turn.apply_async as the broker would run it, or failing like a broker that is down."""
+    """Sending judge_turn (by name, as every sender does) as the broker would run it, or failing like a broker
+    that is down."""
     state = {"broker_down": False, "published": []}
+    send_task = app.send_task
 
-    def apply_async(args, queue=None, **kwargs):
+    def send(name, args=None, kwargs=None, **options):
+        if name != judging.judge_turn.name:
+            return send_task(name, args=args, kwargs=kwargs, **options)
         if state["broker_down"]:
             raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
         state["published"].append(args[0])
         return judging.judge_turn.apply(args=args)
 
-    monkeypatch.setattr(judging.judge_turn, "apply_async", apply_async)
+    monkeypatch.setattr(app, "send_task", send)
     return state
 
 

@@ -1,7 +1,7 @@
 import os
 import socket
 
-from clawhub.core import task_names as tasks
+from clawhub.core import tasks
 from workers.celery import app
 
 

@@ -18,7 +18,7 @@ from django.db import transaction
 from clawhub.conversations.models import Turn
 from clawhub.conversations.selectors import turn_request
 from clawhub.conversations.services import session_close_idle
-from clawhub.core import task_names as tasks
+from clawhub.core import tasks
 from clawhub.feedback.concurrency import TenantCappedJudgeTask
 from clawhub.feedback.selectors import (
     judge_name_for_tenant,
@@ -160,7 +160,7 @@ def sweep_unjudged() -> int:
                   .order_by("pk").values_list("pk", flat=True)[:SWEEP_BATCH])
     turn_ids = turns_judgeable(turn_ids=list(candidates))
     for turn_id in turn_ids:
-        judge_turn.apply_async(args=[turn_id], queue=JUDGE_QUEUE)
+        tasks.enqueue(tasks.JUDGE_TURN, turn_id)
     if turn_ids:
         logger.warning("judge sweep: %d ready turns had no judgment after %.0f s; enqueued again",
                        len(turn_ids), settings.CLAWHUB_JUDGE_SWEEP_AFTER_SECONDS)

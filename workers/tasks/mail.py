@@ -5,7 +5,7 @@ The task gets the user's id and the kind of mail, and makes the link itself: no 
 broker, and a reset link is made from the account as it is when the mail goes out.
 """
 
-from clawhub.core import task_names as tasks
+from clawhub.core import tasks
 from workers.celery import app
 
 

@@ -17,7 +17,7 @@ from clawhub.adapters.selectors import (
     heldout_samples,
 )
 from clawhub.adapters.serving import UpstreamUnavailable
-from clawhub.core import task_names as tasks
+from clawhub.core import tasks
 from clawhub.training import services
 from clawhub.training.selectors import run_for_version
 from workers.celery import app
@@ -31,7 +31,7 @@ HOUSEKEEPING_QUEUE = tasks.HOUSEKEEPING_QUEUE
 
 
 @app.task(
-    name="clawhub.train.promote",
+    name=tasks.PROMOTE,
     queue=TRAIN_QUEUE,
     bind=True,
     acks_late=True,
@@ -128,12 +128,12 @@ def _gate(version: AdapterVersion) -> bool:
     return adapter_services.adapter_record_decision(version=version, decision=decision)
 
 
-@app.task(name="clawhub.train.unload_drained", queue=HOUSEKEEPING_QUEUE, ignore_result=True)
+@app.task(name=tasks.UNLOAD_DRAINED, queue=HOUSEKEEPING_QUEUE, ignore_result=True)
 def unload_drained() -> list[str]:
     return adapter_services.adapter_unload_drained()
 
 
-@app.task(name="clawhub.train.sweep", queue=HOUSEKEEPING_QUEUE, ignore_result=True)
+@app.task(name=tasks.PROMOTION_SWEEP, queue=HOUSEKEEPING_QUEUE, ignore_result=True)
 def sweep() -> dict[str, list[str]]:
     """Periodic: re-drive stuck candidates and evaluations, give up on hopeless ones (samples back to the
     pool), unload pre-loads of versions that will never be served."""

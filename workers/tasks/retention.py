@@ -5,7 +5,7 @@ Run it periodically from Celery beat (daily is enough). Idempotent by nature: a 
 older than the cutoff.
 """
 
-from clawhub.core import task_names as tasks
+from clawhub.core import tasks
 from workers.celery import app
 
 

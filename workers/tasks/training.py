@@ -36,7 +36,7 @@ from clawhub.conversations.selectors import (
     turn_request,
     turn_training_source,
 )
-from clawhub.core import task_names as tasks
+from clawhub.core import tasks
 from clawhub.review.models import Sample
 from clawhub.review.selectors import train_sample_with_feedback
 from clawhub.training import services
@@ -49,29 +49,6 @@ logger = logging.getLogger("workers.tasks.training")
 
 TRAIN_QUEUE = tasks.TRAIN_QUEUE
 HOUSEKEEPING_QUEUE = tasks.HOUSEKEEPING_QUEUE
-
-app.conf.beat_schedule.update(
-    {
-        "train-kick": {
-            "task": "clawhub.train.kick",
-            "schedule": settings.CLAWHUB_TRAIN_KICK_SECONDS,
-            "options": {"queue": HOUSEKEEPING_QUEUE, "expires": settings.CLAWHUB_TRAIN_KICK_SECONDS},
-        },
-        # Candidates and evaluations a lost worker forgot, promotions that gave up, their pre-loads.
-        "promotion-sweep": {
-            "task": "clawhub.train.sweep",
-            "schedule": settings.CLAWHUB_SWEEP_SECONDS,
-            "options": {"queue": HOUSEKEEPING_QUEUE, "expires": settings.CLAWHUB_SWEEP_SECONDS},
-        },
-        # The switch schedules each unload with a countdown; this sweep catches any a lost worker dropped.
-        "unload-drained-adapters": {
-            "task": "clawhub.train.unload_drained",
-            "schedule": 60.0,
-            "options": {"queue": HOUSEKEEPING_QUEUE, "expires": 60},
-        },
-    }
-)
-
 
 class RunCancelled(Exception):
     pass
@@ -210,7 +187,7 @@ def make_backend(name: str) -> TrainingBackend:
 
 
 @app.task(
-    name="clawhub.train.run",
+    name=tasks.TRAIN_RUN,
     queue=TRAIN_QUEUE,
     bind=True,
     acks_late=True,
@@ -246,7 +223,7 @@ def train_run(self, run_id: int) -> dict[str, Any]:
             and version.held_at is None
             and version.evaluating_since is None
         ):
-            app.send_task("clawhub.train.promote", args=[version.pk])
+            tasks.enqueue(tasks.PROMOTE, version.pk)
             return {"run": run_id, "outcome": "promote_resent", "version": version.version}
         return {"run": run_id, "outcome": "not_open"}
     try:
@@ -279,7 +256,7 @@ def train_run(self, run_id: int) -> dict[str, Any]:
         return {"run": run_id, "outcome": "failed"}
     if version is None:
         return {"run": run_id, "outcome": "cancelled"}
-    app.send_task("clawhub.train.promote", args=[version.pk])
+    tasks.enqueue(tasks.PROMOTE, version.pk)
     return {"run": run_id, "outcome": "succeeded", "version": version.version}
 
 
@@ -451,7 +428,7 @@ def _train_pass(run: TrainingRun, companions: list[TrainingRun], *, deadline: fl
         elif isinstance(outcome, Exception):
             services.run_fail(run_id=r.pk, error=f"{type(outcome).__name__}: {outcome}")
         elif version is not None and _succeed(r, version, outcome, {}) is not None:
-            app.send_task("clawhub.train.promote", args=[version.pk])
+            tasks.enqueue(tasks.PROMOTE, version.pk)
     version, outcome = finished[run.pk]
     if isinstance(outcome, Exception):
         raise outcome
@@ -464,7 +441,7 @@ def _resumed_from(run: TrainingRun) -> int | None:
     return run.step if run.attempts > 1 else None
 
 
-@app.task(name="clawhub.train.kick", queue=HOUSEKEEPING_QUEUE, ignore_result=True)
+@app.task(name=tasks.TRAIN_KICK, queue=HOUSEKEEPING_QUEUE, ignore_result=True)
 def kick() -> list[int]:
     """Periodic: a run for each tenant with a full batch approved (instead of a hook in the review code)."""
     return services.runs_kick()
