@@ -9,6 +9,7 @@ from django.db.migrations.executor import MigrationExecutor
 BEFORE = [("adapters", "0003_gate_and_sweeper"), ("gateway", "0001_initial")]
 
 
+@pytest.mark.slow  # migrates the test database back and forth: about 15 s
 @pytest.mark.django_db(transaction=True)
 def test_rows_written_before_the_move_are_read_after_it():
     from clawhub.adapters.models import LoadedAdapter, Upstream
