@@ -127,7 +127,10 @@ def decide(
 ) -> Decision:
     """``candidate`` / ``parent`` / ``base``: ModelScores.to_dict() of each (``base`` only needs the canary
     and perplexity numbers; None when the parent is the base model); ``rewards``: the held-out turns' judged
-    rewards by sample id (str)."""
+    rewards by sample id (str).
+
+    Long on purpose: the rule of the module docstring, step by step in the same order and numbering, each step
+    adding its numbers and returning its decision; split up, the order of the steps would no longer show."""
     numbers: dict = {"confidence": confidence, "held_out": len(rewards)}
 
     # 1. Degeneration, against the parent and against the base.

@@ -123,7 +123,10 @@ def training_settings_update(
 def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | None = None) -> TrainingRun:
     """Starts a run: by an owner/admin/staff (``access``; any number of approved samples will do), or
     automatically (``access=None``; only with a full batch and auto start on). Claims the samples atomically
-    and enqueues the train task once the claim has committed."""
+    and enqueues the train task once the claim has committed.
+
+    Long on purpose: one transaction under the tenant's lock, whose checks (no open run, no candidate in
+    flight, enough samples) and claim must be read together to see that two starts cannot both claim."""
     actor = None
     if access is not None:
         access.require_manage("start training")

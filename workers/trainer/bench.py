@@ -326,7 +326,10 @@ def bench_tenants(
     """Tenant updates per hour with one ready batch per tenant, three ways, measured in this one run:
     (a) a fresh process per update that loads the base (measured on `fresh_runs` updates: its rate does not
     depend on N), (b) the resident base, tenants one after another, (c) the resident base, all N tenants in
-    one multi-tenant pass. Each update = start (attach), train one optimizer step, export the adapter."""
+    one multi-tenant pass. Each update = start (attach), train one optimizer step, export the adapter.
+
+    Long on purpose: the three paths share one setup and are timed side by side, so that what each timing
+    includes can be compared line by line."""
     import subprocess
     import sys
     from dataclasses import asdict
