@@ -161,3 +161,42 @@ def test_a_training_backend_is_one_class_one_registry_line_and_a_choices_migrati
     assert _run([sys.executable, "-c", check], tree, CLAWHUB_TRAIN_BACKEND="echo").stdout.strip() == "ok"
     assert touched(tree) == ["clawhub/training/migrations/0004_backend_echo.py", "workers/trainer/echo.py",
                              "workers/trainer/registry.py"]
+
+
+def test_a_per_key_model_alias_is_offered_in_naming_and_mapped_where_the_gateway_picks_an_adapter(tree):
+    # 1. Offer the alias in models_offered (clawhub/tenants/naming.py).
+    naming = tree / "clawhub/tenants/naming.py"
+    text = naming.read_text()
+    offered = "    return [tenant_model_id, BASE_MODEL_ID]\n"
+    assert offered in text
+    naming.write_text(text.replace(offered, '    return [tenant_model_id, BASE_MODEL_ID, "clawhub-fast"]\n'))
+    # 2. Map it where the gateway turns a model id into an adapter: here, like the base, to no adapter.
+    app = tree / "clawhub/gateway/app.py"
+    text = app.read_text()
+    base = "        if model == naming.BASE_MODEL_ID:\n"
+    assert text.count(base) == 1
+    app.write_text(text.replace(base, '        if model in (naming.BASE_MODEL_ID, "clawhub-fast"):\n'))
+
+    # What the recipe promises: models_for_key and model_access allow it, so /v1/models (KeyInfo.models), the
+    # gateway's model check and the key pages (keys.selectors.models_for_key) list and accept it; the
+    # gateway serves it with the adapter it was mapped to.
+    check = textwrap.dedent('''\
+        import asyncio
+        import django
+        django.setup()
+        from clawhub.gateway.app import Gateway, check_model
+        from clawhub.gateway.auth import KeyInfo
+        from clawhub.tenants import naming
+
+        info = KeyInfo(key_id=1, user_id=1, tenant_id=1, group_id=None, model_id="clawhub-personal",
+                       allowed_models=frozenset(), rpm=None, tpm=None, concurrency=None, expires_at=None,
+                       generation_key="g")
+        assert "clawhub-fast" in info.models()
+        assert naming.model_access(model="clawhub-fast", tenant_model_id="clawhub-personal",
+                                   allowed_models=None) == "ok"
+        check_model(info, "clawhub-fast")
+        assert asyncio.run(Gateway.__new__(Gateway)._adapter_for(info, "clawhub-fast")) is None
+        print("ok")
+        ''')
+    assert _run([sys.executable, "-c", check], tree).stdout.strip() == "ok"
+    assert touched(tree) == ["clawhub/gateway/app.py", "clawhub/tenants/naming.py"]
