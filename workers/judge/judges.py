@@ -31,7 +31,7 @@ import re2
 
 from workers.judge import prompts
 from workers.judge.parsing import MIN_HINT_CHARS, boxed_score, extract_hint, majority_vote
-from workers.judge.rendering import prompt_fields
+from workers.judge.rendering import render_history, render_message, render_tools
 from workers.messages import content_text
 from workers.upstream_errors import body_shape
 
@@ -102,6 +102,15 @@ class Judge(ABC):
 
     def close(self) -> None:  # noqa: B027 - only judges that hold connections need it
         pass
+
+
+def prompt_fields(inp: JudgeInput) -> dict[str, str]:
+    return {
+        "history": render_history(inp.messages),
+        "tools": render_tools(inp.tools),
+        "response": render_message({"role": "assistant", **inp.response}),
+        "next_state": "\n\n".join(render_message(m) for m in inp.next_state or []) or "(nothing)",
+    }
 
 
 # --- LLM judge ----------------------------------------------------------------------------------------------

@@ -1,14 +1,11 @@
-"""A turn rendered for a judge's prompt: its history, tools, reply and next state as plain text, within a
-judge model's context."""
+"""A turn's messages rendered for a judge's prompt: history, tools, reply and next state as plain text, within
+a judge model's context (``judges.prompt_fields`` puts them together)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workers.messages import content_text
-
-if TYPE_CHECKING:
-    from workers.judge.judges import JudgeInput
 
 # Judge models have a context limit too. Long tool outputs are cut in the middle (their start and end say the
 # most), and the oldest messages go first when the history is over budget: the reply and its next state
@@ -57,12 +54,3 @@ def render_tools(tools: list[dict[str, Any]]) -> str:
         description = str(function.get("description") or "").strip().splitlines()
         names.append(f"- {function.get('name')}" + (f": {description[0][:200]}" if description else ""))
     return "\n".join(names) or "(none)"
-
-
-def prompt_fields(inp: JudgeInput) -> dict[str, str]:
-    return {
-        "history": render_history(inp.messages),
-        "tools": render_tools(inp.tools),
-        "response": render_message({"role": "assistant", **inp.response}),
-        "next_state": "\n\n".join(render_message(m) for m in inp.next_state or []) or "(nothing)",
-    }
