@@ -30,7 +30,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from clawhub.devtools.gateway_bench import TICK, bench_messages
+from clawhub.devtools.gateway_bench import bench_messages
+from clawhub.devtools.processes import TICK
 
 AGENT_TURNS = 10  # turns per agent conversation, so the body stays near 32 KB
 SEED_SESSION_TURNS = 20

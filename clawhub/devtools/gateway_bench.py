@@ -29,69 +29,23 @@ Anthropic's Messages API (``clawhub-messages``, what Claude Code sends) and Open
 import asyncio
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-TICK = os.sysconf("SC_CLK_TCK")
+from clawhub.devtools.litellm_baseline import (
+    LITELLM_MODE,
+    LITELLM_REQUIREMENT,
+    ensure_litellm,
+    litellm_version,
+    start_litellm,
+)
+from clawhub.devtools.processes import free_port, spawn, stop, tree_cpu_seconds, wait_http
+
 ROOT = Path(__file__).resolve().parents[2]
-# LiteLLM lives in a venv of its own: its pins (pydantic, httpx, openai, ...) fight ours. ".venv-*" is ignored
-# by git; the venv is made once with the .venv's uv and reused while the pin below stays the same.
-LITELLM_VENV = ROOT / ".venv-litellm"
-LITELLM_REQUIREMENT = "litellm[proxy]==1.108.7"
-# The strongest configuration that runs here: virtual keys need LiteLLM's database, whose Prisma engine is
-# downloaded at first start and cannot be here; so a master key and no database.
-LITELLM_MODE = "master key, no database (virtual keys need Prisma, whose engine cannot be downloaded here)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """utime + stime of a process and all its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                children.setdefault(int(fields[1]), []).append(int(entry))
-            except OSError:
-                continue
-    total, stack = 0.0, [root]
-    while stack:
-        pid = stack.pop()
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / TICK
-        except OSError:
-            pass
-        stack.extend(children.get(pid, []))
-    return total
 
 
 BODIES = {"short": 0, "openclaw-32k": 40, "openclaw-90k": 160}  # history messages
@@ -175,20 +129,6 @@ class Target:
     pid: int | None  # the process tree whose CPU is charged to this target
     keys: list[str] | None = None  # one per tenant, used in turn (ClawHub); None: api_key for every request
     api: str = "chat"  # which of API_PATHS it is sent as
-
-
-def spawn(args: list[str], env: dict | None = None, *, drop: tuple[str, ...] = ()) -> subprocess.Popen:
-    environment = {k: v for k, v in os.environ.items() if k not in drop}
-    return subprocess.Popen(args, env={**environment, **(env or {})}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def stop(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(15)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        process.kill()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -356,66 +296,6 @@ def bench_identities(tenants: int) -> tuple[list[str], str]:
             "state": AdapterVersion.State.ACTIVE, "artifact_path": f"/srv/adapters/bench/{i}/v1"})
         secrets.append(secret)
     return secrets, "clawhub-personal"
-
-
-def ensure_litellm(log=sys.stderr) -> str | None:
-    """The litellm executable: LITELLM_BIN if set, else .venv-litellm (created or refreshed on first use).
-
-    Returns None, after saying why on ``log``, when it cannot be installed (no index reachable)."""
-    given = os.environ.get("LITELLM_BIN")
-    if given:
-        return given if os.path.exists(given) else None
-    exe = LITELLM_VENV / "bin" / "litellm"
-    stamp = LITELLM_VENV / ".clawhub-stamp"
-    if exe.exists() and stamp.exists() and stamp.read_text() == LITELLM_REQUIREMENT:
-        return str(exe)
-    uv = Path(sys.executable).parent / "uv"
-    uv_cmd = [str(uv)] if uv.exists() else [sys.executable, "-m", "uv"]
-    python = shutil.which("python3.11") or sys.executable
-    log.write(f"bench_gateway: installing {LITELLM_REQUIREMENT} into {LITELLM_VENV} (once)\n")
-    log.flush()
-    try:
-        if not (LITELLM_VENV / "bin" / "python").exists():
-            subprocess.run([*uv_cmd, "venv", "-q", "--python", python, str(LITELLM_VENV)], check=True)
-        subprocess.run([*uv_cmd, "pip", "install", "-q", "--python", str(LITELLM_VENV / "bin" / "python"),
-                        LITELLM_REQUIREMENT], check=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        log.write(f"bench_gateway: could not install LiteLLM: {exc}\n")
-        return None
-    stamp.write_text(LITELLM_REQUIREMENT)
-    return str(exe)
-
-
-def start_litellm(exe: str, upstream: str, port: int, workers: int) -> tuple[subprocess.Popen, str]:
-    """LiteLLM's proxy in LITELLM_MODE, in front of the same upstream."""
-    config = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
-    config.write(f"""model_list:
-  - model_name: tiny
-    litellm_params:
-      model: hosted_vllm/tiny
-      api_base: {upstream}/v1
-      api_key: none
-general_settings:
-  master_key: sk-bench-master
-litellm_settings:
-  drop_params: true
-""")
-    config.close()
-    # Without DATABASE_URL: LiteLLM would take ClawHub's database for its own and try to start Prisma.
-    process = spawn([exe, "--config", config.name, "--port", str(port), "--num_workers", str(workers)],
-                    drop=("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"))
-    wait_http(f"http://127.0.0.1:{port}/health/liveliness", timeout=180)
-    return process, "sk-bench-master"
-
-
-def litellm_version(exe: str) -> str:
-    python = Path(exe).parent / "python"
-    try:
-        code = "import importlib.metadata as m; print(m.version('litellm'))"
-        return subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                              timeout=60).stdout.strip() or "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
 
 
 def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litellm: bool, out,
