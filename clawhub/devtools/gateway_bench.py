@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from django.core.management import get_commands
 
 from clawhub.devtools.litellm_baseline import (
     LITELLM_MODE,
@@ -323,7 +324,9 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
                                                                  "max_adapters": 8}])})
         processes.append(gateway)
         consumer_pid = None
-        if (ROOT / "clawhub" / "gateway" / "management" / "commands" / "capture_consumer.py").exists():
+        # Asked of Django, not of a path: the command has moved with capture before (and older checkouts, run
+        # for a before/after figure, have none).
+        if "capture_consumer" in get_commands():
             consumer = spawn([sys.executable, str(ROOT / "manage.py"), "capture_consumer"])
             processes.append(consumer)
             consumer_pid = consumer.pid
