@@ -28,20 +28,18 @@ from clawhub.core.metrics import (
 )
 from clawhub.gateway import feedback, limits, messages, responses, tool_calls
 from clawhub.gateway.auth import KeyCache, KeyInfo, presented_secret
+from clawhub.gateway.bodies import check_model, encode_body, parse_json, parse_request
 from clawhub.gateway.config import GatewayConfig
 from clawhub.gateway.dbreads import CachedLoader, DbRunner
 from clawhub.gateway.errors import (
     GatewayError,
-    bad_request,
     invalid_key,
-    model_not_allowed,
     model_not_found,
     no_upstream,
     normalise_upstream_error,
     upstream_refused,
     upstream_timeout,
 )
-from clawhub.gateway.fields import check_fields
 from clawhub.gateway.http import ClientGone, read_body, send_json
 from clawhub.gateway.identity import Identity, extract_identity
 from clawhub.gateway.meters import ServedRequests
@@ -88,63 +86,6 @@ class Served:
     route: str | None
     model: str | None = None
     recorded: bool = False  # a TurnRecord went to the writer, which updates the metrics from it
-
-
-def parse_json(raw: bytes) -> dict:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise bad_request("The request body is not valid JSON.", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise bad_request("The request body must be a JSON object.")
-    return body
-
-
-def parse_request(raw: bytes, chat: bool) -> dict:
-    body = parse_json(raw)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise bad_request("You must provide a model parameter (a string).", param="model")
-    if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise bad_request("'messages' must be a non-empty list.", param="messages")
-        if not all(isinstance(m, dict) for m in messages):
-            raise bad_request("Every message must be an object.", param="messages")
-        if body.get("logprobs") is not None and not isinstance(body["logprobs"], bool):
-            raise bad_request("'logprobs' must be a boolean.", param="logprobs")
-    else:
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str | list):
-            raise bad_request("'prompt' must be a string or a list.", param="prompt")
-    for name, kind, label in (("stream", bool, "a boolean"), ("stream_options", dict, "an object"),
-                              ("n", int, "an integer"), ("return_token_ids", bool, "a boolean"),
-                              ("max_tokens", int, "an integer"),
-                              ("max_completion_tokens", int, "an integer")):
-        value = body.get(name)
-        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-            raise bad_request(f"'{name}' must be {label}.", param=name)
-    check_fields(body)
-    return body
-
-
-def _encoded(body: dict) -> bytes:
-    try:
-        return orjson.dumps(body)
-    except orjson.JSONEncodeError:
-        # orjson reads 1,024 levels of nesting but writes only 254: a body between the two parses and cannot
-        # be forwarded. Found here, where the body is written anyway, rather than by a walk of every body.
-        raise bad_request("The request body is nested too deeply (over 254 levels).",
-                          code="invalid_json") from None
-
-
-def check_model(info: KeyInfo, model: str) -> None:
-    access = naming.model_access(model=model, tenant_model_id=info.model_id,
-                                 allowed_models=info.allowed_models, versions=info.playground)
-    if access == "not_allowed":
-        raise model_not_allowed(model)
-    if access == "not_found":
-        raise model_not_found(model)
 
 
 class Gateway:
@@ -559,7 +500,7 @@ class Gateway:
             response = None
             try:
                 try:
-                    response = await self._open(up, adapter, path, _encoded(upstream_body))
+                    response = await self._open(up, adapter, path, encode_body(upstream_body))
                     if response.status_code == 400 and requested is not None and forwarded is None:
                         # The upstream did not list its context length: its refusal names it. Learn, retry.
                         learned = limits.too_many_output_tokens(await response.aread())
@@ -567,7 +508,7 @@ class Gateway:
                             await response.aclose()
                             up.max_model_len = learned
                             forwarded = limits.clamp_output(upstream_body, learned)
-                            response = await self._open(up, adapter, path, _encoded(upstream_body))
+                            response = await self._open(up, adapter, path, encode_body(upstream_body))
                 except CONNECT_ERRORS:
                     UPSTREAM_ERRORS.labels(kind="connect").inc()
                     self.pool.mark_unhealthy(up)
