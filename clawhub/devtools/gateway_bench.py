@@ -324,8 +324,7 @@ def run(*, requests: int, concurrency: int, workers: int, max_tokens: int, litel
                                                                  "max_adapters": 8}])})
         processes.append(gateway)
         consumer_pid = None
-        # Asked of Django, not of a path: the command has moved with capture before (and older checkouts, run
-        # for a before/after figure, have none).
+        # Asked of Django, not of a path: the command moved with capture once; older checkouts have none.
         if "capture_consumer" in get_commands():
             consumer = spawn([sys.executable, str(ROOT / "manage.py"), "capture_consumer"])
             processes.append(consumer)
