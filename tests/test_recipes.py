@@ -54,9 +54,19 @@ def add_line_to(path: Path, table: str, line: str) -> None:
     path.write_text(text.replace(opening, opening + f"    {line}\n"))
 
 
+def follow_registry_recipe(tree: Path, *, module: str, source: str, registry: str, table: str, line: str,
+                           app: str, migration: str, setting: dict[str, str]) -> None:
+    """The recipe both registries share: the class in a module of its own, one line in the registry's table,
+    Django's choices-only migration; then no other migration is wanted with ``setting`` naming it."""
+    (tree / module).write_text(textwrap.dedent(source))
+    add_line_to(tree / registry, table, line)
+    _run([sys.executable, "manage.py", "makemigrations", app, "--name", migration], tree)
+    _run([sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"], tree, **setting)
+
+
 def test_a_judge_type_is_one_class_one_registry_line_and_a_choices_migration(tree):
-    # 1. A Judge subclass with name, _judge and from_config, in a module of its own.
-    (tree / "workers/judge/echo.py").write_text(textwrap.dedent('''\
+    # A Judge subclass with name, _judge and from_config; one line in JUDGES; the choices-only migration.
+    follow_registry_recipe(tree, module="workers/judge/echo.py", source='''\
         from workers.judge.judges import Judge, JudgeResult
 
 
@@ -74,16 +84,12 @@ def test_a_judge_type_is_one_class_one_registry_line_and_a_choices_migration(tre
             @classmethod
             def from_config(cls, config, *, rules=None):
                 return cls()
-        '''))
-    # 2. One line in JUDGES.
-    add_line_to(tree / "workers/judge/registry.py", "JUDGES", '"echo": "workers.judge.echo:EchoJudge",')
-    # 3. Django's choices-only migration.
-    python = [sys.executable, "manage.py"]
-    _run(python + ["makemigrations", "feedback", "--name", "judge_echo"], tree)
+        ''', registry="workers/judge/registry.py", table="JUDGES",
+        line='"echo": "workers.judge.echo:EchoJudge",', app="feedback", migration="judge_echo",
+        setting={"CLAWHUB_JUDGE": "echo"})
 
     # What the recipe promises: CLAWHUB_JUDGE=echo is accepted, tenants can choose it (JudgeRules and the
-    # judge-rules API's choices), the judge task builds it (what judge_for_tenant calls), no other migration.
-    _run(python + ["makemigrations", "--check", "--dry-run"], tree, CLAWHUB_JUDGE="echo")
+    # judge-rules API's choices), the judge task builds it (what judge_for_tenant calls).
     check = textwrap.dedent('''\
         import django
         django.setup()
@@ -109,8 +115,9 @@ def test_a_judge_type_is_one_class_one_registry_line_and_a_choices_migration(tre
 
 
 def test_a_training_backend_is_one_class_one_registry_line_and_a_choices_migration(tree):
-    # 1. A TrainingBackend subclass with name and from_config, in a module of its own.
-    (tree / "workers/trainer/echo.py").write_text(textwrap.dedent('''\
+    # A TrainingBackend subclass with name and from_config; one line in BACKENDS; the choices-only migration
+    # (this backend has no settings of its own to add).
+    follow_registry_recipe(tree, module="workers/trainer/echo.py", source='''\
         from workers.trainer.backend import TrainingBackend
 
 
@@ -134,17 +141,12 @@ def test_a_training_backend_is_one_class_one_registry_line_and_a_choices_migrati
 
             def export_adapter(self, out_dir):
                 return out_dir
-        '''))
-    # 2. One line in BACKENDS.
-    add_line_to(tree / "workers/trainer/registry.py", "BACKENDS",
-                '"echo": "workers.trainer.echo:EchoBackend",')
-    # 3. Django's choices-only migration (this backend has no settings of its own to add).
-    python = [sys.executable, "manage.py"]
-    _run(python + ["makemigrations", "training", "--name", "backend_echo"], tree)
+        ''', registry="workers/trainer/registry.py", table="BACKENDS",
+        line='"echo": "workers.trainer.echo:EchoBackend",', app="training", migration="backend_echo",
+        setting={"CLAWHUB_TRAIN_BACKEND": "echo"})
 
     # What the recipe promises: CLAWHUB_TRAIN_BACKEND=echo is accepted, staff can choose it per tenant
-    # (training.models.Backend), the train task builds it (make_backend), no other migration.
-    _run(python + ["makemigrations", "--check", "--dry-run"], tree, CLAWHUB_TRAIN_BACKEND="echo")
+    # (training.models.Backend), the train task builds it (make_backend).
     check = textwrap.dedent('''\
         import django
         django.setup()
