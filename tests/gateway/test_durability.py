@@ -120,7 +120,7 @@ def test_database_stopped_for_ten_seconds(stores, stack):
     known = [s for s in load.sent if s.key == "known"]
     unseen = [s for s in load.sent if s.key == "unseen"]
     during = [s for s in known if outage[0] + 0.5 < s.started < outage[1]]
-    statuses = sorted({s.status for s in load.sent})
+    statuses = {s.status for s in load.sent}  # None: the request failed at the client (its error is kept)
     assert 500 not in statuses, [s.body for s in load.sent if s.status == 500][:3]
     assert gateway_ready.status_code == 200, gateway_ready.text
     assert web_ready.status_code == 503 and "database" in web_ready.json()["failed"]
