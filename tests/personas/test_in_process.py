@@ -34,6 +34,10 @@ def config(tmp_path, **kw) -> InProcessConfig:
 
 
 def test_one_update_runs_end_to_end_and_changes_the_adapter(tmp_path):
+    # What an earlier benchmark into the same folder left: its run must not be resumed as this one's.
+    stale = tmp_path / "out" / "adapters" / "combine-brief" / "run-1" / "checkpoints" / "step-00000003"
+    stale.mkdir(parents=True)
+    (stale / "state.json").write_text('{"step": 3}')
     bench = InProcessBench(config(tmp_path), echo=lambda line: None, log=lambda line: None)
     [result] = bench.run()
     track = result["brief"]

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics
 import sys
 import time
@@ -200,6 +201,9 @@ class InProcessBench:
         torch.set_num_threads(self.config.threads)
         config = TrainConfig.from_dict({**self.config.overrides, "method": method, "device": "cpu"})
         backend = LocalBackend(resident=True)
+        # The backend resumes a run from its folder's checkpoints: one left there by an earlier benchmark into
+        # the same output folder is not this run's.
+        shutil.rmtree(workdir, ignore_errors=True)
         backend.start(str(self.config.model), parent, config, str(workdir))
         return backend
 
