@@ -68,6 +68,20 @@ class BenchError(RuntimeError):
     pass
 
 
+def check_users(*, methods, personas, phrasings: str, noise: float) -> None:
+    """What both tracks (the stack's and the in-process one) ask of the methods and the simulated users."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
+    bad = [p for p in personas if p not in P.PERSONAS]
+    if bad:
+        raise ValueError(f"unknown personas {bad}; choose from {list(P.PERSONAS)}")
+    if phrasings not in ("training", "held-out"):
+        raise ValueError("phrasings is 'training' or 'held-out'")
+    if not 0 <= noise < 0.5:
+        raise ValueError("noise is a rate in [0, 0.5): above that the users mean the opposite")
+
+
 @dataclass
 class BenchConfig:
     base_url: str = "http://127.0.0.1:8000"
@@ -104,18 +118,9 @@ class BenchConfig:
     poll: float = 2.0
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
-        bad = [p for p in self.personas if p not in P.PERSONAS]
-        if bad:
-            raise ValueError(f"unknown personas {bad}; choose from {list(P.PERSONAS)}")
-        if self.phrasings not in ("training", "held-out"):
-            raise ValueError("phrasings is 'training' or 'held-out'")
+        check_users(methods=self.methods, personas=self.personas, phrasings=self.phrasings, noise=self.noise)
         if self.judge not in ("rule", "llm"):
             raise ValueError("judge is 'rule' or 'llm'")
-        if not 0 <= self.noise < 0.5:
-            raise ValueError("noise is a rate in [0, 0.5): above that the users mean the opposite")
         if self.max_updates < 1 or self.batch_size < 1 or self.turns_per_session < 1:
             raise ValueError("max_updates, batch_size and turns_per_session must be at least 1")
 

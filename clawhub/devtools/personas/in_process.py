@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from clawhub.devtools.personas import personas as P
-from clawhub.devtools.personas.driver import METHODS, Track, UpdateRecord, agreement, request_seed
+from clawhub.devtools.personas.driver import Track, UpdateRecord, agreement, check_users, request_seed
 from clawhub.devtools.personas.judges import rule_judge
 from clawhub.devtools.personas.plots import line_chart_png
 from workers import base_models
@@ -85,16 +85,7 @@ class InProcessConfig:
     out_dir: Path = Path("bench-output")
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
-        bad = [p for p in self.personas if p not in P.PERSONAS]
-        if bad:
-            raise ValueError(f"unknown personas {bad}; choose from {list(P.PERSONAS)}")
-        if self.phrasings not in ("training", "held-out"):
-            raise ValueError("phrasings is 'training' or 'held-out'")
-        if not 0 <= self.noise < 0.5:
-            raise ValueError("noise is a rate in [0, 0.5): above that the users mean the opposite")
+        check_users(methods=self.methods, personas=self.personas, phrasings=self.phrasings, noise=self.noise)
         if min(self.max_updates, self.batch_size, self.turns_per_session, self.parallel_sessions) < 1:
             raise ValueError("max_updates, batch_size, turns_per_session and parallel_sessions must be >= 1")
 
