@@ -36,35 +36,41 @@ def reference(tiny_dir) -> TinyLogprobs:
     return TinyLogprobs(tiny_dir)
 
 
-@pytest.fixture
-def fake_tinker(tiny_dir, tmp_path):
-    server = FakeTinker(base_model_dir=tiny_dir, api_key=TINKER_KEY, artifacts_dir=tmp_path / "tinker-store")
+def _serving(server):
     server.start()
     yield server
     server.stop()
 
 
-@pytest.fixture
-def make_tinker(fake_tinker, tiny_dir):
+def _backends(name: str, default_key: str, **options):
+    """Yields make(api_key=..., retry=...) -> a `name` backend with `options`; closes them all after."""
     from workers.trainer.registry import backend_for
 
     created = []
 
-    def make(api_key: str = TINKER_KEY, retry: RetryPolicy = FAST_RETRY):
-        backend = backend_for(
-            "tinker",
-            api_key=api_key,
-            base_url=fake_tinker.url,
-            remote_base_model="tiny-qwen2",
-            tokenizer=str(tiny_dir),
-            retry=retry,
-        )
+    def make(api_key: str = default_key, retry: RetryPolicy = FAST_RETRY):
+        backend = backend_for(name, api_key=api_key, retry=retry, **options)
         created.append(backend)
         return backend
 
     yield make
     for backend in created:
         backend.close()
+
+
+@pytest.fixture
+def fake_tinker(tiny_dir, tmp_path):
+    yield from _serving(
+        FakeTinker(base_model_dir=tiny_dir, api_key=TINKER_KEY, artifacts_dir=tmp_path / "tinker-store")
+    )
+
+
+@pytest.fixture
+def make_tinker(fake_tinker, tiny_dir):
+    yield from _backends(
+        "tinker", TINKER_KEY, base_url=fake_tinker.url, remote_base_model="tiny-qwen2",
+        tokenizer=str(tiny_dir),
+    )
 
 
 def chat_sample(
@@ -96,39 +102,24 @@ FIREWORKS_ACCOUNT = "clawhub-test"
 def fake_fireworks(tiny_dir, tmp_path):
     from tests.remote.fakes.fireworks_server import FakeFireworks
 
-    server = FakeFireworks(
+    yield from _serving(FakeFireworks(
         base_model_dir=tiny_dir,
         api_key=FIREWORKS_KEY,
         account_id=FIREWORKS_ACCOUNT,
         artifacts_dir=tmp_path / "fireworks-store",
-    )
-    server.start()
-    yield server
-    server.stop()
+    ))
 
 
 @pytest.fixture
 def make_fireworks(fake_fireworks, tiny_dir):
-    from workers.trainer.registry import backend_for
-
-    created = []
-
-    def make(api_key: str = FIREWORKS_KEY, retry: RetryPolicy = FAST_RETRY):
-        backend = backend_for(
-            "fireworks",
-            api_key=api_key,
-            account_id=FIREWORKS_ACCOUNT,
-            base_url=fake_fireworks.url,
-            remote_base_model="accounts/fireworks/models/tiny-qwen2",
-            tokenizer=str(tiny_dir),
-            retry=retry,
-        )
-        created.append(backend)
-        return backend
-
-    yield make
-    for backend in created:
-        backend.close()
+    yield from _backends(
+        "fireworks",
+        FIREWORKS_KEY,
+        account_id=FIREWORKS_ACCOUNT,
+        base_url=fake_fireworks.url,
+        remote_base_model="accounts/fireworks/models/tiny-qwen2",
+        tokenizer=str(tiny_dir),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- Django path

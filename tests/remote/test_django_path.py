@@ -18,7 +18,7 @@ from clawhub.training import services
 from clawhub.training.models import TrainingRun
 from tests.factories import make_user
 from tests.remote.conftest import FIREWORKS_ACCOUNT, FIREWORKS_KEY, TINKER_KEY, recorded_samples
-from tests.remote.test_tinker import assert_datum, expected_wire
+from tests.remote.wire import assert_datum, expected_wire
 from tests.training.conftest import ApiAs, BrowserAs
 
 BACKENDS = ["tinker", "fireworks"]

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.remote.conftest import FIREWORKS_ACCOUNT, chat_sample, small_config
-from tests.remote.test_tinker import assert_datum, expected_wire
+from tests.remote.wire import assert_datum, expected_wire, opd_teacher
 from workers.trainer.batching import encode_sample, prompt_ids, with_hint
 from workers.trainer.remote import RemoteAuthError, RemoteTrainingError
 from workers.trainer.remote.errors import RetryPolicy
@@ -44,8 +44,6 @@ def test_rl_batch_on_the_wire(fake_fireworks, make_fireworks, tokenizer, referen
 def test_opd_teacher_from_the_session_base_model_and_hint_by_overlap(
     fake_fireworks, make_fireworks, tokenizer, reference, tmp_path
 ):
-    from workers.trainer.hints import choose_hint
-
     hints = ["Answer in one word.", "Mention the river Seine and the Eiffel tower in your answer."]
     samples = [
         chat_sample(tokenizer, 10, "Where is Paris?", "In France.", hints=hints),
@@ -69,23 +67,8 @@ def test_opd_teacher_from_the_session_base_model_and_hint_by_overlap(
     )
     [call] = fake_fireworks.forward_backward_batches
     for datum, sample in zip(call.data, samples[:2], strict=True):
-        enc = encode_sample(tokenizer, sample, max_seq_len=512)
-        n = len(enc.response_ids)
-        contexts = [
-            prompt_ids(tokenizer, with_hint(sample.messages, h), None) + enc.response_ids
-            for h in sample.hints
-        ]
-        choice = 0
-        if len(contexts) > 1:
-            policy_ids, _ = reference.topk(enc.prompt_ids + enc.response_ids, 4)
-            overlaps = []
-            for ctx in contexts:
-                teacher_ids, _ = reference.topk(ctx, 4)
-                pairs = zip(policy_ids[-n:], teacher_ids[-n:], strict=True)
-                overlaps.append(sum(len(set(a) & set(b)) for a, b in pairs))
-            choice = choose_hint(sample.hints, overlaps)
-        teacher = reference.token_logprobs(contexts[choice])[-n:]
-        assert contexts[choice] in teacher_prompts  # the teacher prefill: base weights, hint in the prompt
+        context, teacher = opd_teacher(tokenizer, reference, sample)
+        assert context in teacher_prompts  # the teacher prefill: base weights, hint in the prompt
         # The OPD log-ratio clipped to +-1 (opd_clip), then weighted.
         advantages = [
             0.5 * max(-1.0, min(1.0, t - o)) for t, o in zip(teacher, sample.response_logprobs, strict=True)

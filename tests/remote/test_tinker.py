@@ -13,31 +13,10 @@ import time
 import pytest
 
 from tests.remote.conftest import chat_sample, small_config
+from tests.remote.wire import assert_datum, expected_wire, opd_teacher
 from workers.trainer.batching import encode_sample, prompt_ids, with_hint
 from workers.trainer.remote import RemoteAuthError, RemoteTrainingError
 from workers.trainer.remote.errors import RetryPolicy
-
-
-def expected_wire(tokenizer, sample, advantages, old, samples_in_step):
-    """(input tokens, targets, logprobs, advantages) the datum for `sample` must carry."""
-    enc = encode_sample(tokenizer, sample, max_seq_len=512)
-    tokens = enc.prompt_ids + enc.response_ids
-    pad = len(enc.prompt_ids) - 1
-    scale = 1.0 / (len(enc.response_ids) * samples_in_step)
-    return (
-        tokens[:-1],
-        tokens[1:],
-        [0.0] * pad + list(old),
-        [0.0] * pad + [a * scale for a in advantages],
-    )
-
-
-def assert_datum(datum, want):
-    tokens, targets, logprobs, advantages = want
-    assert datum.input_tokens == tokens
-    assert [int(t) for t in datum.loss_fn_inputs["target_tokens"]] == targets
-    assert datum.loss_fn_inputs["logprobs"] == pytest.approx(logprobs, abs=1e-5)
-    assert datum.loss_fn_inputs["advantages"] == pytest.approx(advantages, abs=1e-5)
 
 
 def test_binary_rl_batch_on_the_wire(fake_tinker, make_tinker, tokenizer, reference, tmp_path):
@@ -93,25 +72,8 @@ def test_opd_uses_teacher_from_base_model_and_picks_hint_by_overlap(
     assert [d.sample_id for d in result.dropped] == [12]
     [call] = fake_tinker.forward_backward_batches
     for datum, sample in zip(call.data, samples[:2], strict=True):
-        enc = encode_sample(tokenizer, sample, max_seq_len=512)
-        n = len(enc.response_ids)
-        contexts = [
-            prompt_ids(tokenizer, with_hint(sample.messages, h), None) + enc.response_ids
-            for h in sample.hints
-        ]
-        choice = 0
-        if len(contexts) > 1:
-            policy_ids, _ = reference.topk(enc.prompt_ids + enc.response_ids, 4)
-            overlaps = []
-            for ctx in contexts:
-                teacher_ids, _ = reference.topk(ctx, 4)
-                pairs = zip(policy_ids[-n:], teacher_ids[-n:], strict=True)
-                overlaps.append(sum(len(set(a) & set(b)) for a, b in pairs))
-            from workers.trainer.hints import choose_hint
-
-            choice = choose_hint(sample.hints, overlaps)
-        teacher = reference.token_logprobs(contexts[choice])[-n:]
-        assert contexts[choice] in fake_tinker.logprob_requests  # the teacher prefill the SDK asked for
+        context, teacher = opd_teacher(tokenizer, reference, sample)
+        assert context in fake_tinker.logprob_requests  # the teacher prefill the SDK asked for
         # The OPD log-ratio clipped to +-1 (opd_clip), then weighted.
         advantages = [
             0.5 * max(-1.0, min(1.0, t - o)) for t, o in zip(teacher, sample.response_logprobs, strict=True)
