@@ -42,25 +42,6 @@ class TinkerBackend(TinkerProtocolBackend):
             retry=RetryPolicy.from_config(config),
         )
 
-    def __init__(
-        self,
-        *,
-        api_key: str,
-        base_url: str | None = None,
-        remote_base_model: str | None = None,
-        tokenizer: str | None = None,
-        retry: RetryPolicy | None = None,
-        loss_fn: str = "ppo",
-    ) -> None:
-        super().__init__(
-            api_key=api_key,
-            base_url=base_url,
-            remote_base_model=remote_base_model,
-            tokenizer=tokenizer,
-            retry=retry,
-            loss_fn=loss_fn,
-        )
-
     @property
     def sdk(self) -> Any:
         import tinker
