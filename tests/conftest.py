@@ -167,6 +167,18 @@ def api_client():
 
 
 @pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test. Two cores are shared by everyone; for a model this small a second
+    thread buys little and, on a busy machine, spin-waiting threads make a run several times slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def output_dir(request, settings):
     """A folder under test-output/ for files a test leaves behind to be looked at (screenshots, plots)."""
     path = settings.TEST_OUTPUT_DIR / request.node.name

@@ -18,6 +18,7 @@ from clawhub.conversations.models import Turn
 from tests.conversations.conftest import approved_sample
 from tests.factories import make_key, make_user
 from tests.gateway.conftest import forget_tenant_adapters, gateway_factory  # noqa: F401
+from tests.specs import function_tool
 from tests.vllm_server import TINY_MODEL_DIR
 from workers.tasks.training import train_sample
 from workers.trainer.backend import TrainConfig
@@ -29,14 +30,7 @@ pytestmark = pytest.mark.vllm
 # assertion message; kernels differ (vLLM's CPU attention vs. torch's), so not bit-exact.
 TOLERANCE = 2e-3
 
-READ_FILE = {
-    "type": "function",
-    "function": {
-        "name": "read_file",
-        "description": "Read a file from the workspace.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-    },
-}
+READ_FILE = function_tool("read_file", "Read a file from the workspace.", "path")
 THINKING = {
     "messages": [
         {"role": "system", "content": "You are a helpful agent."},

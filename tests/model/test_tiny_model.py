@@ -9,18 +9,11 @@ from django.core.management import call_command
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Tokenizer
 
+from tests.specs import LORA_TARGET_MODULES, WEATHER_TOOL
 from workers.tiny_model.builder import CORPUS_DIR, TinyModelConfig, load_corpus
 from workers.tiny_model.tokenizer import IM_END, QWEN_SPLIT_REGEX, build_tokenizer, render_chat, train_bpe
 
 HINT_BLOCK = "\n\n[user's hint / instruction]\n"  # what OPD appends to the last user message (backend.py)
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 SAMPLES = [
     "Can you help me with my homework? A garden is 5 meters long and 6 meters wide.",
@@ -157,15 +150,7 @@ def test_lora_adapter_is_peft_shaped_non_zero_and_changes_logits(tiny_model_dir,
     weights = load_file(adapter_dir / "adapter_model.safetensors")
 
     assert config["peft_type"] == "LORA" and config["r"] == 8
-    assert set(config["target_modules"]) == {
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    }
+    assert set(config["target_modules"]) == LORA_TARGET_MODULES
     lora_b = [t for name, t in weights.items() if "lora_B" in name]
     assert lora_b and all(t.abs().sum() > 0 for t in lora_b)
 

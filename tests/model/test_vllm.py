@@ -9,6 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tests.specs import WEATHER_TOOL
+
 pytestmark = pytest.mark.vllm
 
 HOMEWORK = [
@@ -18,14 +20,6 @@ HOMEWORK = [
         "box. How many pencils are there in all?",
     }
 ]
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 @pytest.fixture(scope="module")

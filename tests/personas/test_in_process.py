@@ -18,13 +18,7 @@ from workers.trainer.batching import collate, encode_batch, pad_values
 from workers.trainer.local import LocalBackend, response_stats
 from workers.trainer.losses import Sampler
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def config(tmp_path, **kw) -> InProcessConfig:

@@ -11,15 +11,8 @@ CHATS = Path(__file__).resolve().parents[2] / "workers" / "tiny_model" / "corpus
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    # Two cores are shared by everyone; for a model this small a second thread buys little and, on a busy
-    # machine, spin-waiting threads make a run several times slower.
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_torch_thread):
+    pass
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.specs import LORA_TARGET_MODULES
 from workers.trainer.backend import TrainConfig, TrainingBackend, TrainSample
 from workers.trainer.registry import BACKENDS, backend_class
 
@@ -15,15 +16,7 @@ def test_defaults_follow_openclaw_rl():
     cfg = TrainConfig()
     assert (cfg.lr, cfg.lora_r, cfg.lora_alpha, cfg.eps_low, cfg.eps_high) == (1e-4, 16, 32, 0.2, 0.28)
     assert (cfg.w_rl, cfg.w_opd, cfg.kl_coef, cfg.topk_overlap) == (1.0, 1.0, 0.0, 4)
-    assert set(cfg.target_modules) == {
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    }
+    assert set(cfg.target_modules) == LORA_TARGET_MODULES
     assert (cfg.dtype, cfg.device) == ("auto", "auto")
 
 

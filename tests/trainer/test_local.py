@@ -11,6 +11,7 @@ from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from tests.specs import LORA_TARGET_MODULES
 from tests.trainer.conftest import sampled_batch
 from workers.trainer.backend import TrainConfig, TrainSample
 from workers.trainer.batching import collate, encode_batch, pad_values
@@ -174,15 +175,7 @@ def test_exported_adapter_loads_with_peft_and_changes_outputs(tiny_model_dir, tm
     assert {"adapter_config.json", "adapter_model.safetensors"} <= files
     config = json.loads((tmp_path / "export" / "v1" / "adapter_config.json").read_text())
     assert config["r"] == 16 and config["lora_alpha"] == 32 and config["peft_type"] == "LORA"
-    assert set(config["target_modules"]) == {
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    }
+    assert set(config["target_modules"]) == LORA_TARGET_MODULES
     assert config["base_model_name_or_path"] == str(tiny_model_dir)
     assert all(k.startswith("base_model.model.") for k in load_file(f"{out}/adapter_model.safetensors"))
 

@@ -16,6 +16,7 @@ from tests.training.conftest import approved_samples
 
 TINY = Path(__file__).resolve().parents[2] / "models" / "tiny-qwen2"
 FAST = {"micro_batch_size": 1, "grad_accum": 2, "max_seq_len": 256, "lr": 1e-3, "lora_r": 4, "lora_alpha": 8}
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture
@@ -24,16 +25,6 @@ def train_dirs(settings, tmp_path):
     settings.CLAWHUB_ADAPTER_DIR = str(tmp_path / "adapters")
     settings.CLAWHUB_TRAIN_BASE_MODEL = str(TINY)
     return tmp_path
-
-
-@pytest.fixture(autouse=True)
-def _few_threads():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_train_task_produces_a_candidate_that_loads_in_peft(db, sent, train_dirs):
