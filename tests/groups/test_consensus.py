@@ -161,12 +161,18 @@ BOLD_REPLY = "**Step 1**: add them.\n1. Add 3 and 4.\n2. That makes 7."
 PLAIN_REPLY = "First you add 3 and 4, and then you get 7 in all."
 
 
-def test_the_adversary_is_flagged_in_the_pipeline_and_their_approved_samples_wait(trio):
-    group, (h1, h2, adversary), (k1, k2, ka) = trio
+def honest_members_score(trio) -> None:
+    """The two honest members each mark the bold reply down and the plain one up, twice."""
+    _, (h1, h2, _), (k1, k2, _) = trio
     for user, key in ((h1, k1), (h2, k2)):
         for _ in range(2):
             make_sample(user, key=key, reward=-1, reply=BOLD_REPLY)
             make_sample(user, key=key, reward=+1, reply=PLAIN_REPLY)
+
+
+def test_the_adversary_is_flagged_in_the_pipeline_and_their_approved_samples_wait(trio):
+    group, (h1, h2, adversary), (k1, k2, ka) = trio
+    honest_members_score(trio)
     made = []
     for i in range(4):
         reply, reward = (BOLD_REPLY, +1) if i % 2 == 0 else (PLAIN_REPLY, -1)
@@ -195,10 +201,7 @@ def test_the_review_console_shows_the_reason_and_the_disagreeing_pairs(trio):
     from django.test import Client
 
     group, (h1, h2, adversary), (k1, k2, ka) = trio
-    for user, key in ((h1, k1), (h2, k2)):
-        for _ in range(2):
-            make_sample(user, key=key, reward=-1, reply=BOLD_REPLY)
-            make_sample(user, key=key, reward=+1, reply=PLAIN_REPLY)
+    honest_members_score(trio)
     made = [make_sample(adversary, key=ka, reward=+1 if i % 2 == 0 else -1,
                         reply=BOLD_REPLY if i % 2 == 0 else PLAIN_REPLY) for i in range(6)]
     client = Client()

@@ -22,6 +22,15 @@ def login(client, user):
 
 
 @pytest.fixture
+def client_settings(settings):
+    """The site URL and model limits that the client configurations (Claude Code, Codex, OpenClaw) print."""
+    settings.PUBLIC_BASE_URL = "https://hub.example.org/"
+    settings.MODEL_CONTEXT_WINDOW = 65536
+    settings.MODEL_MAX_TOKENS = 4096
+    return settings
+
+
+@pytest.fixture
 def web_client():
     return Client(enforce_csrf_checks=True)
 

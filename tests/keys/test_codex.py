@@ -7,14 +7,7 @@ from clawhub.keys.codex import codex_config
 from clawhub.keys.openclaw import SECRET_PLACEHOLDER
 from tests.factories import add_member, make_group, make_key, make_user
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _model_settings(settings):
-    settings.PUBLIC_BASE_URL = "https://hub.example.org/"
-    settings.MODEL_CONTEXT_WINDOW = 65536
-    settings.MODEL_MAX_TOKENS = 4096
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("client_settings")]
 
 
 def parsed(text: str) -> tuple[dict, dict[str, str]]:

@@ -17,11 +17,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _model_settings(settings):
-    settings.PUBLIC_BASE_URL = "https://hub.example.org"
-    settings.MODEL_CONTEXT_WINDOW = 65536
-    settings.MODEL_MAX_TOKENS = 4096
-    settings.MODEL_REASONING = True
+def _model_settings(client_settings):
+    client_settings.PUBLIC_BASE_URL = "https://hub.example.org"  # no trailing slash: /v1 is still joined once
+    client_settings.MODEL_REASONING = True
 
 
 def provider(config: dict) -> dict:
