@@ -240,12 +240,8 @@ def membership_remove(*, actor: User, group: Group, user: User, ip: str | None =
         raise PermissionDenied("The owner cannot be removed.")
     if not can_remove(actor_role, role):
         raise PermissionDenied("Only the owner may remove admins.")
-    revoked = _revoke_keys(group=group, actor=actor, owner=user, ip=ip, reason="removed from group")
-    _revoke_invitations_beyond(group=group, inviter=user, role=None, actor=actor, ip=ip,
-                               reason="inviter removed from group")
-    audit_record(actor=actor, action="membership.remove", target=membership, subject_user=user, group=group,
-                 ip=ip, role=role.value, keys_revoked=revoked)
-    membership.delete()
+    _membership_end(membership, group=group, user=user, role=role, actor=actor, ip=ip,
+                    action="membership.remove", reason="removed from group")
 
 
 @transaction.atomic
@@ -257,11 +253,19 @@ def membership_leave(*, actor: User, group: Group, ip: str | None = None) -> Non
                        code="owner_must_transfer")
     _lock_group(group)
     membership = Membership.objects.get(group=group, user=actor)
-    revoked = _revoke_keys(group=group, actor=actor, owner=actor, ip=ip, reason="left group")
-    _revoke_invitations_beyond(group=group, inviter=actor, role=None, actor=actor, ip=ip,
-                               reason="inviter left group")
-    audit_record(actor=actor, action="membership.leave", target=membership, subject_user=actor, group=group,
-                 ip=ip, role=role.value, keys_revoked=revoked)
+    _membership_end(membership, group=group, user=actor, role=role, actor=actor, ip=ip,
+                    action="membership.leave", reason="left group")
+
+
+def _membership_end(membership: Membership, *, group: Group, user: User, role: Role, actor: User,
+                    ip: str | None, action: str, reason: str) -> None:
+    """``user`` is out of the group: their keys bound to it and their open invitations are revoked, the
+    membership audited and deleted."""
+    revoked = _revoke_keys(group=group, actor=actor, owner=user, ip=ip, reason=reason)
+    _revoke_invitations_beyond(group=group, inviter=user, role=None, actor=actor, ip=ip,
+                               reason=f"inviter {reason}")
+    audit_record(actor=actor, action=action, target=membership, subject_user=user, group=group, ip=ip,
+                 role=role.value, keys_revoked=revoked)
     membership.delete()
 
 
