@@ -106,75 +106,127 @@ def bar_chart(
             raise ValueError(f"series {name!r} has {len(values)} values for {len(cats)} categories")
     totals = [sum(max(0.0, float(series[n][i])) for n in names) for i in range(len(cats))]
     ticks = nice_ticks(max(totals, default=0.0))
-    top_value = ticks[-1]
     color = {name: colors[i % len(colors)] for i, name in enumerate(names)}
     uid = f"chart{next(_ids)}"
-
-    row = 22
-    label_chars = min(28, max((len(c) for c in cats), default=4)) if horizontal else 0
-    left = (12 + label_chars * CHAR_PX) if horizontal else 56
-    top, right = 48, width - 16
-    if horizontal:
-        height = top + max(1, len(cats)) * row + 44
-    bottom = height - 44
-    value_span = (right - left) if horizontal else (bottom - top)
-
-    def scale(v: float) -> float:
-        return value_span * v / top_value
-
-    bars: list[Bar] = []
-    band = ((bottom - top) if horizontal else (right - left)) / max(1, len(cats))
-    thickness = max(1.0, min(band * 0.72, 36.0))
-    for i, cat in enumerate(cats):
-        start = (top if horizontal else left) + band * i + (band - thickness) / 2
-        base = 0.0
-        for name in names:
-            value = max(0.0, float(series[name][i]))
-            length = scale(value)
-            if horizontal:
-                bar = Bar(cat, name, value, round(left + scale(base), 2), round(start, 2), round(length, 2),
-                          round(thickness, 2), color[name])
-            else:
-                bar = Bar(cat, name, value, round(start, 2), round(bottom - scale(base) - length, 2),
-                          round(thickness, 2), round(length, 2), color[name])
-            bars.append(bar)
-            base += value
+    box = _BarBox.fit(cats, horizontal=horizontal, width=width, height=height, top_value=ticks[-1])
+    bars = _stack(box, cats, names, series, color)
 
     description = _describe(cats, names, series, x_label if horizontal else y_label)
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" aria-labelledby="{uid}-title {uid}-desc" {FONT} font-size="12">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" viewBox="0 0 {box.width} '
+        f'{box.height}" width="{box.width}" height="{box.height}" aria-labelledby="{uid}-title {uid}-desc" '
+        f'{FONT} font-size="12">',
         f'<title id="{uid}-title">{escape(title)}</title>',
         f'<desc id="{uid}-desc">{escape(description)}</desc>',
-        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<rect x="0" y="0" width="{box.width}" height="{box.height}" fill="#ffffff"/>',
         f'<text x="8" y="20" font-size="14" font-weight="600" fill="#1d1f23">{escape(title)}</text>',
     ]
-    out += _legend(names, color, right=right)
-    # Value gridlines and their labels.
+    out += _legend(names, color, right=box.right)
+    out += _value_grid(box, ticks)
+    out += _category_labels(box, cats, tick_label)
+    out += _bar_rects(bars)
+    out += _axes(box, x_label, y_label)
+    if not cats or not any(totals):
+        out.append(f'<text x="{(box.left + box.right) / 2}" y="{(box.top + box.bottom) / 2}" '
+                   'text-anchor="middle" fill="#555b63">No data in this range</text>')
+    out.append("</svg>")
+    return Chart(title=title, svg=Svg("".join(out)), bars=tuple(bars), series=names, categories=cats)
+
+
+@dataclass(frozen=True)
+class _BarBox:
+    """Where a bar chart draws: the plot area, the band each category gets and the value axis's scale."""
+
+    horizontal: bool
+    width: int
+    height: int
+    left: float
+    right: float
+    top: float
+    bottom: float
+    band: float  # along the category axis, per category
+    label_chars: int  # a horizontal chart's row labels are clipped to this
+    top_value: float
+
+    @classmethod
+    def fit(cls, cats: Sequence[str], *, horizontal: bool, width: int, height: int,
+            top_value: float) -> _BarBox:
+        row = 22
+        label_chars = min(28, max((len(c) for c in cats), default=4)) if horizontal else 0
+        left = (12 + label_chars * CHAR_PX) if horizontal else 56
+        top, right = 48, width - 16
+        if horizontal:
+            height = top + max(1, len(cats)) * row + 44
+        bottom = height - 44
+        band = ((bottom - top) if horizontal else (right - left)) / max(1, len(cats))
+        return cls(horizontal, width, height, left, right, top, bottom, band, label_chars, top_value)
+
+    def scale(self, v: float) -> float:
+        value_span = (self.right - self.left) if self.horizontal else (self.bottom - self.top)
+        return value_span * v / self.top_value
+
+
+def _stack(box: _BarBox, cats: Sequence[str], names: Sequence[str], series: Mapping[str, Sequence[float]],
+           color: Mapping[str, str]) -> list[Bar]:
+    """One bar per category and series, each series' segment stacked on the ones before it."""
+    bars: list[Bar] = []
+    thickness = max(1.0, min(box.band * 0.72, 36.0))
+    for i, cat in enumerate(cats):
+        start = (box.top if box.horizontal else box.left) + box.band * i + (box.band - thickness) / 2
+        base = 0.0
+        for name in names:
+            value = max(0.0, float(series[name][i]))
+            length = box.scale(value)
+            if box.horizontal:
+                bar = Bar(cat, name, value, round(box.left + box.scale(base), 2), round(start, 2),
+                          round(length, 2), round(thickness, 2), color[name])
+            else:
+                bar = Bar(cat, name, value, round(start, 2), round(box.bottom - box.scale(base) - length, 2),
+                          round(thickness, 2), round(length, 2), color[name])
+            bars.append(bar)
+            base += value
+    return bars
+
+
+def _value_grid(box: _BarBox, ticks: Sequence[float]) -> list[str]:
+    """Value gridlines and their labels."""
+    out = []
     for tick in ticks:
         label = escape(short_number(tick))
-        if horizontal:
-            x = round(left + scale(tick), 2)
-            out.append(f'<line x1="{x}" x2="{x}" y1="{top}" y2="{bottom}" stroke="#e4e1dc"/>')
-            out.append(f'<text x="{x}" y="{bottom + 16}" text-anchor="middle" fill="#555b63">{label}</text>')
+        if box.horizontal:
+            x = round(box.left + box.scale(tick), 2)
+            out.append(f'<line x1="{x}" x2="{x}" y1="{box.top}" y2="{box.bottom}" stroke="#e4e1dc"/>')
+            out.append(f'<text x="{x}" y="{box.bottom + 16}" text-anchor="middle" fill="#555b63">'
+                       f"{label}</text>")
         else:
-            y = round(bottom - scale(tick), 2)
-            out.append(f'<line x1="{left}" x2="{right}" y1="{y}" y2="{y}" stroke="#e4e1dc"/>')
-            out.append(f'<text x="{left - 6}" y="{y + 4}" text-anchor="end" fill="#555b63">{label}</text>')
-    # Category labels: every one for rows; along x, as many as fit without overlapping.
-    if horizontal:
+            y = round(box.bottom - box.scale(tick), 2)
+            out.append(f'<line x1="{box.left}" x2="{box.right}" y1="{y}" y2="{y}" stroke="#e4e1dc"/>')
+            out.append(f'<text x="{box.left - 6}" y="{y + 4}" text-anchor="end" fill="#555b63">'
+                       f"{label}</text>")
+    return out
+
+
+def _category_labels(box: _BarBox, cats: Sequence[str], tick_label: Callable[[str], str]) -> list[str]:
+    """Every one for rows; along x, as many as fit without overlapping."""
+    out = []
+    if box.horizontal:
         for i, cat in enumerate(cats):
-            y = round(top + band * i + band / 2 + 4, 2)
-            out.append(f'<text x="{left - 6}" y="{y}" text-anchor="end" fill="#1d1f23">'
-                       f"<title>{escape(cat)}</title>{escape(_clip(cat, label_chars))}</text>")
+            y = round(box.top + box.band * i + box.band / 2 + 4, 2)
+            out.append(f'<text x="{box.left - 6}" y="{y}" text-anchor="end" fill="#1d1f23">'
+                       f"<title>{escape(cat)}</title>{escape(_clip(cat, box.label_chars))}</text>")
     elif cats:
         shown = [tick_label(c) for c in cats]
         widest = max(len(c) for c in shown) * CHAR_PX + 8
-        every = max(1, math.ceil(widest / band))
+        every = max(1, math.ceil(widest / box.band))
         for i in range(0, len(cats), every):
-            x = round(left + band * i + band / 2, 2)
-            out.append(f'<text x="{x}" y="{bottom + 16}" text-anchor="middle" fill="#555b63">'
+            x = round(box.left + box.band * i + box.band / 2, 2)
+            out.append(f'<text x="{x}" y="{box.bottom + 16}" text-anchor="middle" fill="#555b63">'
                        f"{escape(shown[i])}</text>")
+    return out
+
+
+def _bar_rects(bars: Sequence[Bar]) -> list[str]:
+    out = []
     for bar in bars:
         if bar.value <= 0:
             continue
@@ -184,22 +236,25 @@ def bar_chart(
             f'fill="{bar.color}" data-series={quoteattr(bar.series)} data-category={quoteattr(bar.category)} '
             f'data-value="{bar.value:g}"><title>{escape(tip)}</title></rect>'
         )
-    # Axes and their names.
-    out.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{bottom}" stroke="#1d1f23"/>')
-    out.append(f'<line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="#1d1f23"/>')
-    out.append(f'<text class="axis-label" x="{(left + right) / 2}" y="{height - 8}" text-anchor="middle" '
-               f'fill="#1d1f23">{escape(x_label)}</text>')
-    if horizontal:
+    return out
+
+
+def _axes(box: _BarBox, x_label: str, y_label: str) -> list[str]:
+    """The axes and their names."""
+    left, right, top, bottom = box.left, box.right, box.top, box.bottom
+    out = [
+        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{bottom}" stroke="#1d1f23"/>',
+        f'<line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="#1d1f23"/>',
+        f'<text class="axis-label" x="{(left + right) / 2}" y="{box.height - 8}" text-anchor="middle" '
+        f'fill="#1d1f23">{escape(x_label)}</text>',
+    ]
+    if box.horizontal:
         out.append(f'<text class="axis-label" x="8" y="{top - 10}" fill="#1d1f23">{escape(y_label)}</text>')
     else:
         middle = (top + bottom) / 2
         out.append(f'<text class="axis-label" transform="translate(14 {middle}) rotate(-90)" '
                    f'text-anchor="middle" fill="#1d1f23">{escape(y_label)}</text>')
-    if not cats or not any(totals):
-        out.append(f'<text x="{(left + right) / 2}" y="{(top + bottom) / 2}" text-anchor="middle" '
-                   'fill="#555b63">No data in this range</text>')
-    out.append("</svg>")
-    return Chart(title=title, svg=Svg("".join(out)), bars=tuple(bars), series=names, categories=cats)
+    return out
 
 
 def _legend(names: Sequence[str], color: Mapping[str, str], *, right: float) -> list[str]:
