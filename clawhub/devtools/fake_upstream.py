@@ -166,57 +166,17 @@ async def _completion(scope, receive, send, chat: bool) -> None:
     model = body.get("model") or BASE_MODEL
     state.requests[model] = state.requests.get(model, 0) + 1
     fault = _fault(model, headers, body)
-    if fault == "refuse":
-        await _send_json(send, 500, {"object": "error", "message": "EngineCore died at /opt/vllm/engine.py",
-                                     "type": "InternalServerError", "param": None, "code": 500})
+    refusal = _fault_reply(fault, body)
+    if refusal is not None:
+        await _send_json(send, *refusal)
         return
-    if fault == "detail":
-        await _send_json(send, 400, {"detail": "There was an error parsing the body"})
+    if fault == "sleep" and not await _sleep_unless_aborted(receive, body, headers):
         return
-    if fault == "unauthorized":
-        await _send_json(send, 401, {"error": "Unauthorized"})
-        return
-    if fault == "echo":  # like vLLM's messages that quote the request (a user's conversation)
-        said = str((body.get("messages") or [{}])[-1].get("content"))
-        await _send_json(send, 400, {"error": {"message": f"This prompt is not valid: {said!r}",
-                                               "type": "BadRequestError", "param": None, "code": 400}})
-        return
-    if fault == "sleep":
-        # Like vLLM, a request whose client goes away while it is being generated is aborted (and counted).
-        seconds = float(body.get("fake_sleep") or headers.get("x-fake-sleep", SLEEP))
-        sleeper = asyncio.ensure_future(asyncio.sleep(seconds))
-        listener = asyncio.ensure_future(receive())
-        await asyncio.wait({sleeper, listener}, return_when=asyncio.FIRST_COMPLETED)
-        if not sleeper.done():
-            sleeper.cancel()
-            state.aborted += 1
-            return
-        listener.cancel()
-    if model != BASE_MODEL and model not in state.adapters and not model.startswith("fault-"):
-        # Like vLLM, the message lists every name it serves: other tenants' adapters included.
-        names = ", ".join([BASE_MODEL, *state.adapters])
-        await _send_json(send, *_error(404, f"The model `{model}` does not exist. Valid aliases: {names}.",
-                                       "NotFoundError", param="model"))
+    invalid = _invalid(body, model, chat)
+    if invalid is not None:
+        await _send_json(send, *invalid)
         return
     stream = body.get("stream", False)
-    if body.get("stream_options") is not None and not stream:
-        await _send_json(send, *_error(
-            400, "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
-            "BadRequestError", param="stream_options"))
-        return
-    if chat and not isinstance(body.get("messages"), list):
-        await _send_json(send, *_error(
-            400, "1 validation error:\n  {'type': 'missing', 'loc': 'body.messages', "
-            "'msg': 'Field required'}",
-            "Bad Request", param="body.messages"))
-        return
-    counts = ("n", "max_completion_tokens", "max_tokens", "top_logprobs", *(() if chat else ("logprobs",)))
-    wrong = next((f for f in counts if body.get(f) is not None and not _is_int(body[f])), None)
-    if wrong is not None:  # vLLM's request models refuse it before anything runs
-        await _send_json(send, *_error(
-            400, f"1 validation error:\n  {{'type': 'int_type', 'loc': 'body.{wrong}', "
-            "'msg': 'Input should be a valid integer'}", "Bad Request", param=f"body.{wrong}"))
-        return
     n = int(body.get("n") or 1)
     max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_TOKENS)
     want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
@@ -235,40 +195,98 @@ async def _completion(scope, receive, send, chat: bool) -> None:
     for i in range(n):
         words = _tokens(model, max_tokens, i)
         completion_tokens += len(words)
-        text = " ".join(words)
-        choice: dict = {"index": i, "logprobs": None, "finish_reason": "length" if max_tokens <= len(words)
-                        and max_tokens != DEFAULT_TOKENS else "stop", "stop_reason": None}
-        if chat:
-            message: dict = {"role": "assistant", "content": text, "refusal": None, "reasoning": None}
-            if tool:
-                # vLLM: content "" beside the calls; finish_reason "tool_calls" for "required", but "stop"
-                # for a named function (guided decoding ends normally).
-                message["content"] = ""
-                arguments = '{"query": "' + model + '"}'
-                message["tool_calls"] = [{"id": f"chatcmpl-tool-{i}", "type": "function",
-                                          "function": {"name": tool, "arguments": arguments}}]
-                choice["finish_reason"] = _tool_finish(body)
-            choice["message"] = message
-            if want_lp:
-                choice["logprobs"] = {"content": [_logprob_entry(w, p, top) for p, w in enumerate(words)]}
-        else:
-            choice["text"] = text
-            if want_lp:
-                lps = [-0.05 * (p + 1) for p in range(len(words))]
-                choice["logprobs"] = {"text_offset": _offsets(words), "token_logprobs": lps, "tokens": words,
-                                      "top_logprobs": [{w: lp} for w, lp in zip(words, lps, strict=True)]}
-            if want_ids:
-                # /v1/completions keeps the prompt's ids in the choice, not at the top level.
-                choice["prompt_token_ids"] = _prompt_ids(body)
-        # vLLM always has the field; null unless return_token_ids was asked.
-        choice["token_ids"] = [_token_id(w, p) for p, w in enumerate(words)] if want_ids else None
-        choices.append(choice)
+        choices.append(_choice(body, chat, i, words, model, max_tokens, want_lp, top, want_ids, tool))
     payload = {"id": rid, "object": obj, "created": created, "model": model, "choices": choices,
                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                          "total_tokens": prompt_tokens + completion_tokens}}
     if chat:
         payload["prompt_token_ids"] = _prompt_ids(body) if want_ids else None
     await _send_json(send, 200, payload)
+
+
+def _fault_reply(fault: str, body: dict) -> tuple[int, dict] | None:
+    """The answer of a fault that refuses the request outright (status, payload), or None."""
+    if fault == "refuse":
+        return 500, {"object": "error", "message": "EngineCore died at /opt/vllm/engine.py",
+                     "type": "InternalServerError", "param": None, "code": 500}
+    if fault == "detail":
+        return 400, {"detail": "There was an error parsing the body"}
+    if fault == "unauthorized":
+        return 401, {"error": "Unauthorized"}
+    if fault == "echo":  # like vLLM's messages that quote the request (a user's conversation)
+        said = str((body.get("messages") or [{}])[-1].get("content"))
+        return 400, {"error": {"message": f"This prompt is not valid: {said!r}",
+                               "type": "BadRequestError", "param": None, "code": 400}}
+    return None
+
+
+async def _sleep_unless_aborted(receive, body: dict, headers: dict) -> bool:
+    """The sleep fault: False when the client went away first. Like vLLM, a request whose client goes away
+    while it is being generated is aborted (and counted)."""
+    seconds = float(body.get("fake_sleep") or headers.get("x-fake-sleep", SLEEP))
+    sleeper = asyncio.ensure_future(asyncio.sleep(seconds))
+    listener = asyncio.ensure_future(receive())
+    await asyncio.wait({sleeper, listener}, return_when=asyncio.FIRST_COMPLETED)
+    if not sleeper.done():
+        sleeper.cancel()
+        state.aborted += 1
+        return False
+    listener.cancel()
+    return True
+
+
+def _invalid(body: dict, model: str, chat: bool) -> tuple[int, dict] | None:
+    """vLLM's answer to a request it refuses before anything runs (status, payload), or None."""
+    if model != BASE_MODEL and model not in state.adapters and not model.startswith("fault-"):
+        # Like vLLM, the message lists every name it serves: other tenants' adapters included.
+        names = ", ".join([BASE_MODEL, *state.adapters])
+        return _error(404, f"The model `{model}` does not exist. Valid aliases: {names}.", "NotFoundError",
+                      param="model")
+    if body.get("stream_options") is not None and not body.get("stream", False):
+        return _error(400, "Stream options can only be defined when `stream=True`. "
+                      "(parameter=stream_options)", "BadRequestError", param="stream_options")
+    if chat and not isinstance(body.get("messages"), list):
+        return _error(400, "1 validation error:\n  {'type': 'missing', 'loc': 'body.messages', "
+                      "'msg': 'Field required'}", "Bad Request", param="body.messages")
+    counts = ("n", "max_completion_tokens", "max_tokens", "top_logprobs", *(() if chat else ("logprobs",)))
+    wrong = next((f for f in counts if body.get(f) is not None and not _is_int(body[f])), None)
+    if wrong is not None:  # vLLM's request models refuse it before anything runs
+        return _error(400, f"1 validation error:\n  {{'type': 'int_type', 'loc': 'body.{wrong}', "
+                      "'msg': 'Input should be a valid integer'}", "Bad Request", param=f"body.{wrong}")
+    return None
+
+
+def _choice(body: dict, chat: bool, i: int, words: list[str], model: str, max_tokens: int, want_lp: bool,
+            top: int, want_ids: bool, tool: str | None) -> dict:
+    """Choice ``i`` of a reply that is not streamed."""
+    text = " ".join(words)
+    choice: dict = {"index": i, "logprobs": None, "finish_reason": "length" if max_tokens <= len(words)
+                    and max_tokens != DEFAULT_TOKENS else "stop", "stop_reason": None}
+    if chat:
+        message: dict = {"role": "assistant", "content": text, "refusal": None, "reasoning": None}
+        if tool:
+            # vLLM: content "" beside the calls; finish_reason "tool_calls" for "required", but "stop"
+            # for a named function (guided decoding ends normally).
+            message["content"] = ""
+            arguments = '{"query": "' + model + '"}'
+            message["tool_calls"] = [{"id": f"chatcmpl-tool-{i}", "type": "function",
+                                      "function": {"name": tool, "arguments": arguments}}]
+            choice["finish_reason"] = _tool_finish(body)
+        choice["message"] = message
+        if want_lp:
+            choice["logprobs"] = {"content": [_logprob_entry(w, p, top) for p, w in enumerate(words)]}
+    else:
+        choice["text"] = text
+        if want_lp:
+            lps = [-0.05 * (p + 1) for p in range(len(words))]
+            choice["logprobs"] = {"text_offset": _offsets(words), "token_logprobs": lps, "tokens": words,
+                                  "top_logprobs": [{w: lp} for w, lp in zip(words, lps, strict=True)]}
+        if want_ids:
+            # /v1/completions keeps the prompt's ids in the choice, not at the top level.
+            choice["prompt_token_ids"] = _prompt_ids(body)
+    # vLLM always has the field; null unless return_token_ids was asked.
+    choice["token_ids"] = [_token_id(w, p) for p, w in enumerate(words)] if want_ids else None
+    return choice
 
 
 async def _stream(send, body, chat, rid, created, model, n, max_tokens, want_lp, top, want_ids, tool,
