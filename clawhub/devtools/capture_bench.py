@@ -29,6 +29,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from clawhub.devtools.gateway_bench import bench_messages
 from clawhub.devtools.processes import TICK
@@ -129,94 +130,127 @@ def seed_history(tenants: list[Tenant], turns: int, *, before: float) -> None:
 
     from clawhub.conversations.identity import message_hashes, reply_message
     from clawhub.conversations.models import Session, Turn
-    from clawhub.conversations.storage import dumps
 
     if turns <= 0:
         return
     records = Records(before)
     sample = records.record(tenants[0], records.repeat_messages, same_reply=True)
-    hashes = message_hashes(records.repeat_messages, reply_message(sample.choices))
-    repeats = turns // 2
-    chained = turns - repeats
     qn = connection.ops.quote_name
-    sessions, turn_table = qn(Session._meta.db_table), qn(Turn._meta.db_table)
-    start = f"to_timestamp({before - turns - 10})"
+    seed = _Seed(
+        sessions=qn(Session._meta.db_table), turns=qn(Turn._meta.db_table),
+        start=f"to_timestamp({before - turns - 10})", repeats=turns // 2, chained=turns - turns // 2,
+        hashes=message_hashes(records.repeat_messages, reply_message(sample.choices)),
+        repeat_messages=records.repeat_messages,
+    )
     with connection.cursor() as cursor:
         for t in tenants:
-            tag = f"seed-{t.tenant_id}"
-            n_chains = (chained + SEED_SESSION_TURNS - 1) // SEED_SESSION_TURNS
-            cursor.execute(
-                f"INSERT INTO {sessions} (tenant_id, key_id, user_id, external_id, inferred, started_at, "
-                f"last_activity_at, close_reason, turn_count) "
-                f"SELECT %s, %s, %s, %s || '-' || s, true, {start}, {start}, '', "
-                f"CASE WHEN s = 0 THEN %s ELSE least(%s, %s - (s - 1) * %s) END "
-                f"FROM generate_series(0, %s) AS s",
-                [t.tenant_id, t.key_id, t.user_id, tag, repeats, SEED_SESSION_TURNS, chained,
-                 SEED_SESSION_TURNS, n_chains],
-            )
-            cursor.execute(f"SELECT id FROM {sessions} WHERE tenant_id = %s AND external_id = %s",
-                           [t.tenant_id, f"{tag}-0"])
-            first_session = cursor.fetchone()[0]
-            # Turn.api came later: the bench also runs on an older checkout, to compare.
-            has_api = any(f.name == "api" for f in Turn._meta.concrete_fields)
-            api_column, api_value = ("api, ", "'chat', ") if has_api else ("", "")
-            common = (
-                api_column + "tenant_id, key_id, user_id, turn_type, route, model, upstream_model, request, "
-                "messages_shared, messages_added, prompt_token_ids_shared, response, sampling, "
-                "prompt_tokens, completion_tokens, usage_estimated, status, http_status, latency_ms, error, "
-                "closed_without_next, continuation_hash_without_retry, link, ended"
-            )
-            values = (
-                api_value + "%s, %s, %s, 'main', 'chat', 'clawhub-personal', '', '{}'::jsonb, 0, '[]', 0, "
-                "'[]'::jsonb, '{}'::jsonb, 10, 20, false, 'complete', 200, 12.0, '', false, '', "
-            )
-            owner = [t.tenant_id, t.key_id, t.user_id]
-            if repeats:
-                cursor.execute(
-                    f"INSERT INTO {turn_table} (session_id, \"index\", request_id, created_at, prompt_hash, "
-                    f"continuation_hash, parent_hash, {common}) "
-                    f"SELECT %s, i, %s || '-r' || i, {start} + i * interval '1 ms', %s, %s, '', {values} "
-                    f"CASE WHEN i = 0 THEN '' ELSE 'regenerate' END, 'length' "
-                    f"FROM generate_series(0, %s) AS i",
-                    [first_session, tag, hashes.prompt, hashes.continuation, *owner, repeats - 1],
-                )
-                cursor.execute(
-                    f"UPDATE {turn_table} SET messages_added = %s WHERE request_id = %s",
-                    [dumps(records.repeat_messages), f"{tag}-r0"],
-                )
-                cursor.execute(
-                    f"UPDATE {turn_table} SET regenerate_of_id = f.id, prompt_base_id = f.id, "
-                    f"messages_shared = 1 FROM {turn_table} AS f "
-                    f"WHERE f.request_id = %s AND {turn_table}.session_id = %s AND {turn_table}.index > 0",
-                    [f"{tag}-r0", first_session],
-                )
-            if chained:
-                digest = "encode(sha256(convert_to({}, 'UTF8')), 'hex')"
-                cursor.execute(
-                    f"INSERT INTO {turn_table} (session_id, \"index\", request_id, created_at, prompt_hash, "
-                    f"continuation_hash, parent_hash, next_state, {common}) "
-                    f"SELECT s.id, mod(i, {SEED_SESSION_TURNS}), %s || '-c' || i, "
-                    f"{start} + (%s + i) * interval '1 ms', "
-                    + digest.format("%s || 'p' || i") + ", " + digest.format("%s || 'c' || i") + ", "
-                    f"CASE WHEN mod(i, {SEED_SESSION_TURNS}) = 0 THEN '' ELSE "
-                    + digest.format("%s || 'c' || (i - 1)") + " END, "
-                    f"CASE WHEN mod(i, {SEED_SESSION_TURNS}) = {SEED_SESSION_TURNS - 1} OR i = %s THEN NULL "
-                    f"ELSE '[{{\"role\": \"user\", \"content\": \"go on\"}}]'::jsonb END, {values} "
-                    f"CASE WHEN mod(i, {SEED_SESSION_TURNS}) = 0 THEN '' ELSE 'next' END, 'length' "
-                    f"FROM generate_series(0, %s) AS i JOIN {sessions} AS s ON s.tenant_id = %s "
-                    f"AND s.external_id = %s || '-' || (1 + i / {SEED_SESSION_TURNS})",
-                    [tag, repeats, tag, tag, tag, chained - 1, *owner, chained - 1, t.tenant_id, tag],
-                )
-                # Each turn's parent is the one before it in its session: joined by request id (unique index).
-                cursor.execute(
-                    f"UPDATE {turn_table} AS c SET parent_id = p.id, prompt_base_id = p.id "
-                    f"FROM generate_series(1, %s) AS i JOIN {turn_table} AS p "
-                    f"ON p.request_id = %s || '-c' || (i - 1) "
-                    f"WHERE mod(i, {SEED_SESSION_TURNS}) <> 0 AND c.request_id = %s || '-c' || i",
-                    [chained - 1, tag, tag],
-                )
-        cursor.execute(f"ANALYZE {turn_table}")
-        cursor.execute(f"ANALYZE {sessions}")
+            seed.tenant(cursor, t)
+        cursor.execute(f"ANALYZE {seed.turns}")
+        cursor.execute(f"ANALYZE {seed.sessions}")
+
+
+@dataclass
+class _Seed:
+    """seed_history's SQL for one tenant: its sessions, then its repeats and its chained conversations."""
+
+    sessions: str  # the quoted table names
+    turns: str
+    start: str  # SQL for the time of the first seeded turn
+    repeats: int
+    chained: int
+    hashes: Any  # the repeated prompt's message hashes
+    repeat_messages: list[dict]
+
+    def tenant(self, cursor, t: Tenant) -> None:
+        from clawhub.conversations.models import Turn
+
+        tag = f"seed-{t.tenant_id}"
+        first_session = self._sessions(cursor, t, tag)
+        # Turn.api came later: the bench also runs on an older checkout, to compare.
+        has_api = any(f.name == "api" for f in Turn._meta.concrete_fields)
+        api_column, api_value = ("api, ", "'chat', ") if has_api else ("", "")
+        common = (
+            api_column + "tenant_id, key_id, user_id, turn_type, route, model, upstream_model, request, "
+            "messages_shared, messages_added, prompt_token_ids_shared, response, sampling, "
+            "prompt_tokens, completion_tokens, usage_estimated, status, http_status, latency_ms, error, "
+            "closed_without_next, continuation_hash_without_retry, link, ended"
+        )
+        values = (
+            api_value + "%s, %s, %s, 'main', 'chat', 'clawhub-personal', '', '{}'::jsonb, 0, '[]', 0, "
+            "'[]'::jsonb, '{}'::jsonb, 10, 20, false, 'complete', 200, 12.0, '', false, '', "
+        )
+        owner = [t.tenant_id, t.key_id, t.user_id]
+        if self.repeats:
+            self._repeats(cursor, tag, first_session, common, values, owner)
+        if self.chained:
+            self._chains(cursor, t, tag, common, values, owner)
+
+    def _sessions(self, cursor, t: Tenant, tag: str) -> int:
+        """The tenant's sessions: the repeats' (0), then one per chained conversation; returns the first's
+        id."""
+        n_chains = (self.chained + SEED_SESSION_TURNS - 1) // SEED_SESSION_TURNS
+        cursor.execute(
+            f"INSERT INTO {self.sessions} (tenant_id, key_id, user_id, external_id, inferred, started_at, "
+            f"last_activity_at, close_reason, turn_count) "
+            f"SELECT %s, %s, %s, %s || '-' || s, true, {self.start}, {self.start}, '', "
+            f"CASE WHEN s = 0 THEN %s ELSE least(%s, %s - (s - 1) * %s) END "
+            f"FROM generate_series(0, %s) AS s",
+            [t.tenant_id, t.key_id, t.user_id, tag, self.repeats, SEED_SESSION_TURNS, self.chained,
+             SEED_SESSION_TURNS, n_chains],
+        )
+        cursor.execute(f"SELECT id FROM {self.sessions} WHERE tenant_id = %s AND external_id = %s",
+                       [t.tenant_id, f"{tag}-0"])
+        return cursor.fetchone()[0]
+
+    def _repeats(self, cursor, tag: str, first_session: int, common: str, values: str, owner: list) -> None:
+        from clawhub.conversations.storage import dumps
+
+        turn_table, start = self.turns, self.start
+        cursor.execute(
+            f"INSERT INTO {turn_table} (session_id, \"index\", request_id, created_at, prompt_hash, "
+            f"continuation_hash, parent_hash, {common}) "
+            f"SELECT %s, i, %s || '-r' || i, {start} + i * interval '1 ms', %s, %s, '', {values} "
+            f"CASE WHEN i = 0 THEN '' ELSE 'regenerate' END, 'length' "
+            f"FROM generate_series(0, %s) AS i",
+            [first_session, tag, self.hashes.prompt, self.hashes.continuation, *owner, self.repeats - 1],
+        )
+        cursor.execute(
+            f"UPDATE {turn_table} SET messages_added = %s WHERE request_id = %s",
+            [dumps(self.repeat_messages), f"{tag}-r0"],
+        )
+        cursor.execute(
+            f"UPDATE {turn_table} SET regenerate_of_id = f.id, prompt_base_id = f.id, "
+            f"messages_shared = 1 FROM {turn_table} AS f "
+            f"WHERE f.request_id = %s AND {turn_table}.session_id = %s AND {turn_table}.index > 0",
+            [f"{tag}-r0", first_session],
+        )
+
+    def _chains(self, cursor, t: Tenant, tag: str, common: str, values: str, owner: list) -> None:
+        turn_table, sessions, start, chained = self.turns, self.sessions, self.start, self.chained
+        digest = "encode(sha256(convert_to({}, 'UTF8')), 'hex')"
+        cursor.execute(
+            f"INSERT INTO {turn_table} (session_id, \"index\", request_id, created_at, prompt_hash, "
+            f"continuation_hash, parent_hash, next_state, {common}) "
+            f"SELECT s.id, mod(i, {SEED_SESSION_TURNS}), %s || '-c' || i, "
+            f"{start} + (%s + i) * interval '1 ms', "
+            + digest.format("%s || 'p' || i") + ", " + digest.format("%s || 'c' || i") + ", "
+            f"CASE WHEN mod(i, {SEED_SESSION_TURNS}) = 0 THEN '' ELSE "
+            + digest.format("%s || 'c' || (i - 1)") + " END, "
+            f"CASE WHEN mod(i, {SEED_SESSION_TURNS}) = {SEED_SESSION_TURNS - 1} OR i = %s THEN NULL "
+            f"ELSE '[{{\"role\": \"user\", \"content\": \"go on\"}}]'::jsonb END, {values} "
+            f"CASE WHEN mod(i, {SEED_SESSION_TURNS}) = 0 THEN '' ELSE 'next' END, 'length' "
+            f"FROM generate_series(0, %s) AS i JOIN {sessions} AS s ON s.tenant_id = %s "
+            f"AND s.external_id = %s || '-' || (1 + i / {SEED_SESSION_TURNS})",
+            [tag, self.repeats, tag, tag, tag, chained - 1, *owner, chained - 1, t.tenant_id, tag],
+        )
+        # Each turn's parent is the one before it in its session: joined by request id (unique index).
+        cursor.execute(
+            f"UPDATE {turn_table} AS c SET parent_id = p.id, prompt_base_id = p.id "
+            f"FROM generate_series(1, %s) AS i JOIN {turn_table} AS p "
+            f"ON p.request_id = %s || '-c' || (i - 1) "
+            f"WHERE mod(i, {SEED_SESSION_TURNS}) <> 0 AND c.request_id = %s || '-c' || i",
+            [chained - 1, tag, tag],
+        )
 
 
 def _backend_cpu() -> tuple[int, float] | None:
