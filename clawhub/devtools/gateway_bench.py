@@ -137,63 +137,70 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-async def drive(target: Target, *, stream: bool, requests: int, concurrency: int, max_tokens: int,
-                body_shape: str = "short", consumer_pid: int | None = None) -> dict:
-    messages, tools = bench_messages(body_shape)
+class _Load:
+    """The requests drive() sends to a target (its bodies, keys in turn) and what it measures of them."""
 
-    def turn(history: list[dict]) -> dict:
-        return api_body(target.api, model=target.model, max_tokens=max_tokens, stream=stream,
-                        messages=history, tools=tools)
+    def __init__(self, target: Target, *, stream: bool, max_tokens: int, body_shape: str) -> None:
+        self.target, self.stream, self.max_tokens = target, stream, max_tokens
+        self.messages, self.tools = bench_messages(body_shape)
+        self.body = self.turn(self.messages)
+        self.keys = target.keys or [target.api_key]
+        self.key_turn = iter(range(10**9))
+        self.url = f"{target.base_url}{API_PATHS[target.api]}"
+        self.counter = iter(range(10**9))
+        self.shaped = body_shape != "short"
+        self.reset()
 
-    body = turn(messages)
-    keys = target.keys or [target.api_key]
-    key_turn = iter(range(10**9))
-    url = f"{target.base_url}{API_PATHS[target.api]}"
-    latencies, ttfts, failures = [], [], 0
-    statuses: dict[str, int] = {}
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    counter = iter(range(10**9))
-    shaped = body_shape != "short"
+    def turn(self, history: list[dict]) -> dict:
+        return api_body(self.target.api, model=self.target.model, max_tokens=self.max_tokens,
+                        stream=self.stream, messages=history, tools=self.tools)
 
-    async def one(client: httpx.AsyncClient) -> None:
-        nonlocal failures, body
-        if shaped:  # every request a turn of its own, as an agent's would be
-            last = {"role": "user", "content": f"Next step {next(counter)}."}
-            body = turn([*messages, last])
-        headers = {"Authorization": f"Bearer {keys[next(key_turn) % len(keys)]}"}
+    def reset(self) -> None:
+        self.latencies: list[float] = []
+        self.ttfts: list[float] = []
+        self.failures = 0
+        self.statuses: dict[str, int] = {}
+
+    async def one(self, client: httpx.AsyncClient) -> None:
+        if self.shaped:  # every request a turn of its own, as an agent's would be
+            last = {"role": "user", "content": f"Next step {next(self.counter)}."}
+            self.body = self.turn([*self.messages, last])
+        headers = {"Authorization": f"Bearer {self.keys[next(self.key_turn) % len(self.keys)]}"}
         t0 = time.perf_counter()
-        if stream:
-            async with client.stream("POST", url, json=body, headers=headers) as response:
+        if self.stream:
+            async with client.stream("POST", self.url, json=self.body, headers=headers) as response:
                 first = None
                 async for _ in response.aiter_raw():
                     if first is None:
                         first = time.perf_counter()
                 ok = response.status_code == 200
             if first is not None:
-                ttfts.append((first - t0) * 1000)
+                self.ttfts.append((first - t0) * 1000)
         else:
-            response = await client.post(url, json=body, headers=headers)
+            response = await client.post(self.url, json=self.body, headers=headers)
             ok = response.status_code == 200
-        latencies.append((time.perf_counter() - t0) * 1000)
-        failures += not ok
+        self.latencies.append((time.perf_counter() - t0) * 1000)
+        self.failures += not ok
         if not ok:
-            statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
+            self.statuses[str(response.status_code)] = self.statuses.get(str(response.status_code), 0) + 1
 
+
+async def drive(target: Target, *, stream: bool, requests: int, concurrency: int, max_tokens: int,
+                body_shape: str = "short", consumer_pid: int | None = None) -> dict:
+    load = _Load(target, stream=stream, max_tokens=max_tokens, body_shape=body_shape)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         # Warm connections, and load every tenant's adapter once (as a day of traffic would have): the
         # measured run still misses the key and adapter caches as often as real agents' turns do.
-        for _ in range(max(min(50, requests), len(keys))):
-            await one(client)
-        latencies.clear()
-        ttfts.clear()
-        statuses.clear()
-        failures = 0
+        for _ in range(max(min(50, requests), len(load.keys))):
+            await load.one(client)
+        load.reset()
         remaining = [requests]
 
         async def worker() -> None:
             while remaining[0] > 0:
                 remaining[0] -= 1
-                await one(client)
+                await load.one(client)
 
         track = consumer_pid is not None and target.name.startswith("clawhub")
         idle = {}
@@ -225,29 +232,37 @@ async def drive(target: Target, *, stream: bool, requests: int, concurrency: int
         cpu = (tree_cpu_seconds(target.pid) - cpu0) if target.pid else 0.0
         if track:
             stored = await asyncio.to_thread(_stored_count) - stored0
-            # The consumer polls while the log is empty: what it burns idle over the same wall time is
-            # not the turns' cost, so it is taken off (and shown as a rate of its own).
-            busy = max(0.0, ccpu - idle["consumer"] * span)
-            per_turn = 1000 / max(stored, 1)
-            capture = {"capture_backlog_max": peak[0], "capture_drain_s": round(drain, 2),
-                       "turns_stored": stored,
-                       "consumer_cpu_ms_per_request": round(ccpu * 1000 / requests, 3),
-                       "consumer_idle_cpu_ms_per_s": round(idle["consumer"] * 1000, 3),
-                       "gateway_idle_cpu_ms_per_s": round(idle["gateway"] * 1000, 3),
-                       "gateway_cpu_ms_per_turn": round(cpu * per_turn, 3),
-                       "consumer_cpu_ms_per_turn": round(busy * per_turn, 3),
-                       "gateway_plus_consumer_cpu_ms_per_turn": round((cpu + busy) * per_turn, 3),
-                       "gateway_plus_consumer_cpu_ms_per_request": round((cpu + ccpu) * 1000 / requests, 3)}
+            capture = _capture_figures(requests=requests, stored=stored, cpu=cpu, consumer_cpu=ccpu,
+                                       span=span, idle=idle, backlog_max=peak[0], drain=drain)
     return {
         "mode": target.name, "api": target.api, "stream": stream, "requests": requests,
         "concurrency": concurrency,
-        "failures": failures, **({"failed_statuses": statuses} if statuses else {}),
+        "failures": load.failures, **({"failed_statuses": load.statuses} if load.statuses else {}),
         "rps": round(requests / elapsed, 1),
-        "p50_ms": round(percentile(latencies, 0.5), 2), "p99_ms": round(percentile(latencies, 0.99), 2),
-        "ttft_p50_ms": round(percentile(ttfts, 0.5), 2) if ttfts else None,
+        "p50_ms": round(percentile(load.latencies, 0.5), 2),
+        "p99_ms": round(percentile(load.latencies, 0.99), 2),
+        "ttft_p50_ms": round(percentile(load.ttfts, 0.5), 2) if load.ttfts else None,
         "cpu_ms_per_request": round(cpu * 1000 / requests, 3) if target.pid else None,
-        "body": body_shape, "body_bytes": len(json.dumps(body)), "tenants": len(keys), **capture,
+        "body": body_shape, "body_bytes": len(json.dumps(load.body)), "tenants": len(load.keys), **capture,
     }
+
+
+def _capture_figures(*, requests: int, stored: int, cpu: float, consumer_cpu: float, span: float,
+                     idle: dict[str, float], backlog_max: int, drain: float) -> dict:
+    """What capture cost a run: the gateway's and the consumer's CPU per stored turn and per request."""
+    # The consumer polls while the log is empty: what it burns idle over the same wall time is not the
+    # turns' cost, so it is taken off (and shown as a rate of its own).
+    busy = max(0.0, consumer_cpu - idle["consumer"] * span)
+    per_turn = 1000 / max(stored, 1)
+    return {"capture_backlog_max": backlog_max, "capture_drain_s": round(drain, 2),
+            "turns_stored": stored,
+            "consumer_cpu_ms_per_request": round(consumer_cpu * 1000 / requests, 3),
+            "consumer_idle_cpu_ms_per_s": round(idle["consumer"] * 1000, 3),
+            "gateway_idle_cpu_ms_per_s": round(idle["gateway"] * 1000, 3),
+            "gateway_cpu_ms_per_turn": round(cpu * per_turn, 3),
+            "consumer_cpu_ms_per_turn": round(busy * per_turn, 3),
+            "gateway_plus_consumer_cpu_ms_per_turn": round((cpu + busy) * per_turn, 3),
+            "gateway_plus_consumer_cpu_ms_per_request": round((cpu + consumer_cpu) * 1000 / requests, 3)}
 
 
 IDLE_WINDOW = 3.0  # seconds of an empty log over which the processes' idle CPU is read
