@@ -55,3 +55,12 @@ def test_the_band_plot_draws_one_filled_band_per_method():
     flat = band_chart_png({"rl student": band([[0.2, 0.4], [0.2, 0.4]]),
                            "combine student": band([[0.5, 0.9], [0.5, 0.9]])})
     assert flat != png
+
+
+def test_an_in_process_run_reports_training_time_and_direct_promotion_not_feedback_to_served():
+    run = result("combine", 0, [0.0, 0.5], [0.0], [0.0], served=(22.0,), gate=("promoted",))
+    lines = "\n".join(report_lines(across_seeds([{**run, "track": "in-process"}])))
+    assert "training max 22.0 s; promoted directly" in lines
+    assert "feedback→served" not in lines and "gate:" not in lines
+    stack = "\n".join(report_lines(across_seeds([run])))
+    assert "feedback→served max 22.0 s; gate: {'promoted': 1}" in stack

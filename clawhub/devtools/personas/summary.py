@@ -46,7 +46,8 @@ def across_seeds(results: list[dict[str, Any]], *, target: float = 0.8) -> dict[
     summary: dict[str, Any] = {}
     for method, runs in by_method.items():
         names = sorted({name for run in runs for name in tracks_of(run)})
-        entry: dict[str, Any] = {"seeds": [run["seed"] for run in runs]}
+        entry: dict[str, Any] = {"seeds": [run["seed"] for run in runs],
+                                 "in_process": any(run.get("track") == "in-process" for run in runs)}
         for name in names:
             per_seed = [tracks_of(run)[name] for run in runs if name in tracks_of(run)]
             curves = [t["compliance"] for t in per_seed]
@@ -105,10 +106,13 @@ def report_lines(summary: dict[str, Any], *, target: float = 0.8) -> list[str]:
                 for m, s, lo, hi in zip(b["mean"], b["sd"], b["low"], b["high"], strict=True)
             ]
             lines.append(f"  {name}: " + " | ".join(f"u{i} {c}" for i, c in enumerate(cells)))
-            lines.append(
-                f"    updates to {target}: {track['updates_to_target']}; feedback→served max "
-                f"{track['feedback_to_served_max_s']} s; gate: {track['gate_decisions']}"
-            )
+            if entry.get("in_process"):  # no gate: its "served" time is training
+                delivery = (f"training max {track['feedback_to_served_max_s']} s; promoted directly "
+                            "(the in-process track has no gate)")
+            else:
+                delivery = (f"feedback→served max {track['feedback_to_served_max_s']} s; "
+                            f"gate: {track['gate_decisions']}")
+            lines.append(f"    updates to {target}: {track['updates_to_target']}; {delivery}")
             capability = track.get("capability") or {}
             if capability.get("mean"):
                 lines.append("    capability guard: " + " | ".join(
@@ -122,7 +126,8 @@ def report_lines(summary: dict[str, Any], *, target: float = 0.8) -> list[str]:
             if track.get("update_wall_s"):
                 lines.append(f"    wall time per update (s): {track['update_wall_s']}")
             if track.get("stages_s"):
-                lines.append("    feedback→served by stage (median/max s): " + ", ".join(
+                what = "update" if entry.get("in_process") else "feedback→served"
+                lines.append(f"    {what} by stage (median/max s): " + ", ".join(
                     f"{stage} {v['median']}/{v['max']}" for stage, v in track["stages_s"].items()))
         if "adversary_shift_final" in entry:
             shift = entry["adversary_shift_final"]
