@@ -12,9 +12,11 @@ from clawhub.devtools.processes import spawn, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 # LiteLLM lives in a venv of its own: its pins (pydantic, httpx, openai, ...) fight ours. ".venv-*" is ignored
-# by git; the venv is made once with the .venv's uv and reused while the pin below stays the same.
+# by git; the venv is made once with the .venv's uv from the project's lock file (requirements/litellm.txt,
+# compiled from litellm.in) and reused while that file stays the same.
 LITELLM_VENV = ROOT / ".venv-litellm"
-LITELLM_REQUIREMENT = "litellm[proxy]==1.108.7"
+LITELLM_LOCK = ROOT / "requirements" / "litellm.txt"
+LITELLM_REQUIREMENT = "litellm[proxy]==1.108.7"  # what litellm.in pins; the report names it
 # The strongest configuration that runs here: virtual keys need LiteLLM's database, whose Prisma engine is
 # downloaded at first start and cannot be here; so a master key and no database.
 LITELLM_MODE = "master key, no database (virtual keys need Prisma, whose engine cannot be downloaded here)"
@@ -29,22 +31,23 @@ def ensure_litellm(log=sys.stderr) -> str | None:
         return given if os.path.exists(given) else None
     exe = LITELLM_VENV / "bin" / "litellm"
     stamp = LITELLM_VENV / ".clawhub-stamp"
-    if exe.exists() and stamp.exists() and stamp.read_text() == LITELLM_REQUIREMENT:
+    lock = LITELLM_LOCK.read_text()
+    if exe.exists() and stamp.exists() and stamp.read_text() == lock:
         return str(exe)
     uv = Path(sys.executable).parent / "uv"
     uv_cmd = [str(uv)] if uv.exists() else [sys.executable, "-m", "uv"]
     python = shutil.which("python3.11") or sys.executable
-    log.write(f"bench_gateway: installing {LITELLM_REQUIREMENT} into {LITELLM_VENV} (once)\n")
+    log.write(f"bench_gateway: installing {LITELLM_LOCK} into {LITELLM_VENV} (once)\n")
     log.flush()
     try:
         if not (LITELLM_VENV / "bin" / "python").exists():
             subprocess.run([*uv_cmd, "venv", "-q", "--python", python, str(LITELLM_VENV)], check=True)
-        subprocess.run([*uv_cmd, "pip", "install", "-q", "--python", str(LITELLM_VENV / "bin" / "python"),
-                        LITELLM_REQUIREMENT], check=True)
+        subprocess.run([*uv_cmd, "pip", "sync", "-q", "--python", str(LITELLM_VENV / "bin" / "python"),
+                        str(LITELLM_LOCK)], check=True)
     except (OSError, subprocess.CalledProcessError) as exc:
         log.write(f"bench_gateway: could not install LiteLLM: {exc}\n")
         return None
-    stamp.write_text(LITELLM_REQUIREMENT)
+    stamp.write_text(lock)
     return str(exe)
 
 
