@@ -35,6 +35,7 @@ from typing import Any
 from clawhub.conversations.capture.handoff import HandoffSettings
 from clawhub.conversations.capture.records import TurnRecord, decode
 from clawhub.conversations.capture.spool import Spool, spool_dead_letter, spool_stats_add
+from clawhub.core.db import keep_usable_connection
 
 logger = logging.getLogger("clawhub.gateway.consumer")
 
@@ -397,7 +398,7 @@ class CaptureConsumer:
             raise _Outage from None  # stopping: nothing more acknowledged, delivered again later
 
     def _store_and_ack(self, entries: list[Entry]) -> None:
-        _keep_usable_connection()
+        keep_usable_connection()
         self._store([e.record for e in entries])
         self.source.ack(entries, stored=len(entries))
         self.stats["stored"] += len(entries)
@@ -447,19 +448,6 @@ class CaptureConsumer:
         from django.db import connections
 
         connections.close_all()
-
-
-def _keep_usable_connection() -> None:
-    """Closes this thread's database connection only if an error left it broken (the next query opens a
-    new one). Not ``close_old_connections``: with DATABASE_CONN_MAX_AGE=0 (the web's default) that
-    reconnects for every batch, which cost the consumer more CPU than the small batches it stores."""
-    from django.db import connection
-
-    if connection.connection is not None and connection.errors_occurred:
-        if connection.is_usable():
-            connection.errors_occurred = False
-        else:
-            connection.close()
 
 
 def _cause(exc: Exception) -> Exception:
