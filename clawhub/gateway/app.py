@@ -45,7 +45,7 @@ from clawhub.gateway.identity import Identity, extract_identity
 from clawhub.gateway.meters import ServedRequests
 from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, watch_disconnect
 from clawhub.gateway.quotas import LocalLimiter, RedisLimiter, reservation
-from clawhub.gateway.transport import UpstreamTransport
+from clawhub.gateway.transport import UpstreamClient, UpstreamResponse, UpstreamTransport
 from clawhub.gateway.upstreams import (
     ActiveAdapter,
     SharedResidency,
@@ -107,20 +107,17 @@ class Gateway:
             if httpx_logger.level == logging.NOTSET:
                 # httpx logs every upstream request at INFO; on the hot path that is CPU spent for nothing.
                 httpx_logger.setLevel(logging.WARNING)
-            # Several small connection pools instead of one big one: httpcore scans every pooled connection
-            # (a poll() each) twice per request, so one pool's cost grows with the concurrency it serves.
             # Idle connections are dropped before the upstream would drop them (uvicorn, under vLLM, closes
             # them after 5 s), so a reused one is rarely stale; STALE_ERRORS covers the race that is left.
-            timeout = httpx.Timeout(cfg.read_timeout, connect=cfg.connect_timeout)
-            self.clients = [
-                httpx.AsyncClient(timeout=timeout,
-                                  transport=UpstreamTransport(keepalive=cfg.upstream_keepalive))
-                for _ in range(cfg.client_shards)
-            ]
-            self.client = self.clients[0]
+            self.upstream = UpstreamClient(keepalive=cfg.upstream_keepalive,
+                                           connect_timeout=cfg.connect_timeout, read_timeout=cfg.read_timeout)
             # The one retry after a stale connection goes out on a connection of its own, never a pooled one.
-            self.fresh_client = httpx.AsyncClient(timeout=timeout, transport=UpstreamTransport(keepalive=0))
-            self._shard = itertools.count()
+            self.fresh_upstream = UpstreamClient(keepalive=0, connect_timeout=cfg.connect_timeout,
+                                                 read_timeout=cfg.read_timeout)
+            # Health checks, adapter loads and /tokenize: rare, and in httpx like the workers' admin calls.
+            timeout = httpx.Timeout(cfg.read_timeout, connect=cfg.connect_timeout)
+            self.client = httpx.AsyncClient(timeout=timeout,
+                                            transport=UpstreamTransport(keepalive=cfg.upstream_keepalive))
             self._ids = itertools.count()
             self._id_prefix = f"{os.urandom(4).hex()}{os.getpid():x}-"  # unique across workers and restarts
             self.db = DbRunner()
@@ -149,7 +146,8 @@ class Gateway:
         # Each part closes on its own: one that raises must neither keep the writer from handing off the turns
         # it holds (they were served) nor the other parts from closing.
         closes = [("upstream pool", self.pool.stop),
-                  *(("upstream client", client.aclose) for client in (*self.clients, self.fresh_client)),
+                  *(("upstream client", client.aclose)
+                    for client in (self.upstream, self.fresh_upstream, self.client)),
                   ("quota limiter", self.limiter.close),
                   ("capture writer", lambda: asyncio.to_thread(self.writer.stop)),  # flushes queued turns
                   ("database runner", lambda: asyncio.to_thread(self.db.close))]
@@ -534,10 +532,9 @@ class Gateway:
         while True:
             if adapter is not None:
                 await self.pool.ensure_loaded(up, adapter)
-            client = self.fresh_client if retried else self.clients[next(self._shard) % len(self.clients)]
-            request = client.build_request("POST", up.url + path, content=payload, headers=up.headers)
+            client = self.fresh_upstream if retried else self.upstream
             try:
-                response = await client.send(request, stream=True)
+                response = await client.post(up.url + path, payload, up.headers)
             except STALE_ERRORS:
                 if retried:
                     raise
@@ -554,7 +551,7 @@ class Gateway:
                 continue
             return response
 
-    async def _respond(self, send, response: httpx.Response, wants: Wants, record: TurnRecord,
+    async def _respond(self, send, response: UpstreamResponse, wants: Wants, record: TurnRecord,
                        chat: bool) -> None:
         if response.status_code != 200:
             try:

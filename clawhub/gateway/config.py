@@ -18,7 +18,6 @@ class GatewayConfig:
     group_limits: GroupLimits = field(default_factory=GroupLimits)
     capture_queue_size: int = 20000
     upstream_keepalive: float = 4.0  # seconds an idle upstream connection is kept; below vLLM's own 5 s
-    client_shards: int = 8  # connection pools to the upstreams (each scans its connections per request)
     lease_seconds: float = 30.0  # a concurrency lease's life; renewed every third of it while a request runs
     redis_timeout: float = 0.5  # every Redis call of residency (quotas have their own, the same setting)
 

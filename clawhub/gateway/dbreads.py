@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
+from clawhub.core.db import keep_usable_connection
 from clawhub.core.metrics import GATEWAY_STALE_SERVED, GATEWAY_UNAVAILABLE
 from clawhub.gateway.errors import GatewayError
 
@@ -40,9 +41,11 @@ def _setting(name: str, default: float) -> float:
     return getattr(settings, name, default)
 
 
-def _with_fresh_connection(fn: Callable[..., Any], *args: Any) -> Any:
-    # Threads outlive requests, so Django never recycles their connections; drop broken or stale ones here.
-    close_old_connections()
+def _with_usable_connection(fn: Callable[..., Any], *args: Any) -> Any:
+    # Threads outlive requests, so Django never recycles their connections: each thread keeps its own
+    # connection and drops it only when an error left it broken (a database restart, an outage). Django's
+    # close_old_connections would reconnect for every read with DATABASE_CONN_MAX_AGE=0, the web's default.
+    keep_usable_connection()
     return fn(*args)
 
 
@@ -52,7 +55,8 @@ class DbRunner:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gateway-db")
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, _with_fresh_connection, fn, *args)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, _with_usable_connection, fn, *args)
 
     def close(self) -> None:
         """Closes every worker thread's connection (each thread must close its own), then the pool.

@@ -21,6 +21,7 @@ from clawhub.conversations.capture.records import TurnRecord
 from clawhub.core.metrics import UPSTREAM_ERRORS
 from clawhub.gateway import messages, responses, tool_calls
 from clawhub.gateway.errors import GatewayError, normalise_upstream_error, upstream_refused, upstream_timeout
+from clawhub.gateway.transport import UpstreamResponse
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -194,7 +195,8 @@ class StreamJoiner:
         return out
 
 
-async def relay_stream(response: httpx.Response, send, wants: Wants, record: TurnRecord, chat: bool) -> None:
+async def relay_stream(response: UpstreamResponse, send, wants: Wants, record: TurnRecord,
+                       chat: bool) -> None:
     """Relays an upstream SSE stream that already answered 200. Fills ``record``; never raises for upstream
     failures (the client gets an error chunk and the record says "cut")."""
     joiner = StreamJoiner(chat)

@@ -94,9 +94,9 @@ class ClosingUpstream:
 def test_a_stale_pooled_connection_is_retried_once_and_the_upstream_stays_healthy(gateway_factory):
     upstream = ClosingUpstream()
     try:
-        # One connection pool, kept long: every completion after the first reuses a connection the upstream
-        # then closes unanswered.
-        gateway = gateway_factory([upstream.url], client_shards=1, upstream_keepalive=60, health_interval=60)
+        # Connections kept long: every completion after the first reuses a connection the upstream then closes
+        # unanswered.
+        gateway = gateway_factory([upstream.url], upstream_keepalive=60, health_interval=60)
         _, secret = make_key(make_user())
         for _ in range(4):
             response = post(gateway.v1, secret, {"model": "base", "messages": MSGS})

@@ -137,3 +137,28 @@ def test_a_rotated_out_secret_expires_in_the_cache_with_its_grace_window(db, set
     grace_end = key_resolve(secret=old).valid_until
     assert auth.resolve_key_blocking(old)[0].expires_at == grace_end.timestamp()
     assert auth.resolve_key_blocking(new)[0].expires_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_gateways_read_threads_keep_their_database_connection():
+    """With DATABASE_CONN_MAX_AGE=0 (the web's default) Django's close_old_connections reconnected for every
+    key or adapter read the gateway made; each read thread now keeps its connection while it works."""
+    from django.db import connection
+
+    from clawhub.gateway.dbreads import DbRunner
+
+    def backend_pid() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+    assert settings.DATABASES["default"]["CONN_MAX_AGE"] == 0
+    runner = DbRunner(threads=1)
+
+    async def reads() -> set[int]:
+        return {await runner.run(backend_pid) for _ in range(3)}
+
+    try:
+        assert len(asyncio.run(reads())) == 1
+    finally:
+        runner.close()
