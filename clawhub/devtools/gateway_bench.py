@@ -188,7 +188,10 @@ class _Load:
 async def drive(target: Target, *, stream: bool, requests: int, concurrency: int, max_tokens: int,
                 body_shape: str = "short", consumer_pid: int | None = None) -> dict:
     load = _Load(target, stream=stream, max_tokens=max_tokens, body_shape=body_shape)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    # Idle connections dropped after 4 s, before uvicorn (every target here) closes them at 5 s: waiting for
+    # the capture log to drain between runs once let the driver reuse a closed one (httpx.ReadError).
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency,
+                          keepalive_expiry=4.0)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         # Warm connections, and load every tenant's adapter once (as a day of traffic would have): the
         # measured run still misses the key and adapter caches as often as real agents' turns do.
