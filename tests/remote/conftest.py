@@ -90,6 +90,17 @@ def chat_sample(
     )
 
 
+def opd_samples(tokenizer) -> list[TrainSample]:
+    """Two hinted turns (the first with two hints to choose between) and one with a score alone, which OPD
+    ignores."""
+    hints = ["Answer in one word.", "Mention the river Seine and the Eiffel tower in your answer."]
+    return [
+        chat_sample(tokenizer, 10, "Where is Paris?", "In France.", hints=hints),
+        chat_sample(tokenizer, 11, "Name a colour.", "Blue.", hints=["Prefer green."]),
+        chat_sample(tokenizer, 12, "No hint here.", "Fine.", reward=1),
+    ]
+
+
 def small_config(**overrides) -> TrainConfig:
     return TrainConfig(**{"lr": 3e-5, "lora_r": 8, "lora_alpha": 16, "max_seq_len": 512, **overrides})
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.remote.conftest import FIREWORKS_ACCOUNT, chat_sample, small_config
+from tests.remote.conftest import FIREWORKS_ACCOUNT, chat_sample, opd_samples, small_config
 from tests.remote.wire import assert_datum, expected_wire, opd_teacher
 from workers.trainer.batching import encode_sample, prompt_ids, with_hint
 from workers.trainer.remote import RemoteAuthError, RemoteTrainingError
@@ -44,12 +44,7 @@ def test_rl_batch_on_the_wire(fake_fireworks, make_fireworks, tokenizer, referen
 def test_opd_teacher_from_the_session_base_model_and_hint_by_overlap(
     fake_fireworks, make_fireworks, tokenizer, reference, tmp_path
 ):
-    hints = ["Answer in one word.", "Mention the river Seine and the Eiffel tower in your answer."]
-    samples = [
-        chat_sample(tokenizer, 10, "Where is Paris?", "In France.", hints=hints),
-        chat_sample(tokenizer, 11, "Name a colour.", "Blue.", hints=["Prefer green."]),
-        chat_sample(tokenizer, 12, "No hint here.", "Fine.", reward=1),  # OPD ignores a score alone
-    ]
+    samples = opd_samples(tokenizer)
     backend = make_fireworks()
     backend.start(
         str(tokenizer.name_or_path), None, small_config(method="opd", w_opd=0.5), str(tmp_path / "r")

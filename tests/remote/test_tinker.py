@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.remote.conftest import chat_sample, small_config
+from tests.remote.conftest import chat_sample, opd_samples, small_config
 from tests.remote.wire import assert_datum, expected_wire, opd_teacher
 from workers.trainer.batching import encode_sample, prompt_ids, with_hint
 from workers.trainer.remote import RemoteAuthError, RemoteTrainingError
@@ -58,12 +58,7 @@ def test_binary_rl_batch_on_the_wire(fake_tinker, make_tinker, tokenizer, refere
 def test_opd_uses_teacher_from_base_model_and_picks_hint_by_overlap(
     fake_tinker, make_tinker, tokenizer, reference, tmp_path
 ):
-    hints = ["Answer in one word.", "Mention the river Seine and the Eiffel tower in your answer."]
-    samples = [
-        chat_sample(tokenizer, 10, "Where is Paris?", "In France.", hints=hints),
-        chat_sample(tokenizer, 11, "Name a colour.", "Blue.", hints=["Prefer green."]),
-        chat_sample(tokenizer, 12, "No hint here.", "Fine.", reward=1),  # OPD ignores a score alone
-    ]
+    samples = opd_samples(tokenizer)
     config = small_config(method="opd", w_opd=0.5)
     backend = make_tinker()
     backend.start(str(tokenizer.name_or_path), None, config, str(tmp_path / "run"))
