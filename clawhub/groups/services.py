@@ -74,6 +74,15 @@ def _lock_group(group: Group) -> None:
     Group.objects.select_for_update().filter(pk=group.pk).first()
 
 
+def _locked_membership(group: Group, user: User) -> Membership:
+    """``user``'s membership of the group, read after locking the group (see _lock_group)."""
+    _lock_group(group)
+    membership = Membership.objects.filter(group=group, user=user).first()
+    if membership is None:
+        raise NotFound("No such member.")
+    return membership
+
+
 def _parse_role(value: str | Role, *, field: str = "role") -> Role:
     try:
         return Role(value)
@@ -198,10 +207,7 @@ def membership_change_role(
     """
     actor_role = _require_role(group=group, actor=actor, at_least=Role.ADMIN, action="change roles")
     new_role = _parse_role(role)
-    _lock_group(group)
-    membership = Membership.objects.filter(group=group, user=user).first()
-    if membership is None:
-        raise NotFound("No such member.")
+    membership = _locked_membership(group, user)
     old_role = Role(membership.role)
     if new_role == Role.OWNER:
         raise ValidationFailed("Use an ownership transfer to make someone the owner.", code="use_transfer",
@@ -231,10 +237,7 @@ def membership_remove(*, actor: User, group: Group, user: User, ip: str | None =
     if user.pk == actor.pk:
         return membership_leave(actor=actor, group=group, ip=ip)
     actor_role = _require_role(group=group, actor=actor, at_least=Role.ADMIN, action="remove members")
-    _lock_group(group)
-    membership = Membership.objects.filter(group=group, user=user).first()
-    if membership is None:
-        raise NotFound("No such member.")
+    membership = _locked_membership(group, user)
     role = Role(membership.role)
     if role == Role.OWNER:
         raise PermissionDenied("The owner cannot be removed.")
