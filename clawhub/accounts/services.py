@@ -49,6 +49,7 @@ from clawhub.core.exceptions import (
 )
 from clawhub.core.task_names import ACCOUNT_MAIL
 from clawhub.core.tasks import enqueue_on_commit
+from clawhub.core.updates import model_update
 
 
 def _clean_email(email: str) -> str:
@@ -121,12 +122,11 @@ def user_update(*, user: User, actor: User, display_name: str, ip: str | None = 
     if len(display_name) > User._meta.get_field("display_name").max_length:
         raise ValidationFailed("The display name is too long.", field="display_name",
                                fields={"display_name": ["At most 150 characters."]})
-    if display_name != user.display_name:
-        old = user.display_name
-        user.display_name = display_name
-        user.save(update_fields=["display_name"])
+    changed = model_update(instance=user, fields=["display_name"], data={"display_name": display_name})
+    if changed:
+        old, new = changed["display_name"]
         audit_record(actor=actor, action="user.update", target=user, subject_user=user, ip=ip,
-                     display_name={"old": old, "new": display_name})
+                     display_name={"old": old, "new": new})
     return user
 
 

@@ -15,6 +15,7 @@ from clawhub.accounts.audit import audit_record_for_tenant
 from clawhub.conversations import hooks
 from clawhub.conversations.models import ConversationSettings, Session, Turn
 from clawhub.conversations.selectors import turns_awaiting_next, turns_judgeable
+from clawhub.core.updates import model_update
 
 
 def turns_ready_notify(*, turn_ids: Iterable[int]) -> None:
@@ -66,9 +67,8 @@ def conversation_settings_update(*, access, include_length_turns: bool) -> Conve
     access.require_manage("change which cut turns are judged")
     tenant, actor = access.tenant, access.actor
     settings_row, _ = ConversationSettings.objects.get_or_create(tenant=tenant)
-    if settings_row.include_length_turns != include_length_turns:
-        settings_row.include_length_turns = include_length_turns
-        settings_row.save(update_fields=["include_length_turns", "updated_at"])
+    if model_update(instance=settings_row, fields=["include_length_turns"],
+                    data={"include_length_turns": include_length_turns}):
         audit_record_for_tenant(actor=actor, action="conversations.settings_update", target=settings_row,
                                 tenant=tenant, include_length_turns=include_length_turns)
     return settings_row

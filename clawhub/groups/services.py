@@ -23,6 +23,7 @@ from django.utils.text import slugify
 from clawhub.accounts.models import User
 from clawhub.accounts.services import audit_record
 from clawhub.core.exceptions import Conflict, NotFound, PermissionDenied, ValidationFailed
+from clawhub.core.updates import model_update
 from clawhub.groups.models import ROLE_RANK, Group, Invitation, Membership, Role
 from clawhub.groups.rules import can_change_role, can_grant, can_remove
 from clawhub.groups.selectors import (
@@ -140,12 +141,10 @@ def group_update(*, actor: User, group: Group, name: str, ip: str | None = None)
         raise ValidationFailed("A group needs a name.", field="name")
     if len(name) > Group._meta.get_field("name").max_length:
         raise ValidationFailed("The name is too long.", field="name")
-    if name != group.name:
-        old = group.name
-        group.name = name
-        group.save(update_fields=["name"])
+    changed = model_update(instance=group, fields=["name"], data={"name": name})
+    if changed:
         audit_record(actor=actor, action="group.update", target=group, subject_user=actor, group=group, ip=ip,
-                     old_name=old, name=name)
+                     old_name=changed["name"][0], name=name)
     return group
 
 

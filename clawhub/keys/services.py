@@ -12,6 +12,7 @@ from django.utils import timezone
 from clawhub.accounts.audit import audit_record
 from clawhub.accounts.models import User
 from clawhub.core.exceptions import Conflict, NotFound, PermissionDenied, ValidationFailed
+from clawhub.core.updates import model_update
 from clawhub.groups.models import Group, Role
 from clawhub.groups.selectors import has_role
 from clawhub.keys.models import ApiKey, ApiKeySecret
@@ -215,16 +216,13 @@ def key_update(
         changes["expires_at"] = expires_at
     if scopes is not UNSET:
         changes["scopes"] = _clean_scopes(scopes, via_scopes=via_scopes)
-    changed = {field: value for field, value in changes.items() if getattr(key, field) != value}
+    changed = model_update(instance=key, fields=list(changes), data=changes)
     if not changed:
         return key
-    for field, value in changed.items():
-        setattr(key, field, value)
-    key.save(update_fields=list(changed))
     audit_record(
         actor=actor, action="key.update", target=key, subject_user=key.owner, group=key.group, ip=ip,
         changes={field: value.isoformat() if isinstance(value, datetime) else value
-                 for field, value in changed.items()},
+                 for field, (_, value) in changed.items()},
     )
     # Limits and model lists are read from the gateway's cached copy of the key.
     _forget_cached_key(key)

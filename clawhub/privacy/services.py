@@ -17,6 +17,7 @@ from django.db import transaction
 from clawhub.accounts.models import AuditLog, MailboxMessage, User
 from clawhub.accounts.services import audit_record
 from clawhub.core.exceptions import Conflict, NotFound, PermissionDenied
+from clawhub.core.updates import model_update
 from clawhub.groups.models import Group, Membership, Role
 from clawhub.keys.models import ApiKey
 from clawhub.review.models import Sample
@@ -50,14 +51,12 @@ def privacy_update(*, actor: User, training_enabled: bool | None = None, store_t
     also stops training (nothing stored, nothing to learn from); capture reads both through
     ``clawhub.conversations.privacy.capture_allowed``."""
     user = User.objects.select_for_update().get(pk=actor.pk)
-    changes = {}
-    for field, value in (("training_enabled", training_enabled), ("store_turns", store_turns)):
-        if value is not None and getattr(user, field) != bool(value):
-            changes[field] = {"old": getattr(user, field), "new": bool(value)}
-            setattr(user, field, bool(value))
-    if changes:
-        user.save(update_fields=list(changes))
-        audit_record(actor=actor, action="user.privacy", target=user, subject_user=user, ip=ip, **changes)
+    switches = {"training_enabled": training_enabled, "store_turns": store_turns}
+    asked = {field: bool(value) for field, value in switches.items() if value is not None}
+    changed = model_update(instance=user, fields=list(switches), data=asked)
+    if changed:
+        audit_record(actor=actor, action="user.privacy", target=user, subject_user=user, ip=ip,
+                     **{field: {"old": old, "new": new} for field, (old, new) in changed.items()})
     actor.training_enabled, actor.store_turns = user.training_enabled, user.store_turns
     return user
 
@@ -68,9 +67,8 @@ def key_training_set(*, actor: User, key_id: int, training_enabled: bool, ip: st
     key = ApiKey.objects.select_for_update().filter(pk=key_id, owner=actor).first()
     if key is None:
         raise NotFound("No such key.")
-    if key.training_enabled != bool(training_enabled):
-        key.training_enabled = bool(training_enabled)
-        key.save(update_fields=["training_enabled"])
+    if model_update(instance=key, fields=["training_enabled"],
+                    data={"training_enabled": bool(training_enabled)}):
         audit_record(actor=actor, action="key.training", target=key, subject_user=actor, group=key.group,
                      ip=ip, training_enabled=key.training_enabled)
     return key
