@@ -54,7 +54,9 @@ def user_for_email_verification(*, token: str) -> User | None:
         return None
     if not isinstance(payload, dict):
         return None
-    return User.objects.filter(pk=payload.get("u"), email=payload.get("e"), is_active=True).first()
+    # A payload without "u" matches nobody (pk=None).
+    return User.objects.filter(pk=payload.get("u"), email=payload.get("e"),  # type: ignore[misc]
+                               is_active=True).first()
 
 
 # Audit log --------------------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ def user_signup(*, email: str, password: str, display_name: str = "", ip: str | 
 def user_update(*, user: User, actor: User, display_name: str, ip: str | None = None) -> User:
     # The email is the login and the verified contact; changing it needs its own confirmed flow, not a PATCH.
     display_name = (display_name or "").strip()
-    if len(display_name) > User._meta.get_field("display_name").max_length:
+    if len(display_name) > User._meta.get_field("display_name").max_length:  # type: ignore[operator]  # a CharField's max_length is set
         raise ValidationFailed("The display name is too long.", field="display_name",
                                fields={"display_name": ["At most 150 characters."]})
     changed = model_update(instance=user, fields=["display_name"], data={"display_name": display_name})
@@ -234,9 +234,9 @@ def user_session_seen(*, request: HttpRequest) -> None:
     for every request (clawhub.accounts.middleware), so a session started anywhere (the login page, the
     login API, Django admin, a test's force_login) is listed."""
     session = getattr(request, "session", None)
-    key = session.session_key if session is not None else None
-    if not key or session.get(SESSION_KEY) is None:
+    if session is None or not session.session_key or session.get(SESSION_KEY) is None:
         return  # no session, or nobody signed in to it
+    key = session.session_key
     seen, now = session.get(SESSION_SEEN_KEY), time.time()
     if isinstance(seen, list) and seen[:1] == [key] and now - seen[-1] < SESSION_SEEN_EVERY:
         return

@@ -40,7 +40,7 @@ def sessions_for_user(*, user, turn_type: str | None = None, text: str = "", key
         )
         .order_by("-last_activity_at", "-id")
     )
-    counted = {Turn.Type.MAIN: "main_turns", Turn.Type.SIDE: "side_turns",
+    counted: dict[str, str] = {Turn.Type.MAIN: "main_turns", Turn.Type.SIDE: "side_turns",
                Turn.Type.PLAYGROUND: "playground_turns"}
     if turn_type in counted:
         sessions = sessions.filter(**{f"{counted[turn_type]}__gt": 0})

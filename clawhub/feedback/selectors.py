@@ -47,7 +47,7 @@ def can_manage_judge_rules(*, tenant: Tenant, user) -> bool:
         return True
     if tenant.kind == Tenant.Kind.USER:
         return tenant.user_id == user.pk
-    return has_role(group=tenant.group, user=user, at_least=Role.ADMIN)
+    return has_role(group=tenant.group, user=user, at_least=Role.ADMIN)  # type: ignore[arg-type]  # a group tenant
 
 
 # --- explicit feedback --------------------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def turn_for_rating(*, actor: User, turn_id: int | None = None, request_id: str 
         return turn
     own = turn.user_id == actor.pk and (
         turn.tenant.kind == Tenant.Kind.USER
-        or has_role(group=turn.tenant.group, user=actor, at_least=Role.MEMBER))
+        or has_role(group=turn.tenant.group, user=actor, at_least=Role.MEMBER))  # type: ignore[arg-type]  # a group tenant
     if not own and not managed_tenants(actor=actor).filter(pk=turn.tenant_id).exists():
         raise NotFound("No such turn.")
     return turn

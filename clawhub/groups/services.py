@@ -139,7 +139,7 @@ def group_update(*, actor: User, group: Group, name: str, ip: str | None = None)
     name = (name or "").strip()
     if not name:
         raise ValidationFailed("A group needs a name.", field="name")
-    if len(name) > Group._meta.get_field("name").max_length:
+    if len(name) > Group._meta.get_field("name").max_length:  # type: ignore[operator]  # a CharField's max_length is set
         raise ValidationFailed("The name is too long.", field="name")
     changed = model_update(instance=group, fields=["name"], data={"name": name})
     if changed:

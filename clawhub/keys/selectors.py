@@ -71,14 +71,14 @@ def key_resolve(*, secret: str) -> ResolvedKey | None:
         return None
     if key.group_id and not row.owner_in_group:
         return None
-    tenant = key.group.tenant if key.group_id else key.owner.tenant
+    tenant = key.group.tenant if key.group_id else key.owner.tenant  # type: ignore[union-attr]  # group_id is set
     return ResolvedKey(key=key, user=key.owner, tenant=tenant, current=row.valid_until is None,
                        valid_until=row.valid_until)
 
 
 def key_tenant(key: ApiKey) -> Tenant:
     """The tenant whose adapter a key reaches: the bound group's, else the owner's personal one."""
-    return key.group.tenant if key.group_id else key.owner.tenant
+    return key.group.tenant if key.group_id else key.owner.tenant  # type: ignore[union-attr]  # group_id is set
 
 
 def model_ids_for_tenant(tenant: Tenant) -> list[str]:

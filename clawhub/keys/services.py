@@ -266,7 +266,7 @@ def key_rotate(*, key: ApiKey, actor: User, via_key: ApiKey | None = None,
 def _may_revoke(*, key: ApiKey, actor: User) -> bool:
     if actor.pk == key.owner_id or actor.is_staff:
         return True
-    return key.group_id is not None and can_manage_group_keys(group=key.group, user=actor)
+    return key.group_id is not None and can_manage_group_keys(group=key.group, user=actor)  # type: ignore[arg-type]  # group_id is set
 
 
 @transaction.atomic

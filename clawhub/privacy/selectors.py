@@ -33,7 +33,7 @@ def _audit_row_for_export(row: AuditLog, user: User) -> dict:
         "target_type": row.target_type,
         "target_id": row.target_id,
         "target": row.target_repr if about_user else "",
-        "group": row.group.slug if row.group_id else None,
+        "group": row.group.slug if row.group_id else None,  # type: ignore[union-attr]  # group_id is set
         "ip": row.ip if row.actor_id == user.pk else None,
         "data": row.data if about_user else {},
     }
@@ -48,7 +48,7 @@ def user_data_export(*, user: User) -> dict[str, Any]:
     from clawhub.usage.models import UsageDaily
 
     keys = [
-        {"id": k.pk, "name": k.name, "display": k.display, "group": k.group.slug if k.group_id else None,
+        {"id": k.pk, "name": k.name, "display": k.display, "group": k.group.slug if k.group_id else None,  # type: ignore[union-attr]  # group_id is set
          "allowed_models": k.allowed_models, "rpm_limit": k.rpm_limit, "tpm_limit": k.tpm_limit,
          "concurrency_limit": k.concurrency_limit, "expires_at": k.expires_at, "revoked_at": k.revoked_at,
          "last_used_at": k.last_used_at, "created_at": k.created_at, "training_enabled": k.training_enabled,

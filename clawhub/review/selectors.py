@@ -209,7 +209,7 @@ def training_sources_for_tenant(*, tenant_id: int) -> dict:
         .annotate(n=Count("id"))
         .order_by()
     )
-    served, why_counts = 0, {}
+    served, why_counts = 0, dict[str, int]()
     for row in rows:
         probe = Turn(
             route=row["turn__route"],

@@ -13,5 +13,5 @@ def tenant_for_group(*, group) -> Tenant:
 
 def tenant_label(tenant: Tenant) -> str:
     if tenant.kind == Tenant.Kind.GROUP:
-        return f"group {tenant.group.slug}"
-    return f"personal: {tenant.user.email}"
+        return f"group {tenant.group.slug}"  # type: ignore[union-attr]  # a group tenant has its group
+    return f"personal: {tenant.user.email}"  # type: ignore[union-attr]  # a user tenant has its user

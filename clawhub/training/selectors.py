@@ -189,7 +189,7 @@ def sample_standing(*, tenant: Tenant) -> dict[int, str]:
     held = samples_held_back(tenant=tenant)
     standing: dict[int, str] = {}
     for sample in Sample.objects.filter(tenant=tenant, state=Sample.State.APPROVED):
-        run = runs.get(sample.training_run_id)
+        run = runs.get(sample.training_run_id)  # type: ignore[arg-type]  # None: not claimed, no run
         if run is None:
             why = held.get(sample.pk, "the next batch")
             standing[sample.pk] = f"waiting: {why}"
@@ -240,9 +240,9 @@ def learning_for_turns(*, turns: list[Turn]) -> dict[int, dict[str, Any]]:
             "sample": sample,
             "run": run,
             # Claimed by the run only to check its version at the gate: never trained on.
-            "held_out": run is not None and sample.pk in (run.heldout_ids or []),
+            "held_out": run is not None and sample.pk in (run.heldout_ids or []),  # type: ignore[union-attr]  # a run: a sample
             # What training takes from the turn: the sample's reward, else the judge's.
-            "effective_reward": sample.reward if sample else (judgment.reward if judged else None),
+            "effective_reward": sample.reward if sample else (judgment.reward if judged else None),  # type: ignore[union-attr]  # judged: a judgment
         }
     return learned
 
@@ -311,4 +311,4 @@ def group_member_influence(*, group: Group, versions: int = 5) -> tuple[list[int
         )
         for m in group_members(group=group)
     ]
-    return [r.adapter_version.version for r in runs], members
+    return [r.adapter_version.version for r in runs], members  # type: ignore[union-attr]  # succeeded: a version

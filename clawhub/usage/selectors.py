@@ -156,12 +156,11 @@ def usage_of_key(*, user: User, key_id: int, since: date, until: date) -> dict:
     """One key's usage as the key page shows it: its totals over the range and since it was made, by day
     and by model over the range."""
     scope = usage_scope(actor=user)
-    dates = {"since": since, "until": until, "key_id": key_id}
     return {
         "since": since,
         "until": until,
-        "totals": usage_totals(scope=scope, **dates),
+        "totals": usage_totals(scope=scope, since=since, until=until, key_id=key_id),
         "all_time": usage_totals(scope=scope, since=date.min, until=until, key_id=key_id),
-        "by_day": usage_summary(scope=scope, by="day", **dates),
-        "by_model": usage_summary(scope=scope, by="model", **dates),
+        "by_day": usage_summary(scope=scope, by="day", since=since, until=until, key_id=key_id),
+        "by_model": usage_summary(scope=scope, by="model", since=since, until=until, key_id=key_id),
     }

@@ -79,7 +79,9 @@ def _upsert(rows: list[_Row]) -> None:
     columns = ["day", "key_id", "model", "user_id", "group_id", "tenant_id", *SUMMED]
     # PostgreSQL calls a bare column in SET ambiguous (EXCLUDED has it too); SQLite wants it bare.
     existing = f"{table}." if connection.vendor == "postgresql" else ""
-    conflict = ", ".join(qn(meta.get_field(name).column) for name in ("day", "key", "model"))
+    # Concrete fields, each with a column (get_field is typed for relations and generic keys too).
+    conflict = ", ".join(qn(meta.get_field(name).column)  # type: ignore[union-attr, arg-type]
+                         for name in ("day", "key", "model"))
     updates = ", ".join(f"{qn(c)} = {existing}{qn(c)} + excluded.{qn(c)}" for c in SUMMED)
     values = ", ".join(["(" + ", ".join(["%s"] * len(columns)) + ")"] * len(rows))
     sql = (

@@ -93,7 +93,7 @@ class Batch:
         LoRA dispatch of a multi-tenant pass slices by. Padding lies outside every span."""
         width = self.input_ids.shape[1]
         spans = []
-        for b, row in enumerate(self.row_of.tolist()):
+        for b, row in enumerate(self.row_of.tolist()):  # type: ignore[union-attr]  # set by __post_init__
             if self.packed:
                 # A packed sample starts where its row's position ids restart, at or before its first logit.
                 first_logit = int(self.logit_index[b, 0])
@@ -101,7 +101,7 @@ class Batch:
                 start = int(restarts[-1])
                 length = int(self.position_ids[row, first_logit]) + int(self.mask[b].sum()) + 1
             else:
-                real = self.attention_mask[row].nonzero().flatten()
+                real = self.attention_mask[row].nonzero().flatten()  # type: ignore[index]  # not packed: a mask
                 start, length = int(real[0]), len(real)
             spans.append((row * width + start, row * width + start + length))
         return spans
@@ -232,7 +232,7 @@ def teacher_prompt_ids(
         user_text = _last_user_text(sample.messages)
         text = _decode(tokenizer, enc.prompt_ids)
         at = text.rfind(user_text) if user_text else -1
-        if at >= 0:
+        if user_text and at >= 0:
             k = _boundary(tokenizer, enc.prompt_ids, text, at + len(user_text))
             if k is not None:
                 suffix = tokenizer.encode(HINT_TEMPLATE.format(hint=hint), add_special_tokens=False)
@@ -295,12 +295,16 @@ def encode_sample(
 def encode_batch(
     tokenizer: Any, samples: list[TrainSample], *, max_seq_len: int, truncate_response: bool = False
 ) -> tuple[list[EncodedSample], list[DroppedSample]]:
-    encoded, dropped = [], []
+    encoded: list[EncodedSample] = []
+    dropped: list[DroppedSample] = []
     for sample in samples:
         result = encode_sample(
             tokenizer, sample, max_seq_len=max_seq_len, truncate_response=truncate_response
         )
-        (dropped if isinstance(result, DroppedSample) else encoded).append(result)
+        if isinstance(result, DroppedSample):
+            dropped.append(result)
+        else:
+            encoded.append(result)
     return encoded, dropped
 
 

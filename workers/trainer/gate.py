@@ -358,9 +358,9 @@ def _hint_teacher_scores(
                        for e in hinted}
     for group in _passes(hinted, budget, lambda e: len(teacher_prompts[id(e)]) + len(e.response_ids)):
         # The hint-teacher: the base model, the hint in the last user message.
+        hidden: dict[str | None, list[torch.Tensor]] = {}
         with _adapter(model, None):
-            hidden = {None: scorer.response_hiddens([(teacher_prompts[id(e)], e.response_ids)
-                                                     for e in group])}
+            hidden[None] = scorer.response_hiddens([(teacher_prompts[id(e)], e.response_ids) for e in group])
         for name, path in adapters.items():
             with _adapter(model, name if path is not None else None):
                 hidden[name] = scorer.response_hiddens([(e.prompt_ids, e.response_ids) for e in group])
@@ -383,9 +383,9 @@ def _sample_kl(head: Any, hidden: dict[str | None, torch.Tensor], key: str, scor
                 for name, h in hidden.items()}
         teacher, parent = logp.pop(None), logp.get("parent")
         for name, policy in logp.items():
-            kl[name] += float((policy.exp() * (policy - teacher)).sum())
+            kl[name] += float((policy.exp() * (policy - teacher)).sum())  # type: ignore[index]  # None popped
             if name != "parent" and parent is not None:
-                away[name] += float(((policy.exp() - parent.exp()) * (parent - teacher)).sum())
+                away[name] += float(((policy.exp() - parent.exp()) * (parent - teacher)).sum())  # type: ignore[index]
         del logp, teacher, parent
     for name in names:
         scores[name].kl[key] = kl[name] / max(length, 1)
@@ -475,7 +475,8 @@ class _adapter:
     """Context: run the model with one named adapter on, or with every adapter off (None = base model)."""
 
     def __init__(self, model: Any, name: str | None):
-        self.model, self.name, self.off = model, name, None
+        self.model, self.name = model, name
+        self.off: Any = None  # the adapter-off context while it is entered
 
     def __enter__(self):
         if not isinstance(self.model, PeftModel):

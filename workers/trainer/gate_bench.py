@@ -55,7 +55,7 @@ def heldout(count: int, seed: int = 5) -> list[TrainSample]:
         reply = (make_chats.answer_formatted if formatted else make_chats.answer_plain)(steps, final)
         hints = [make_chats.hint_text(rng, "plain")] if i % 4 < 2 else []
         samples.append(TrainSample(sample_id=i, messages=[{"role": "user", "content": question}],
-                                   response_text=reply, reward=-1.0 if formatted else 1.0, hints=hints))
+                                   response_text=reply, reward=-1 if formatted else 1, hints=hints))
     return samples
 
 

@@ -222,6 +222,7 @@ def _tenants(
     warm.start(str(TINY_MODEL_DIR), None, config, str(root / "warm"))
     base_dir = root / "base"
     lease = warm._lease
+    assert lease is not None  # start() leased the resident base
     warm.close()  # the adapter detached: the resident base saves as a plain checkpoint
     lease.model.save_pretrained(base_dir)
     lease.tokenizer.save_pretrained(base_dir)
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     vocab = shape.get("vocab_size", 151936)
     loader = qwen3_4b_loader(TINY_MODEL_DIR, **shape)
     device, dtype = ("cpu", "float32") if args.smoke else ("cuda", "bfloat16")
-    common = dict(method="rl", lora_r=16, lora_alpha=32, device=device, dtype=dtype, lr=1e-5,
+    common: dict[str, Any] = dict(method="rl", lora_r=16, lora_alpha=32, device=device, dtype=dtype, lr=1e-5,
                   gradient_checkpointing=True, max_seq_len=32768)
     sample = (32, 32) if args.smoke else (1024, 1024)
     for budget in ((64, 128) if args.smoke else (4096, 16384)):

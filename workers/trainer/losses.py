@@ -58,7 +58,8 @@ class Sampler:
         def spread(x: Tensor | None) -> Tensor | None:
             return None if x is None else x[:, None].expand(where.shape)[where]
 
-        return Sampler(spread(self.temperature), spread(self.top_p), spread(self.top_k))
+        temperature = self.temperature[:, None].expand(where.shape)[where]  # always set, unlike the others
+        return Sampler(temperature, spread(self.top_p), spread(self.top_k))
 
 
 def sampled_logits(logits: Tensor, targets: Tensor, sampler: Sampler | None) -> Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ class FireworksBackend(TinkerProtocolBackend):
 
     name = "fireworks"
     supports_last_n = False  # its fork of compute_logprobs scores the whole prompt
+    base_url: str  # always set: __init__ falls back to the public API root
 
     @classmethod
     def from_config(cls, config: Any) -> FireworksBackend:
@@ -152,7 +154,7 @@ class FireworksBackend(TinkerProtocolBackend):
         session); samplers bound to the old session are rebuilt on demand."""
         old = (self.training, self.service, self._samplers)
         self.service = self.call("reconnect", self._make_service)
-        self.training = self._client_from_state(self.state.state_path)
+        self.training = self._client_from_state(self.state.state_path)  # type: ignore[arg-type]  # saved in start()
         self.state.model_id = self._model_id() or self.state.model_id
         self._teacher, self._samplers = None, []
         for client in (*old[2], *old[:2]):
@@ -216,7 +218,7 @@ class FireworksBackend(TinkerProtocolBackend):
                 )
             target.parent.mkdir(parents=True, exist_ok=True)
             self.call(
-                f"download {relative}", lambda u=url, t=target: _download(u, t, self.retry.call_timeout_s)
+                f"download {relative}", partial(_download, url, target, self.retry.call_timeout_s)
             )
         return {
             "weights_path": saved.path,

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -114,13 +115,15 @@ class TinkerProtocolBackend(TrainingBackend):
     def _status_of(self, exc: BaseException) -> int | None:
         """The HTTP status behind an SDK exception (walking __cause__), or None."""
         seen = 0
-        while exc is not None and seen < 8:
-            status = getattr(exc, "status_code", None)
-            if status is None and getattr(exc, "response", None) is not None:
-                status = getattr(exc.response, "status_code", None)
+        current: BaseException | None = exc
+        while current is not None and seen < 8:
+            status = getattr(current, "status_code", None)
+            response = getattr(current, "response", None)
+            if status is None and response is not None:
+                status = getattr(response, "status_code", None)
             if isinstance(status, int):
                 return status
-            exc = exc.__cause__ or exc.__context__
+            current = current.__cause__ or current.__context__
             seen += 1
         return None
 
@@ -205,7 +208,7 @@ class TinkerProtocolBackend(TrainingBackend):
         parent_state = parent_state_path(parent_adapter_dir, self.name)
         if saved is not None and saved.state_path:
             self.state = saved
-            self.resumed_from_step = saved.step
+            self.resumed_from_step: int | None = saved.step
             self.training = self._client_from_state(saved.state_path)
         else:
             self.resumed_from_step = None
@@ -404,7 +407,8 @@ class TinkerProtocolBackend(TrainingBackend):
         """After a failed step: a fresh client from the last saved state, so nothing is applied twice and no
         request of the abandoned client (which the SDK orders per client) blocks the retry."""
         old = self.training
-        self.training = self._client_from_state(self.state.state_path)
+        # start() saved a state before the first step, so there is always one to restore.
+        self.training = self._client_from_state(self.state.state_path)  # type: ignore[arg-type]
         closer = getattr(old, "close", None)
         if callable(closer):
             try:
@@ -442,7 +446,7 @@ class TinkerProtocolBackend(TrainingBackend):
                 continue  # done before a redelivery: the saved state already holds it
             started = time.monotonic()
             loss, extra = self.call(
-                f"step {index}", lambda s=step_samples: self._run_step(s), on_retry=self._restart_from_state
+                f"step {index}", partial(self._run_step, step_samples), on_retry=self._restart_from_state
             )
             self.state.step = index
             self._save_state()

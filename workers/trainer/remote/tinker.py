@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,7 @@ class TinkerBackend(TinkerProtocolBackend):
                 raise RemoteTrainingError(f"tinker: refusing download path {relative!r}", backend=self.name)
             target.parent.mkdir(parents=True, exist_ok=True)
             self.call(
-                f"download {relative}", lambda u=url, t=target: _download(u, t, self.retry.call_timeout_s)
+                f"download {relative}", partial(_download, url, target, self.retry.call_timeout_s)
             )
         return {"weights_path": saved.path}
 
