@@ -1,48 +1,24 @@
 """End to end with real Celery worker processes on real Redis and PostgreSQL: captured turns are judged by a
 worker, and a worker killed in the middle of judging leaves the turn to be judged by the next one."""
 
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from clawhub.feedback.models import Judgment
+from tests import celery_workers
+from tests.celery_workers import VISIBILITY_TIMEOUT, stop
 from tests.feedback.conftest import capture_exchange
 from tests.judge.fake_openai import FakeOpenAI, prm_or_hint
 from workers.celery import app
-
-ROOT = Path(__file__).resolve().parents[2]
-VISIBILITY_TIMEOUT = 3
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
 def start_worker(**env: str) -> subprocess.Popen:
-    db = settings.DATABASES["default"]
-    # The worker must see this test's rows: the test database, not the one DATABASE_URL names.
-    database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", "judge", "--pool", "solo",
-         "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "clawhub.settings.test", "DATABASE_URL": database_url,
-             "CELERY_BROKER_VISIBILITY_TIMEOUT": str(VISIBILITY_TIMEOUT), **env},
-    )
-
-
-def stop(worker: subprocess.Popen) -> None:
-    if worker.poll() is None:
-        worker.terminate()
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(timeout=10)
+    return celery_workers.start_worker("workers.celery", "judge", "--pool", "solo", **env)
 
 
 def wait_for_judgment(turn_id: int, timeout: float = 60) -> Judgment:

@@ -2,28 +2,25 @@
 the run resumes from its checkpoint on a new worker, and every claimed sample is trained exactly as planned
 (no step repeated, no sample twice in an epoch, none lost)."""
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from clawhub.adapters.models import AdapterVersion
 from clawhub.review.models import Sample
 from clawhub.tenants.access import tenant_access
 from clawhub.training import services
 from clawhub.training.models import TrainingRun, TrainingSettings
+from tests import celery_workers
+from tests.celery_workers import VISIBILITY_TIMEOUT, stop
 from tests.factories import make_user
 from tests.training.conftest import approved_samples
 from workers.celery import app
 
-ROOT = Path(__file__).resolve().parents[2]
-VISIBILITY_TIMEOUT = 3
 SAMPLES, EPOCHS = 8, 3
 STEPS = SAMPLES * EPOCHS  # one sample per optimizer step
 
@@ -32,55 +29,16 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 def start_worker(tmp_path: Path, step_delay: float = 0.0, pool: str = "solo", **env: str) -> subprocess.Popen:
     """A train worker on the test database and broker; ``env`` adds or overrides its environment."""
-    db = settings.DATABASES["default"]
-    database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.training.slow_worker",
-            "worker",
-            "-Q",
-            "train",
-            "--pool",
-            pool,
-            "--concurrency",
-            "1",
-            "--prefetch-multiplier",
-            "1",
-            "--loglevel",
-            "WARNING",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "clawhub.settings.test",
-            "DATABASE_URL": database_url,
-            "CELERY_BROKER_VISIBILITY_TIMEOUT": str(VISIBILITY_TIMEOUT),
-            "OMP_NUM_THREADS": "1",
-            "CLAWHUB_TEST_STEP_DELAY": str(step_delay),
-            "CLAWHUB_TRAIN_WORKDIR": str(tmp_path / "train"),
-            "CLAWHUB_ADAPTER_DIR": str(tmp_path / "adapters"),
-            # Nothing listens here: the promote task that follows the run just waits to retry.
-            "CLAWHUB_UPSTREAMS": '[{"url": "http://127.0.0.1:9", "base_model": "tiny"}]',
-            **env,
-        },
-    )
-
-
-def stop(worker: subprocess.Popen) -> None:
-    if worker.poll() is None:
-        worker.terminate()
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(timeout=10)
+    options = ("--pool", pool, "--concurrency", "1", "--prefetch-multiplier", "1")
+    return celery_workers.start_worker("tests.training.slow_worker", "train", *options, **{
+        "OMP_NUM_THREADS": "1",
+        "CLAWHUB_TEST_STEP_DELAY": str(step_delay),
+        "CLAWHUB_TRAIN_WORKDIR": str(tmp_path / "train"),
+        "CLAWHUB_ADAPTER_DIR": str(tmp_path / "adapters"),
+        # Nothing listens here: the promote task that follows the run just waits to retry.
+        "CLAWHUB_UPSTREAMS": '[{"url": "http://127.0.0.1:9", "base_model": "tiny"}]',
+        **env,
+    })
 
 
 def purge_train_queue() -> None:
