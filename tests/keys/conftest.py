@@ -31,6 +31,15 @@ def client_settings(settings):
 
 
 @pytest.fixture
+def own_key_page(client, db) -> str:
+    """The page of a new personal key, as its owner sees it."""
+    user = make_user()
+    key, _ = make_key(user)
+    client.force_login(user)
+    return client.get(f"/keys/{key.pk}/").content.decode()
+
+
+@pytest.fixture
 def web_client():
     return Client(enforce_csrf_checks=True)
 

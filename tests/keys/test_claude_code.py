@@ -40,9 +40,6 @@ def test_without_the_secret_a_placeholder_and_a_group_key_uses_the_group_adapter
     assert env["ANTHROPIC_MODEL"] == f"clawhub-group-{group.slug}"
 
 
-def test_the_key_page_shows_it(client):
-    user = make_user()
-    key, _ = make_key(user)
-    client.force_login(user)
-    page = client.get(f"/keys/{key.pk}/").content.decode()
+def test_the_key_page_shows_it(own_key_page):
+    page = own_key_page
     assert 'id="claude-code-env"' in page and "export ANTHROPIC_MODEL=clawhub-personal" in page
