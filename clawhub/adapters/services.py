@@ -4,8 +4,10 @@ unload, pin, and the sweeper that re-drives what a lost worker forgot.
 Hot swap across gateway processes (the design this module implements)
 ---------------------------------------------------------------------
 Every gateway process resolves a tenant to its active version through ``active_adapter_for_tenant`` and caches
-the answer for GATEWAY_ADAPTER_CACHE_SECONDS; it holds no other shared state. So a switch can never be seen by
-all processes at the same instant, and the design makes that harmless instead of trying to prevent it:
+the answer, with the tenant's adapter generation (clawhub.adapters.cache) it was read under: the switch bumps
+it, and each request's admission compares it, so a process reads the new version at its next request (or
+after GATEWAY_ADAPTER_CACHE_SECONDS when Redis is away). A switch can still never be seen by all processes at
+the same instant, and the design makes that harmless instead of trying to prevent it:
 
 1. Pre-load. The worker loads the new version under its own unique name (``t<tenant>-v<version>``) on every
    healthy upstream (the gateway may route a tenant to any of them), straight through vLLM's
@@ -41,6 +43,7 @@ from django.utils import timezone
 from clawhub.accounts.audit import audit_record_for_tenant
 from clawhub.accounts.models import User
 from clawhub.adapters import evaluation, serving
+from clawhub.adapters.cache import adapter_cache_invalidate
 from clawhub.adapters.models import AdapterPin, AdapterVersion, LoadedAdapter
 from clawhub.adapters.registry import loaded_adapter_record, loaded_adapters_forget
 from clawhub.adapters.selectors import adapter_in_flight, adapters_to_unload
@@ -262,6 +265,9 @@ def _switch(*, version: AdapterVersion, old: AdapterVersion | None, now, grace: 
         previous=old.version if old else None,
         upstreams=upstreams,
     )
+    # Every gateway reads the tenant's adapter again on its next request (its cached copy may be minutes old).
+    tenant_id = version.tenant_id
+    transaction.on_commit(lambda: adapter_cache_invalidate(tenant_id=tenant_id))
     if old is not None:
         tasks.enqueue_on_commit(tasks.UNLOAD_DRAINED, countdown=grace.total_seconds() + 1)
 

@@ -44,14 +44,15 @@ from clawhub.gateway.http import ClientGone, read_body, send_json
 from clawhub.gateway.identity import Identity, extract_identity
 from clawhub.gateway.meters import ServedRequests
 from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, watch_disconnect
-from clawhub.gateway.quotas import LocalLimiter, RedisLimiter, reservation
+from clawhub.gateway.quotas import AdapterGeneration, AdapterMoved, LocalLimiter, RedisLimiter, reservation
 from clawhub.gateway.transport import UpstreamClient, UpstreamResponse, UpstreamTransport
 from clawhub.gateway.upstreams import (
     ActiveAdapter,
     SharedResidency,
+    TenantAdapter,
     Upstream,
     UpstreamPool,
-    active_adapter_blocking,
+    tenant_adapter_blocking,
     version_adapter_blocking,
 )
 from clawhub.tenants import naming
@@ -75,6 +76,7 @@ TO_CLIENT = {"messages": messages.to_message, "responses": responses.to_response
 # Routes whose clients read errors in Anthropic's shape rather than OpenAI's.
 ANTHROPIC_ROUTES = frozenset({"messages", "count_tokens"})
 ADMIT_LOOKUPS = 3  # fresh lookups of a key whose generation moved before admission gives up (503)
+VERSION_CACHE = 2.0  # seconds a named adapter version (``<id>:v<N>``) is cached
 
 
 @dataclass(slots=True)
@@ -126,7 +128,9 @@ class Gateway:
             self.writer.start()
             self.keys = KeyCache(self.db, ttl=cfg.key_cache_seconds)
             self.adapters = CachedLoader(self._load_adapter, ttl=cfg.adapter_cache_seconds, what="adapter")
-            self.versions = CachedLoader(self._load_version, ttl=cfg.adapter_cache_seconds, what="adapter")
+            # A named version's row only gains its weights, so it is cached briefly, without a generation.
+            self.versions = CachedLoader(self._load_version, what="adapter",
+                                         ttl=min(cfg.adapter_cache_seconds, VERSION_CACHE))
             if cfg.redis_url:
                 self.limiter = RedisLimiter(cfg.redis_url, cfg.group_limits, lease_seconds=cfg.lease_seconds)
                 shared = SharedResidency(cfg.redis_url, timeout=cfg.redis_timeout)
@@ -157,24 +161,27 @@ class Gateway:
             except Exception:
                 logger.exception("gateway shutdown: closing the %s failed", name)
 
-    async def _load_adapter(self, tenant_id: int) -> ActiveAdapter | None:
-        return await self.db.run(active_adapter_blocking, tenant_id)
+    async def _load_adapter(self, tenant_id: int) -> TenantAdapter:
+        return await self.db.run(tenant_adapter_blocking, tenant_id)
 
     async def _load_version(self, tenant_version: tuple[int, int]) -> ActiveAdapter | None:
         return await self.db.run(version_adapter_blocking, *tenant_version)
 
-    async def _adapter_for(self, info: KeyInfo, model: str) -> ActiveAdapter | None:
+    async def _adapter_for(self, info: KeyInfo, model: str) -> tuple[ActiveAdapter | None,
+                                                                      AdapterGeneration | None]:
         """The adapter a request for ``model`` (already checked against the key) is served with: none for the
-        base, the tenant's active version for its model id, the named one for ``<id>:v<N>``."""
+        base, the tenant's active version for its model id (with the generation admission checks it by),
+        the named one for ``<id>:v<N>``."""
         if model == naming.BASE_MODEL_ID:
-            return None
+            return None, None
         _, version = naming.split_version(model)
         if version is None:
-            return await self.adapters.get(info.tenant_id)
+            current = await self.adapters.get(info.tenant_id)
+            return current.adapter, current.generation
         adapter = await self.versions.get((info.tenant_id, version))
         if adapter is None:
             raise model_not_found(model)
-        return adapter
+        return adapter, None
 
     # --- ASGI ----------------------------------------------------------------------------------------------
     async def __call__(self, scope, receive, send) -> None:
@@ -304,7 +311,7 @@ class Gateway:
         served.model = chat["model"]
         check_model(entry.info, chat["model"])
         request_id = f"{self._id_prefix}{next(self._ids):x}"
-        info = await self._admit(secret, digest, entry, request_id, chat["model"], reserve=0, adapter=None)
+        info, _ = await self._admit(secret, digest, entry, request_id, chat["model"], reserve=0, adapter=None)
         try:
             count = await self._tokenize(chat, info.tenant_id, served)
         finally:
@@ -342,12 +349,22 @@ class Gateway:
         raise no_upstream()
 
     async def _admit(self, secret: str, digest: str, entry, request_id: str, model: str, *, reserve: int,
-                     adapter: str | None) -> KeyInfo:
+                     adapter: ActiveAdapter | None, adapter_generation: AdapterGeneration | None = None,
+                     ) -> tuple[KeyInfo, ActiveAdapter | None]:
+        """Admission under the key's and the tenant adapter's current generations: the key, and the adapter
+        the request is served with (read again if it changed since it was cached)."""
         for _ in range(ADMIT_LOOKUPS):
-            admitted, _generation = await self._admit_once(entry.info, request_id, entry.generation, reserve,
-                                                           adapter)
+            try:
+                admitted, _generation = await self._admit_once(
+                    entry.info, request_id, entry.generation, reserve, adapter.name if adapter else None,
+                    adapter_generation)
+            except AdapterMoved:
+                # The tenant's active adapter changed (a promotion, a rollback): read it again.
+                self.adapters.forget(entry.info.tenant_id)
+                adapter, adapter_generation = await self._adapter_for(entry.info, model)
+                continue
             if admitted:
-                return entry.info
+                return entry.info, adapter
             # The key was revoked, rotated or changed since it was cached: look it up again.
             self.keys.forget(digest)
             _, entry = await self.keys.lookup(secret)
@@ -359,10 +376,11 @@ class Gateway:
                            code="service_unavailable", retry_after=1)
 
     async def _admit_once(self, info: KeyInfo, request_id: str, generation: str | None, reserve: int,
-                          adapter: str | None):
+                          adapter: str | None, adapter_generation: AdapterGeneration | None):
         try:
-            return await self.limiter.admit(info, request_id, generation, reserve=reserve, adapter=adapter)
-        except GatewayError:
+            return await self.limiter.admit(info, request_id, generation, reserve=reserve, adapter=adapter,
+                                            adapter_generation=adapter_generation)
+        except (GatewayError, AdapterMoved):
             raise
         except Exception:
             # Redis unreachable: serving goes on without quotas rather than failing every agent.
@@ -395,14 +413,14 @@ class Gateway:
         chat = route == "chat"
         model = served.model = body["model"]
         check_model(entry.info, model)
-        adapter = await self._adapter_for(entry.info, model)
+        adapter, adapter_generation = await self._adapter_for(entry.info, model)
         request_id = f"{self._id_prefix}{next(self._ids):x}"
         requested = limits.requested_output(body)
         context = self.pool.max_model_len()
         output = requested[1] if requested else context
         reserve = reservation(body, len(raw), min(output, context) if output and context else output)
-        info = await self._admit(secret, digest, entry, request_id, model, reserve=reserve,
-                                 adapter=adapter.name if adapter else None)
+        info, adapter = await self._admit(secret, digest, entry, request_id, model, reserve=reserve,
+                                          adapter=adapter, adapter_generation=adapter_generation)
 
         record = TurnRecord(
             request_id=request_id, route=route, key_id=info.key_id, user_id=info.user_id,

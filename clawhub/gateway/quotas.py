@@ -31,10 +31,10 @@ import math
 import time
 from dataclasses import dataclass
 
+from clawhub.core.generations import ABSENT
 from clawhub.core.metrics import QUOTA_REJECTIONS, REDIS_FAILURES
 from clawhub.gateway.auth import KeyInfo
 from clawhub.gateway.errors import rate_limited
-from clawhub.keys.cache import ABSENT
 
 WINDOW_TTL = 120  # a minute's counters live a little longer than their minute
 REDIS_RETRY_AFTER = 1.0
@@ -46,8 +46,9 @@ DEFAULT_OUTPUT_RESERVE = 4096  # a request without max_tokens may write up to th
 logger = logging.getLogger("clawhub.gateway.quotas")
 
 _ADMIT = """
-local gen = redis.call('GET', KEYS[7]) or '0'  -- clawhub.keys.cache.ABSENT
+local gen = redis.call('GET', KEYS[7]) or '0'  -- clawhub.core.generations.ABSENT
 if ARGV[1] ~= '' and ARGV[1] ~= gen then return {-1, gen} end
+if ARGV[15] ~= '' and ARGV[15] ~= (redis.call('GET', KEYS[9]) or '0') then return {-2, gen} end
 local now = tonumber(ARGV[9])
 local expires = now + tonumber(ARGV[11])
 local cttl = math.ceil(tonumber(ARGV[11])) + 1
@@ -137,6 +138,20 @@ _REASONS = {  # code: (message, how Retry-After is found, the QUOTA_REJECTIONS l
     8: ("This request may use more tokens (prompt plus max_tokens x n) than this group's tokens per minute "
         "limit allows; lower max_tokens or shorten the prompt.", "window", "group_tpm"),
 }
+
+
+class AdapterMoved(Exception):
+    """The tenant's active adapter changed since the gateway cached it (nothing counted): read it again."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterGeneration:
+    """The generation a tenant's cached active adapter was read under (clawhub.adapters.cache), which
+    admission compares with the current one."""
+
+    tenant_id: int
+    key: str  # where the shared cache keeps it
+    expected: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,17 +260,19 @@ class RedisLimiter(_Leases):
         await self._redis.aclose()
 
     async def admit(self, info: KeyInfo, request_id: str, expected_generation: str | None, *,
-                    reserve: int = 0, adapter: str | None = None) -> tuple[bool, str]:
+                    reserve: int = 0, adapter: str | None = None,
+                    adapter_generation: AdapterGeneration | None = None) -> tuple[bool, str]:
         """Counts the request if it is within every limit, reserving ``reserve`` tokens. Returns (True,
         generation) when admitted, (False, generation) when the key's cache generation moved on (nothing was
-        counted); raises a 429 GatewayError when a limit is reached. Redis not answering admits (fail open,
-        counted)."""
+        counted); raises AdapterMoved when the tenant's adapter generation did (nothing counted either) and a
+        429 GatewayError when a limit is reached. Redis not answering admits (fail open, counted)."""
         if time.monotonic() < self._down_until:
             REDIS_FAILURES.labels(part="quota").inc()
             return True, expected_generation or ""
         try:
-            return await asyncio.wait_for(
-                self._admit_redis(info, request_id, expected_generation, reserve, adapter), self._timeout * 2)
+            admission = self._admit_redis(info, request_id, expected_generation, reserve, adapter,
+                                          adapter_generation)
+            return await asyncio.wait_for(admission, self._timeout * 2)
         except (TimeoutError, OSError, self._errors()) as exc:
             self._failed("quota", exc)
             return True, expected_generation or ""
@@ -279,23 +296,27 @@ class RedisLimiter(_Leases):
         return redis.RedisError
 
     async def _admit_redis(self, info: KeyInfo, request_id: str, expected_generation: str | None,
-                           reserve: int, adapter: str | None) -> tuple[bool, str]:
+                           reserve: int, adapter: str | None,
+                           adapter_generation: AdapterGeneration | None) -> tuple[bool, str]:
         now = time.time()
         minute = int(now // 60)
         k, g, busy = _names(info, minute, adapter)
         group = self._group
         result = await self._admit(
             keys=[f"{k}:rpm:{minute}", f"{k}:tpm:{minute}", f"{k}:conc",
-                  f"{g}:rpm:{minute}", f"{g}:tpm:{minute}", f"{g}:conc", info.generation_key, busy],
+                  f"{g}:rpm:{minute}", f"{g}:tpm:{minute}", f"{g}:conc", info.generation_key, busy,
+                  adapter_generation.key if adapter_generation else "-"],
             args=[expected_generation or "", _lim(info.rpm), _lim(info.tpm), _lim(info.concurrency),
                   _lim(group.rpm), _lim(group.tpm), _lim(group.concurrency),
                   1 if info.group_id else 0, now, request_id, self.lease_seconds, WINDOW_TTL, reserve,
-                  1 if adapter else 0],
+                  1 if adapter else 0, adapter_generation.expected if adapter_generation else ""],
         )
         code = int(result[0])
         generation = result[1].decode() if isinstance(result[1], bytes) else str(result[1])
         if code == -1:
             return False, generation
+        if code == -2:
+            raise AdapterMoved
         if code:
             raise _limited(code, now)
         grp = bool(info.group_id)
@@ -373,9 +394,16 @@ class LocalLimiter(_Leases):
         return slots
 
     async def admit(self, info: KeyInfo, request_id: str, expected_generation: str | None, *,
-                    reserve: int = 0, adapter: str | None = None) -> tuple[bool, str | None]:
+                    reserve: int = 0, adapter: str | None = None,
+                    adapter_generation: AdapterGeneration | None = None) -> tuple[bool, str | None]:
         if await self.generation_moved(info, expected_generation):
             return False, None
+        if adapter_generation is not None:
+            from clawhub.adapters.cache import adapter_cache_generation_now
+
+            now_at = adapter_cache_generation_now(tenant_id=adapter_generation.tenant_id)
+            if now_at != adapter_generation.expected:
+                raise AdapterMoved
         now = time.time()
         minute = int(now // 60)
         if minute != self._minute:  # old windows can go

@@ -38,6 +38,7 @@ from clawhub.adapters.vllm_admin import VllmAdmin, adapter_names
 from clawhub.core.metrics import ADAPTER_LOAD_DURATION, ADAPTER_LOADS, REDIS_FAILURES
 from clawhub.core.model_limits import max_model_len_of
 from clawhub.gateway.errors import upstream_refused
+from clawhub.gateway.quotas import AdapterGeneration
 
 logger = logging.getLogger("clawhub.gateway")
 
@@ -65,6 +66,30 @@ def active_adapter_blocking(tenant_id: int) -> ActiveAdapter | None:
     if version is None:
         return None
     return ActiveAdapter(id=version.pk, name=version.upstream_name, path=version.artifact_path)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantAdapter:
+    """A tenant's active adapter as the gateway caches it, with the generation it was read under (None: the
+    shared cache did not answer, so it is not checked until the next read)."""
+
+    adapter: ActiveAdapter | None
+    generation: AdapterGeneration | None
+
+
+def tenant_adapter_blocking(tenant_id: int) -> TenantAdapter:
+    """The generation first, then the row: a switch committed after the read moves the generation away
+    from the one recorded (it is bumped after the commit), so admission sees it and the row is read again."""
+    from clawhub.adapters.cache import adapter_cache_generation, adapter_cache_generation_key
+
+    try:
+        generation = AdapterGeneration(tenant_id, adapter_cache_generation_key(tenant_id=tenant_id),
+                                       adapter_cache_generation(tenant_id=tenant_id))
+    except Exception:  # noqa: BLE001 - the shared cache is down: serve the adapter, unchecked, as quotas do
+        logger.warning("adapter generation of tenant %s unreadable; served unchecked until its next read",
+                       tenant_id, exc_info=True)
+        generation = None
+    return TenantAdapter(active_adapter_blocking(tenant_id), generation)
 
 
 def version_adapter_blocking(tenant_id: int, version: int) -> ActiveAdapter | None:

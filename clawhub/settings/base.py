@@ -265,8 +265,10 @@ GATEWAY_UPSTREAM_KEEPALIVE_SECONDS = env.float("GATEWAY_UPSTREAM_KEEPALIVE_SECON
 # gateway process's slots are free again within it.
 GATEWAY_LEASE_SECONDS = env.float("GATEWAY_LEASE_SECONDS", default=30.0)
 GATEWAY_HEALTH_INTERVAL = env.float("GATEWAY_HEALTH_INTERVAL", default=5.0)
-GATEWAY_KEY_CACHE_SECONDS = env.float("GATEWAY_KEY_CACHE_SECONDS", default=10.0)
-GATEWAY_ADAPTER_CACHE_SECONDS = env.float("GATEWAY_ADAPTER_CACHE_SECONDS", default=2.0)
+# Cached lookups are checked against their generation on every request (a revoke, rotate or promotion holds
+# from the next request on); the lifetimes bound what is served while the shared cache (Redis) is away.
+GATEWAY_KEY_CACHE_SECONDS = env.float("GATEWAY_KEY_CACHE_SECONDS", default=60.0)
+GATEWAY_ADAPTER_CACHE_SECONDS = env.float("GATEWAY_ADAPTER_CACHE_SECONDS", default=300.0)
 # Limits every group key also counts against, per group; empty = unlimited.
 GATEWAY_GROUP_RPM = env.int("GATEWAY_GROUP_RPM", default=None)
 GATEWAY_GROUP_TPM = env.int("GATEWAY_GROUP_TPM", default=None)

@@ -192,11 +192,18 @@ def gateway(gateway_factory, fake) -> GatewayServer:
     return gateway_factory([fake.url])
 
 
-def activate_adapter(tenant, version: int = 1, path: str | None = None) -> AdapterVersion:
+def activate_adapter(tenant, version: int = 1, path: str | None = None, *, tell_gateways: bool = True,
+                     ) -> AdapterVersion:
+    """``tell_gateways``: bump the tenant's adapter generation, as the switch in adapter_activate does."""
+    from clawhub.adapters.cache import adapter_cache_invalidate
+
     AdapterVersion.objects.filter(tenant=tenant, state=AdapterVersion.State.ACTIVE).update(
         state=AdapterVersion.State.RETIRED)
-    return AdapterVersion.objects.create(tenant=tenant, version=version, state=AdapterVersion.State.ACTIVE,
-                                         artifact_path=path or f"/srv/adapters/t{tenant.pk}/v{version}")
+    row = AdapterVersion.objects.create(tenant=tenant, version=version, state=AdapterVersion.State.ACTIVE,
+                                        artifact_path=path or f"/srv/adapters/t{tenant.pk}/v{version}")
+    if tell_gateways:
+        adapter_cache_invalidate(tenant_id=tenant.pk)
+    return row
 
 
 @pytest.fixture

@@ -108,6 +108,27 @@ def test_a_stale_pooled_connection_is_retried_once_and_the_upstream_stays_health
         upstream.stop()
 
 
+def test_a_switched_adapter_is_served_from_the_next_request_though_its_cache_lives_minutes(gateway, fake):
+    """The tenant's active adapter is cached for minutes (GATEWAY_ADAPTER_CACHE_SECONDS) and checked in each
+    request's admission against the tenant's adapter generation, which a switch bumps."""
+    from tests.gateway.conftest import activate_adapter
+
+    assert gateway.app.config.adapter_cache_seconds >= 60
+    user = make_user()
+    _, secret = make_key(user)
+    activate_adapter(user.tenant, 1)
+    served = []
+    for version, tell in ((2, False), (3, True)):
+        assert post(gateway.v1, secret, chat()).status_code == 200
+        served.append(fake.stats()["last_request"]["model"])
+        activate_adapter(user.tenant, version, tell_gateways=tell)
+    assert post(gateway.v1, secret, chat()).status_code == 200
+    served.append(fake.stats()["last_request"]["model"])
+    t = user.tenant.pk
+    # v2 without a bump stays unseen (the cache is long); the bump for v3 is seen at once.
+    assert served == [f"t{t}-v1", f"t{t}-v1", f"t{t}-v3"]
+
+
 def test_the_upstream_keep_alive_defaults_below_vllms_five_seconds(settings):
     assert settings.GATEWAY_UPSTREAM_KEEPALIVE_SECONDS < 5
 
