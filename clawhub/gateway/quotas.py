@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from clawhub.core.generations import ABSENT
 from clawhub.core.metrics import QUOTA_REJECTIONS, REDIS_FAILURES
+from clawhub.core.resp import RespClient, Script
 from clawhub.gateway.auth import KeyInfo
 from clawhub.gateway.errors import rate_limited
 
@@ -243,8 +244,11 @@ class RedisLimiter(_Leases):
         super().__init__(lease_seconds)
         self._timeout = timeout
         self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
-        self._admit = self._redis.register_script(_ADMIT)
-        self._release = self._redis.register_script(_RELEASE)
+        # Admission and release, on every request, on a client of their own (clawhub.core.resp: a tenth of
+        # redis-py's CPU); redis-py keeps the lease renewals.
+        self._calls = RespClient(url, timeout=timeout) if url.startswith("redis://") else None
+        self._admit = Script(_ADMIT)
+        self._release = Script(_RELEASE)
         self._group = group
         self._down_until = 0.0
 
@@ -257,7 +261,22 @@ class RedisLimiter(_Leases):
 
     async def close(self) -> None:
         await self._stop_renewing()
+        if self._calls is not None:
+            await self._calls.close()
         await self._redis.aclose()
+
+    async def _bounded(self, call):
+        """``call`` within the timeout: RespClient bounds each of its calls itself (asyncio.wait_for would
+        cost more CPU than the call); redis-py's are bounded here."""
+        if self._calls is not None:
+            return await call
+        return await asyncio.wait_for(call, self._timeout * 2)
+
+    async def _script(self, script: Script, keys: list, args: list):
+        if self._calls is not None:
+            return await self._calls.evalsha(script, keys, args)
+        # rediss:// and unix sockets: redis-py, which speaks them (EVAL: Redis caches the script by its SHA1).
+        return await self._redis.eval(script.source, len(keys), *keys, *args)
 
     async def admit(self, info: KeyInfo, request_id: str, expected_generation: str | None, *,
                     reserve: int = 0, adapter: str | None = None,
@@ -270,9 +289,8 @@ class RedisLimiter(_Leases):
             REDIS_FAILURES.labels(part="quota").inc()
             return True, expected_generation or ""
         try:
-            admission = self._admit_redis(info, request_id, expected_generation, reserve, adapter,
-                                          adapter_generation)
-            return await asyncio.wait_for(admission, self._timeout * 2)
+            return await self._bounded(self._admit_redis(info, request_id, expected_generation, reserve,
+                                                         adapter, adapter_generation))
         except (TimeoutError, OSError, self._errors()) as exc:
             self._failed("quota", exc)
             return True, expected_generation or ""
@@ -302,14 +320,15 @@ class RedisLimiter(_Leases):
         minute = int(now // 60)
         k, g, busy = _names(info, minute, adapter)
         group = self._group
-        result = await self._admit(
-            keys=[f"{k}:rpm:{minute}", f"{k}:tpm:{minute}", f"{k}:conc",
-                  f"{g}:rpm:{minute}", f"{g}:tpm:{minute}", f"{g}:conc", info.generation_key, busy,
-                  adapter_generation.key if adapter_generation else "-"],
-            args=[expected_generation or "", _lim(info.rpm), _lim(info.tpm), _lim(info.concurrency),
-                  _lim(group.rpm), _lim(group.tpm), _lim(group.concurrency),
-                  1 if info.group_id else 0, now, request_id, self.lease_seconds, WINDOW_TTL, reserve,
-                  1 if adapter else 0, adapter_generation.expected if adapter_generation else ""],
+        result = await self._script(
+            self._admit,
+            [f"{k}:rpm:{minute}", f"{k}:tpm:{minute}", f"{k}:conc",
+             f"{g}:rpm:{minute}", f"{g}:tpm:{minute}", f"{g}:conc", info.generation_key, busy,
+             adapter_generation.key if adapter_generation else "-"],
+            [expected_generation or "", _lim(info.rpm), _lim(info.tpm), _lim(info.concurrency),
+             _lim(group.rpm), _lim(group.tpm), _lim(group.concurrency),
+             1 if info.group_id else 0, now, request_id, self.lease_seconds, WINDOW_TTL, reserve,
+             1 if adapter else 0, adapter_generation.expected if adapter_generation else ""],
         )
         code = int(result[0])
         generation = result[1].decode() if isinstance(result[1], bytes) else str(result[1])
@@ -333,7 +352,7 @@ class RedisLimiter(_Leases):
             REDIS_FAILURES.labels(part="quota_release").inc()
             return  # the lease expires on its own within lease_seconds
         try:
-            await asyncio.wait_for(self._release_redis(info, request_id, tokens, lease), self._timeout * 2)
+            await self._bounded(self._release_redis(info, request_id, tokens, lease))
         except (TimeoutError, OSError, self._errors()) as exc:
             self._failed("quota_release", exc)
 
@@ -347,10 +366,11 @@ class RedisLimiter(_Leases):
                           reserve=0, group=grp, adapter_key="")
         group_conc = lease.keys[1] if lease.group else "-"
         group_tpm = lease.tpm_keys[1] if lease.group else "-"
-        await self._release(
-            keys=[lease.keys[0], lease.tpm_keys[0], group_conc, group_tpm, lease.adapter_key or "-"],
-            args=[request_id, tokens - lease.reserve, 1 if lease.group else 0, 1 if lease.adapter_key else 0,
-                  WINDOW_TTL])
+        await self._script(
+            self._release,
+            [lease.keys[0], lease.tpm_keys[0], group_conc, group_tpm, lease.adapter_key or "-"],
+            [request_id, tokens - lease.reserve, 1 if lease.group else 0, 1 if lease.adapter_key else 0,
+             WINDOW_TTL])
 
     async def _renew(self, expires: float) -> None:
         if time.monotonic() < self._down_until:

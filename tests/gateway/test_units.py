@@ -162,3 +162,34 @@ def test_the_gateways_read_threads_keep_their_database_connection():
         assert len(asyncio.run(reads())) == 1
     finally:
         runner.close()
+
+
+def test_the_small_redis_client_pipelines_calls_in_order_and_recovers_from_a_timeout():
+    """clawhub.core.resp, which admission and release go through: concurrent callers share one connection and
+    each gets its own reply; a script Redis lacks is sent once; a reply error is redis-py's; a call that
+    times out drops the connection, so its late reply cannot answer the next call."""
+    import redis
+
+    from clawhub.core.resp import RespClient, Script
+
+    async def run():
+        client = RespClient(settings.REDIS_URL, timeout=0.3)
+        try:
+            await client.call("DEL", "resp:n", "resp:list")
+            replies = await asyncio.gather(*(client.call("INCR", "resp:n") for _ in range(200)))
+            assert sorted(replies) == list(range(1, 201))
+            script = Script("return {redis.call('GET', KEYS[1]), ARGV[1]}")
+            await client.call("SCRIPT", "FLUSH")
+            assert await client.evalsha(script, ["resp:n"], ["x"]) == [b"200", b"x"]  # EVAL, then cached
+            assert await client.evalsha(script, ["resp:n"], [1.5]) == [b"200", b"1.5"]
+            with pytest.raises(redis.ResponseError):
+                await client.call("INCR", "resp:n", "extra")
+            with pytest.raises(redis.TimeoutError):
+                await client.call("BLPOP", "resp:list", 2)  # blocks past the timeout
+            assert await client.call("GET", "resp:n") == b"200"
+            await client.call("DEL", "resp:n")
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+

@@ -34,6 +34,7 @@ from clawhub.conversations.capture.handoff import HandoffSettings
 from clawhub.conversations.capture.records import TurnRecord, encode
 from clawhub.conversations.capture.spool import SYNC_INTERVAL, Spool
 from clawhub.core import metrics
+from clawhub.core.resp import RespClient
 
 logger = logging.getLogger("clawhub.gateway.capture")
 
@@ -72,6 +73,7 @@ class CaptureWriter:
         self._store = store
         self.spool = Spool(cfg.spool_dir, max_bytes=cfg.spool_max_bytes)
         self._redis = None
+        self._calls: RespClient | None = None
         self._outbox: deque[tuple[str, bytes]] = deque()
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,6 +109,9 @@ class CaptureWriter:
             self._redis = aioredis.Redis.from_url(
                 self.cfg.redis_url, socket_timeout=self.cfg.redis_timeout,
                 socket_connect_timeout=self.cfg.redis_timeout)
+            if self.cfg.redis_url.startswith("redis://"):
+                # Every request's XADD through clawhub.core.resp (a fraction of redis-py's CPU).
+                self._calls = RespClient(self.cfg.redis_url, timeout=self.cfg.redis_timeout * 2)
         try:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -170,6 +175,9 @@ class CaptureWriter:
                 await asyncio.gather(*tasks, return_exceptions=True)
             # What the sender had taken when it was cancelled is back in the outbox.
             await self._flush_outbox(final=True)
+        if self._calls is not None:
+            await self._calls.close()
+            self._calls = None
         if self._redis is not None:
             try:
                 await self._redis.aclose()
@@ -276,6 +284,18 @@ class CaptureWriter:
 
     async def _xadd(self, items: list[tuple[str, bytes]], size: int) -> bool:
         cfg = self.cfg
+        if self._calls is not None:
+            commands = [("XADD", cfg.stream, "*", "r", payload) for _, payload in items]
+            commands += [("INCRBY", cfg.bytes_key, size), ("XLEN", cfg.stream)]
+            try:
+                results = await self._calls.call_many(commands)  # bounded by the client's own timeout
+                if failed := next((r for r in results if isinstance(r, Exception)), None):
+                    raise failed
+            except Exception as exc:
+                self._redis_failed(exc)
+                return False
+            self._note_bytes(int(results[-2]), int(results[-1]))
+            return True
         pipe = self._redis.pipeline(transaction=False)
         for _, payload in items:
             pipe.xadd(cfg.stream, {"r": payload})
