@@ -43,7 +43,7 @@ from clawhub.gateway.errors import (
 from clawhub.gateway.http import ClientGone, read_body, send_json
 from clawhub.gateway.identity import Identity, extract_identity
 from clawhub.gateway.meters import ServedRequests
-from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, watch_disconnect
+from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, split_prompt_ids, watch_disconnect
 from clawhub.gateway.quotas import AdapterGeneration, AdapterMoved, LocalLimiter, RedisLimiter, reservation
 from clawhub.gateway.transport import UpstreamClient, UpstreamResponse, UpstreamTransport
 from clawhub.gateway.upstreams import (
@@ -592,12 +592,13 @@ class Gateway:
             except httpx.HTTPError:
                 UPSTREAM_ERRORS.labels(kind="cut").inc()
                 raise upstream_refused("The model server stopped in the middle of the response.") from None
+            raw, prompt_ids = split_prompt_ids(raw) if chat else (raw, None)
             try:
                 data = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 UPSTREAM_ERRORS.labels(kind="protocol").inc()
                 raise upstream_refused("The model server sent a malformed response.") from None
-            rewrite_response(data, wants, record)
+            rewrite_response(data, wants, record, prompt_ids)
             if wants.api != "openai":
                 data = TO_CLIENT[wants.api](data, wants.model)
             record.status = "complete"

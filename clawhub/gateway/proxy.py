@@ -84,8 +84,46 @@ def _ids(value) -> list[int] | None:
     return value if not value or (type(value[0]) is int and type(value[-1]) is int) else None
 
 
-def rewrite_response(data: dict, wants: Wants, record: TurnRecord) -> None:
-    """Non-streaming: records choice 0's sampled tokens, then makes the body what the client expects."""
+_PROMPT_IDS_KEY = b'"prompt_token_ids":'
+_DIGITS_AND_COMMAS = b"0123456789,"
+
+
+def split_prompt_ids(raw: bytes) -> tuple[bytes, orjson.Fragment | None]:
+    """A chat reply's body without its top-level ``prompt_token_ids``, and that list as raw JSON.
+
+    An agent's prompt is 15k ids and more: parsing them into ints for the record, which writes them out again
+    unchanged, cost more than the rest of the request. Cut out as bytes instead, when the list is plainly one
+    (compact, only digits and commas, no empty element, no leading zero: what vLLM writes); anything else
+    returns the body whole, for the parse to handle. In a chat reply the key appears once, at the top level:
+    inside a string its quotes would be escaped."""
+    start = raw.find(_PROMPT_IDS_KEY)
+    if start < 0 or raw.find(_PROMPT_IDS_KEY, start + 1) >= 0:
+        return raw, None
+    value = start + len(_PROMPT_IDS_KEY)
+    end = raw.find(b"]", value)
+    if raw[value:value + 1] != b"[" or end < 0:
+        return raw, None
+    ids = raw[value + 1:end]
+    if (ids.translate(None, _DIGITS_AND_COMMAS) or b",," in ids or ids[:1] == b"," or ids[-1:] == b","
+            or (ids[:1] == b"0" or b",0" in ids) and _leading_zero(ids)):
+        return raw, None
+    fragment = orjson.Fragment(raw[value:end + 1])
+    if raw[start - 1:start] == b",":
+        start -= 1  # the comma before it goes with it
+    elif raw[end + 1:end + 2] == b",":
+        end += 1  # the first key: the comma after it
+    return raw[:start] + raw[end + 1:], fragment
+
+
+def _leading_zero(ids: bytes) -> bool:
+    # JSON has no 01: such a list would be stored unreadable. Only split when an item starts with 0.
+    return any(len(item) > 1 and item[:1] == b"0" for item in ids.split(b","))
+
+
+def rewrite_response(data: dict, wants: Wants, record: TurnRecord,
+                     prompt_ids: orjson.Fragment | None = None) -> None:
+    """Non-streaming: records choice 0's sampled tokens, then makes the body what the client expects.
+    ``prompt_ids``: the prompt's ids as split_prompt_ids cut them out of the body (then not in ``data``)."""
     data["model"] = wants.model
     if wants.completion_id:
         data["id"] = wants.completion_id
@@ -98,9 +136,14 @@ def rewrite_response(data: dict, wants: Wants, record: TurnRecord) -> None:
         first = choices[0]
         record.token_ids = first.get("token_ids")
         record.logprobs = _choice0_logprobs(first)
-    record.prompt_token_ids = _ids(data.get("prompt_token_ids"))
-    if not wants.token_ids:
-        data.pop("prompt_token_ids", None)
+    if prompt_ids is not None:
+        record.prompt_token_ids = prompt_ids  # written into the record as it came
+        if wants.token_ids:
+            data["prompt_token_ids"] = prompt_ids
+    else:
+        record.prompt_token_ids = _ids(data.get("prompt_token_ids"))
+        if not wants.token_ids:
+            data.pop("prompt_token_ids", None)
     for choice in choices:
         _strip_choice(choice, wants)
     record.choices = choices

@@ -193,3 +193,21 @@ def test_the_small_redis_client_pipelines_calls_in_order_and_recovers_from_a_tim
 
     asyncio.run(run())
 
+
+def test_a_chat_replys_prompt_ids_are_cut_out_as_bytes_and_written_back_unchanged():
+    """An agent's 15k prompt ids are not parsed: split_prompt_ids cuts the list out of the body as raw JSON
+    (the record writes it as it came); a body it cannot cut plainly is left whole for the parse."""
+    import orjson
+
+    from clawhub.gateway.proxy import split_prompt_ids
+
+    for body in ({"id": "a", "prompt_token_ids": [1, 20, 0], "choices": []},
+                 {"prompt_token_ids": [7, 8], "usage": {"prompt_tokens": 2}}, {"prompt_token_ids": []},
+                 {"content": '"prompt_token_ids":[9]', "prompt_token_ids": [5]}):
+        rest, ids = split_prompt_ids(orjson.dumps(body))
+        assert b"prompt_token_ids\":[" not in rest.replace(b'\\"', b"")
+        assert orjson.loads(orjson.dumps({**orjson.loads(rest), "prompt_token_ids": ids})) == body
+    for raw in (b'{"prompt_token_ids":[01,2]}', b'{"prompt_token_ids":[1,,2]}',
+                b'{"prompt_token_ids":[1, 2]}', b'{"prompt_token_ids":null}',
+                b'{"prompt_token_ids":[1],"x":{"prompt_token_ids":[1]}}'):
+        assert split_prompt_ids(raw) == (raw, None)
