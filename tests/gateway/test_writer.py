@@ -121,6 +121,28 @@ def test_a_cancelled_sender_gives_back_the_batch_it_had_taken(log):
     assert sorted(logged(cfg, client)) == ["r1", "r2"]
 
 
+def test_aclose_stops_the_writer_and_spools_its_records_when_the_final_hand_off_raises(log):
+    """Before: aclose() skipped stop() when _shutdown_tasks() raised: the queued record was in no log and the
+    writer's thread and spool file stayed open."""
+    cfg, client = log
+
+    async def scenario():
+        writer = CaptureWriter(handoff=cfg)
+        writer.start()
+
+        async def broken_flush(final=False):
+            raise RuntimeError("the final hand-off failed")
+
+        writer._flush_outbox = broken_flush
+        writer.submit(record("r1"))
+        with pytest.raises(RuntimeError):
+            await writer.aclose()
+        assert writer._thread is None  # stopped
+
+    asyncio.run(scenario())
+    assert logged(cfg, client) == ["r1"]
+
+
 def test_gateway_shutdown_hands_off_every_turn_when_an_earlier_close_raises(log, settings):
     """Before: the upstream pool's stop raising skipped writer.stop(), and the queued turn was lost."""
     from clawhub.gateway.app import Gateway

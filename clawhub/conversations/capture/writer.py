@@ -158,9 +158,11 @@ class CaptureWriter:
             self._forget_own_stream()
 
     async def aclose(self) -> None:
-        """The async form of stop() for callers on the event loop."""
-        await self._shutdown_tasks()
-        await asyncio.to_thread(self.stop)
+        """The async form of stop() for callers on the event loop; stop() runs even if the hand-off raised."""
+        try:
+            await self._shutdown_tasks()
+        finally:
+            await asyncio.to_thread(self.stop)
 
     async def _shutdown_tasks(self) -> None:
         if self._tasks:
