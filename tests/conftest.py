@@ -42,6 +42,8 @@ SLOW = {
         "a lease period",
     "tests/gateway/test_traffic.py::test_a_running_request_keeps_its_lease_past_the_lease_period":
         "a lease period",
+    "tests/gateway/test_traffic.py::"
+    "test_a_worker_started_during_a_database_outage_serves_the_keys_other_workers_know": "a gateway process",
     "tests/conversations/test_capture_sqlite.py": "a migrated SQLite database in a subprocess",
     "tests/conversations/test_gateway_linking.py::test_out_of_order_commits_from_two_gateway_processes":
         "two gateway processes",

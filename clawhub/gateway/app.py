@@ -52,6 +52,7 @@ from clawhub.gateway.upstreams import (
     TenantAdapter,
     Upstream,
     UpstreamPool,
+    shared_tenant_adapter_blocking,
     tenant_adapter_blocking,
     version_adapter_blocking,
 )
@@ -127,7 +128,8 @@ class Gateway:
                                         observer=ServedRequests())
             self.writer.start()
             self.keys = KeyCache(self.db, ttl=cfg.key_cache_seconds)
-            self.adapters = CachedLoader(self._load_adapter, ttl=cfg.adapter_cache_seconds, what="adapter")
+            self.adapters = CachedLoader(self._load_adapter, ttl=cfg.adapter_cache_seconds, what="adapter",
+                                         shared=self._shared_adapter)
             # A named version's row only gains its weights, so it is cached briefly, without a generation.
             self.versions = CachedLoader(self._load_version, what="adapter",
                                          ttl=min(cfg.adapter_cache_seconds, VERSION_CACHE))
@@ -163,6 +165,11 @@ class Gateway:
 
     async def _load_adapter(self, tenant_id: int) -> TenantAdapter:
         return await self.db.run(tenant_adapter_blocking, tenant_id)
+
+    @staticmethod
+    async def _shared_adapter(tenant_id: int) -> TenantAdapter | None:
+        # Not on the read threads: those may all be waiting on the database that is away.
+        return await asyncio.to_thread(shared_tenant_adapter_blocking, tenant_id)
 
     async def _load_version(self, tenant_version: tuple[int, int]) -> ActiveAdapter | None:
         return await self.db.run(version_adapter_blocking, *tenant_version)

@@ -8,16 +8,18 @@ LocalLimiter without), /v1/models and /v1/feedback with one read of it. A change
 request back here for a fresh lookup, so a revocation holds from the next request on, in every mode.
 
 While the database is unreachable, keys seen recently are served from their last good lookup (and a key whose
-generation moved on is forgotten first, so a revocation is never served stale); a key never seen gets 503 with
-Retry-After (clawhub.gateway.dbreads).
+generation moved on is forgotten first, so a revocation is never served stale), in a process started during
+the outage from the lookup another process shared in Redis (checked against the key's generation there); a
+key never seen gets 503 with Retry-After (clawhub.gateway.dbreads).
 """
 
+import asyncio
 import hashlib
 import logging
 import time
 from dataclasses import dataclass
 
-from clawhub.gateway.dbreads import CachedLoader, DbRunner
+from clawhub.gateway.dbreads import CachedLoader, DbRunner, share_blocking
 from clawhub.tenants import naming
 
 logger = logging.getLogger("clawhub.gateway")
@@ -98,22 +100,56 @@ def resolve_key_blocking(secret: str) -> tuple[KeyInfo | None, str | None]:
     ), generation
 
 
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
 @dataclass(slots=True)
 class CachedKey:
     info: KeyInfo | None
     generation: str | None = None  # what the lookup was made under; None only for an unknown secret
 
 
+def _shared_name(digest: str) -> str:
+    return f"gw:known-key:{digest}"  # the secret's SHA-256, never the secret
+
+
+def _resolve_and_share_blocking(secret: str, digest: str) -> CachedKey:
+    """A key's lookup, shared (dbreads.share_blocking) for gateway processes that start during an outage."""
+    entry = CachedKey(*resolve_key_blocking(secret))
+    if entry.info is not None and entry.generation is not None:
+        share_blocking(_shared_name(digest), entry)
+    return entry
+
+
+def _shared_key_blocking(digest: str) -> CachedKey | None:
+    """What another process looked up for this secret, if its key's generation has not moved since (a key
+    revoked, rotated or changed meanwhile is not served from there)."""
+    from django.core.cache import cache
+
+    from clawhub.keys.cache import key_cache_generation_now
+
+    entry = cache.get(_shared_name(digest))
+    if not isinstance(entry, CachedKey) or entry.info is None:
+        return None
+    return entry if key_cache_generation_now(key_id=entry.info.key_id) == entry.generation else None
+
+
 class KeyCache:
     def __init__(self, db: DbRunner, *, ttl: float):
         self._db = db
-        self._cache = CachedLoader(self._load, ttl=ttl, what="key")
+        self._cache = CachedLoader(self._load, ttl=ttl, what="key", shared=self._shared)
 
     async def _load(self, secret: str) -> CachedKey:
-        return CachedKey(*await self._db.run(resolve_key_blocking, secret))
+        return await self._db.run(_resolve_and_share_blocking, secret, _digest(secret))
+
+    @staticmethod
+    async def _shared(digest: str) -> CachedKey | None:
+        # Not on the read threads: those may all be waiting on the database that is away.
+        return await asyncio.to_thread(_shared_key_blocking, digest)
 
     async def lookup(self, secret: str) -> tuple[str, CachedKey]:
-        digest = hashlib.sha256(secret.encode()).hexdigest()
+        digest = _digest(secret)
         entry = await self._cache.get(digest, secret)
         info = entry.info
         if info is not None and info.expires_at is not None and info.expires_at <= time.time():

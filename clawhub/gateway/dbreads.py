@@ -6,7 +6,10 @@ adapter) run on a small dedicated thread pool, and concurrent misses for the sam
 Serving through a database outage: a read that fails or takes longer than GATEWAY_DB_TIMEOUT is answered from
 the last good value, for up to GATEWAY_STALE_SECONDS past its TTL (counted in
 ``clawhub_gateway_stale_served``), and tried again after STALE_RETRY seconds, so the first read that succeeds
-(a revocation included) replaces it. With nothing known, the request gets 503 with Retry-After, never 500.
+(a revocation included) replaces it. A process that knows nothing of it (a worker or pod started during the
+outage) asks the shared cache, where every good lookup is put for as long (keys and tenant adapters, each
+checked against its current generation there, so a revocation made before the outage is not served). With
+nothing known, the request gets 503 with Retry-After, never 500.
 """
 
 import asyncio
@@ -27,6 +30,29 @@ logger = logging.getLogger("clawhub.gateway")
 
 DB_THREADS = 4
 STALE_RETRY = 1.0  # while the database is down, a stale value is served this long before the next try
+
+
+def shared_seconds() -> float:
+    """How long a key's or an adapter's lookup stays in the shared cache (Redis) for other gateway processes
+    to serve through a database outage: GATEWAY_STALE_SECONDS, as long as a process serves its own copy. Each
+    entry expires on its own, so the cache holds at most the keys and tenants used in that time."""
+    return _setting("GATEWAY_STALE_SECONDS", 3600.0)
+
+
+def share_blocking(name: str, value: Any) -> None:
+    """Puts a fresh lookup in the shared cache (on a read thread; a shared cache that is away is no error)."""
+    from django.core.cache import cache
+
+    try:
+        cache.set(name, value, timeout=shared_seconds())
+    except Exception:  # noqa: BLE001
+        logger.warning("could not share %s", name, exc_info=True)
+
+
+async def shared_get(name: str) -> Any:
+    from django.core.cache import cache
+
+    return await asyncio.to_thread(cache.get, name)
 
 
 def unavailable(what: str, retry_after: int) -> GatewayError:
@@ -86,8 +112,12 @@ class CachedLoader:
     """
 
     def __init__(self, loader: Callable[[Any], Awaitable[Any]], *, ttl: float, max_size: int = 50_000,
-                 what: str = "adapter", stale_for: float | None = None, timeout: float | None = None):
+                 what: str = "adapter", stale_for: float | None = None, timeout: float | None = None,
+                 shared: Callable[[Hashable], Awaitable[Any]] | None = None):
+        """``shared``: where to look when a load fails and this process knows nothing of ``key`` (a worker
+        started during the outage): the value another process shared (see SHARED_SECONDS), or None."""
         self._loader, self._ttl, self._max = loader, ttl, max_size
+        self._shared = shared
         self._what = what
         self._stale_for = _setting("GATEWAY_STALE_SECONDS", 3600.0) if stale_for is None else stale_for
         self._timeout = _setting("GATEWAY_DB_TIMEOUT", 2.0) if timeout is None else timeout
@@ -119,7 +149,7 @@ class CachedLoader:
             except (asyncio.CancelledError, GatewayError):
                 raise
             except Exception as exc:
-                value = self._stale(key, exc)
+                value = await self._stale(key, exc)
             else:
                 if self._failing_since is not None:
                     logger.info("%s lookups answer again", self._what)
@@ -134,7 +164,7 @@ class CachedLoader:
         future.set_result(value)
         return value
 
-    def _stale(self, key: Hashable, exc: Exception) -> Any:
+    async def _stale(self, key: Hashable, exc: Exception) -> Any:
         now = time.monotonic()
         if self._failing_since is None:
             self._failing_since = now
@@ -145,8 +175,20 @@ class CachedLoader:
             GATEWAY_STALE_SERVED.labels(what=self._what).inc()
             self._values[key] = (now + STALE_RETRY, hit[1], hit[2])
             return hit[1]
+        shared = await self._shared_value(key) if self._shared is not None else None
+        if shared is not None:
+            GATEWAY_STALE_SERVED.labels(what=self._what).inc()
+            self._values[key] = (now + STALE_RETRY, shared, now)
+            return shared
         GATEWAY_UNAVAILABLE.labels(what=self._what).inc()
         raise unavailable(self._what, self._retry_after) from None
+
+    async def _shared_value(self, key: Hashable) -> Any:
+        try:
+            return await asyncio.wait_for(self._shared(key), self._timeout)
+        except Exception:  # noqa: BLE001 - the shared cache is away too: nothing known
+            logger.warning("shared %s cache unreadable", self._what, exc_info=True)
+            return None
 
     def put(self, key: Hashable, value: Any, ttl: float | None = None) -> None:
         if len(self._values) >= self._max:

@@ -37,6 +37,7 @@ import httpx
 from clawhub.adapters.vllm_admin import VllmAdmin, adapter_names
 from clawhub.core.metrics import ADAPTER_LOAD_DURATION, ADAPTER_LOADS, REDIS_FAILURES
 from clawhub.core.model_limits import max_model_len_of
+from clawhub.gateway.dbreads import share_blocking
 from clawhub.gateway.errors import upstream_refused
 from clawhub.gateway.quotas import AdapterGeneration
 
@@ -89,7 +90,26 @@ def tenant_adapter_blocking(tenant_id: int) -> TenantAdapter:
         logger.warning("adapter generation of tenant %s unreadable; served unchecked until its next read",
                        tenant_id, exc_info=True)
         generation = None
-    return TenantAdapter(active_adapter_blocking(tenant_id), generation)
+    current = TenantAdapter(active_adapter_blocking(tenant_id), generation)
+    if generation is not None:  # for gateway processes that start during a database outage
+        share_blocking(_shared_name(tenant_id), current)
+    return current
+
+
+def _shared_name(tenant_id: int) -> str:
+    return f"gw:known-adapter:{tenant_id}"
+
+
+def shared_tenant_adapter_blocking(tenant_id: int) -> TenantAdapter | None:
+    """What another process read as the tenant's active adapter, if its generation has not moved since."""
+    from django.core.cache import cache
+
+    from clawhub.adapters.cache import adapter_cache_generation_now
+
+    value = cache.get(_shared_name(tenant_id))
+    if not isinstance(value, TenantAdapter) or value.generation is None:
+        return None
+    return value if adapter_cache_generation_now(tenant_id=tenant_id) == value.generation.expected else None
 
 
 def version_adapter_blocking(tenant_id: int, version: int) -> ActiveAdapter | None:

@@ -206,6 +206,34 @@ def test_a_crashed_workers_lease_frees_within_its_lease_period(gateway_factory, 
     assert freed_after <= lease + 1.0, freed_after
 
 
+def test_a_worker_started_during_a_database_outage_serves_the_keys_other_workers_know(gateway_factory, fake,
+                                                                                         tmp_path):
+    """A new worker (or pod) has no lookups of its own: it serves the keys and tenant adapters another
+    process looked up, from the shared cache, unless the key changed since; a key nobody looked up is 503."""
+    from clawhub.keys.services import key_revoke
+    from tests.gateway.conftest import activate_adapter
+
+    known = gateway_factory([fake.url])  # a worker that ran before the outage
+    user = make_user()
+    _, secret = make_key(user)
+    revoked, revoked_secret = make_key(user)
+    _, unseen_secret = make_key(make_user())
+    activate_adapter(user.tenant)
+    for key_secret in (secret, revoked_secret):
+        assert post(known.v1, key_secret, chat()).status_code == 200
+    key_revoke(key=revoked, actor=user, reason="test")
+    # The new worker's database does not answer (nothing listens there).
+    new = start_gateway_process([{"url": fake.url, "base_model": "tiny"}], tmp_path / "new.log",
+                                DATABASE_URL="postgres://postgres@127.0.0.1:9/unreachable")
+    try:
+        served = post(new.v1, secret, chat())
+        assert served.status_code == 200, served.text
+        assert fake.stats()["last_request"]["model"] == f"t{user.tenant.pk}-v1"
+        assert [post(new.v1, s, chat()).status_code for s in (revoked_secret, unseen_secret)] == [503, 503]
+    finally:
+        new.stop()
+
+
 # --- a non-streamed client that goes away ------------------------------------------------------------------
 
 
