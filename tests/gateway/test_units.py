@@ -8,7 +8,7 @@ from django.conf import settings
 from clawhub.gateway.auth import KeyInfo
 from clawhub.gateway.errors import GatewayError
 from clawhub.gateway.identity import extract_identity
-from clawhub.gateway.quotas import GroupLimits, LocalLimiter, RedisLimiter
+from clawhub.gateway.quotas import AdapterGeneration, AdapterMoved, GroupLimits, LocalLimiter, RedisLimiter
 from tests.gateway.conftest import inside_one_minute
 
 
@@ -57,6 +57,23 @@ def test_limiters_apply_rpm_tpm_and_concurrency_alike(make):
             with pytest.raises(GatewayError):
                 await limiter.admit(key_info(106, group_id=9), "g3", None)
             await limiter.admit(key_info(107), "personal", None)
+
+            # A tenant's adapter generation that moved: refused without counting (rpm=1 still free after).
+            from clawhub.adapters.cache import (
+                adapter_cache_generation,
+                adapter_cache_generation_key,
+                adapter_cache_invalidate,
+            )
+
+            current = await asyncio.to_thread(adapter_cache_generation, tenant_id=108)
+            await asyncio.to_thread(adapter_cache_invalidate, tenant_id=108)
+            moved = AdapterGeneration(108, adapter_cache_generation_key(tenant_id=108), current)
+            once = key_info(108, rpm=1)
+            with pytest.raises(AdapterMoved):
+                await limiter.admit(once, "a1", None, adapter="t108-v1", adapter_generation=moved)
+            now_at = await asyncio.to_thread(adapter_cache_generation, tenant_id=108)
+            await limiter.admit(once, "a2", None, adapter="t108-v1",
+                                adapter_generation=AdapterGeneration(108, moved.key, now_at))
         finally:
             await limiter.close()
 
