@@ -599,7 +599,7 @@ class Gateway:
             except httpx.HTTPError:
                 UPSTREAM_ERRORS.labels(kind="cut").inc()
                 raise upstream_refused("The model server stopped in the middle of the response.") from None
-            raw, prompt_ids = split_prompt_ids(raw) if chat else (raw, None)
+            raw, prompt_ids, _ = split_prompt_ids(raw) if chat else (raw, None, 0)
             try:
                 data = orjson.loads(raw)
             except orjson.JSONDecodeError:

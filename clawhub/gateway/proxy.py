@@ -88,8 +88,9 @@ _PROMPT_IDS_KEY = b'"prompt_token_ids":'
 _DIGITS_AND_COMMAS = b"0123456789,"
 
 
-def split_prompt_ids(raw: bytes) -> tuple[bytes, orjson.Fragment | None]:
-    """A chat reply's body without its top-level ``prompt_token_ids``, and that list as raw JSON.
+def split_prompt_ids(raw: bytes) -> tuple[bytes, orjson.Fragment | None, int]:
+    """A chat reply's body (or stream chunk) without its top-level ``prompt_token_ids``, that list as raw JSON
+    and how many ids it holds.
 
     An agent's prompt is 15k ids and more: parsing them into ints for the record, which writes them out again
     unchanged, cost more than the rest of the request. Cut out as bytes instead, when the list is plainly one
@@ -98,21 +99,21 @@ def split_prompt_ids(raw: bytes) -> tuple[bytes, orjson.Fragment | None]:
     inside a string its quotes would be escaped."""
     start = raw.find(_PROMPT_IDS_KEY)
     if start < 0 or raw.find(_PROMPT_IDS_KEY, start + 1) >= 0:
-        return raw, None
+        return raw, None, 0
     value = start + len(_PROMPT_IDS_KEY)
     end = raw.find(b"]", value)
     if raw[value:value + 1] != b"[" or end < 0:
-        return raw, None
+        return raw, None, 0
     ids = raw[value + 1:end]
     if (ids.translate(None, _DIGITS_AND_COMMAS) or b",," in ids or ids[:1] == b"," or ids[-1:] == b","
             or (ids[:1] == b"0" or b",0" in ids) and _leading_zero(ids)):
-        return raw, None
-    fragment = orjson.Fragment(raw[value:end + 1])
+        return raw, None, 0
+    fragment, count = orjson.Fragment(raw[value:end + 1]), ids.count(b",") + 1 if ids else 0
     if raw[start - 1:start] == b",":
         start -= 1  # the comma before it goes with it
     elif raw[end + 1:end + 2] == b",":
         end += 1  # the first key: the comma after it
-    return raw[:start] + raw[end + 1:], fragment
+    return raw[:start] + raw[end + 1:], fragment, count
 
 
 def _leading_zero(ids: bytes) -> bool:
@@ -174,7 +175,8 @@ class StreamJoiner:
         self.choices: dict[int, _Choice] = {}
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
-        self.prompt_token_ids: list[int] | None = None
+        self.prompt_token_ids: list[int] | orjson.Fragment | None = None
+        self.prompt_count = 0  # how many ids prompt_token_ids holds
         self.usage: dict | None = None
         self.content_chunks = 0
 
@@ -274,7 +276,7 @@ async def relay_stream(response: UpstreamResponse, send, wants: Wants, record: T
                     if frames is None:
                         out.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
                     else:
-                        out.append(frames.chunk(chunk, len(joiner.prompt_token_ids or ())))
+                        out.append(frames.chunk(chunk, joiner.prompt_count))
                 if upstream_error is not None:
                     break
             if out:
@@ -309,6 +311,9 @@ async def relay_stream(response: UpstreamResponse, send, wants: Wants, record: T
 
 def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants,
                    tools: tool_calls.ToolCallStream | None = None) -> dict | GatewayError | None:
+    prompt_ids = None
+    if joiner.chat and joiner.prompt_token_ids is None and _PROMPT_IDS_KEY in data:  # the first chunk
+        data, prompt_ids, joiner.prompt_count = split_prompt_ids(data)
     try:
         chunk = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -329,8 +334,13 @@ def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants,
     usage = chunk.get("usage")
     if usage:
         joiner.usage = usage
-    if joiner.prompt_token_ids is None and chunk.get("prompt_token_ids") is not None:
+    if prompt_ids is not None:
+        joiner.prompt_token_ids = prompt_ids  # written into the record as it came
+        if wants.token_ids:
+            chunk["prompt_token_ids"] = prompt_ids
+    elif joiner.prompt_token_ids is None and chunk.get("prompt_token_ids") is not None:
         joiner.prompt_token_ids = _ids(chunk["prompt_token_ids"])  # the first chunk only
+        joiner.prompt_count = len(joiner.prompt_token_ids or ())
     if not wants.token_ids:
         chunk.pop("prompt_token_ids", None)
     if not choices:

@@ -221,10 +221,11 @@ def test_a_chat_replys_prompt_ids_are_cut_out_as_bytes_and_written_back_unchange
     for body in ({"id": "a", "prompt_token_ids": [1, 20, 0], "choices": []},
                  {"prompt_token_ids": [7, 8], "usage": {"prompt_tokens": 2}}, {"prompt_token_ids": []},
                  {"content": '"prompt_token_ids":[9]', "prompt_token_ids": [5]}):
-        rest, ids = split_prompt_ids(orjson.dumps(body))
+        rest, ids, count = split_prompt_ids(orjson.dumps(body))
+        assert count == len(body["prompt_token_ids"])
         assert b"prompt_token_ids\":[" not in rest.replace(b'\\"', b"")
         assert orjson.loads(orjson.dumps({**orjson.loads(rest), "prompt_token_ids": ids})) == body
     for raw in (b'{"prompt_token_ids":[01,2]}', b'{"prompt_token_ids":[1,,2]}',
                 b'{"prompt_token_ids":[1, 2]}', b'{"prompt_token_ids":null}',
                 b'{"prompt_token_ids":[1],"x":{"prompt_token_ids":[1]}}'):
-        assert split_prompt_ids(raw) == (raw, None)
+        assert split_prompt_ids(raw) == (raw, None, 0)
