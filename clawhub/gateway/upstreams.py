@@ -29,7 +29,9 @@ can see which upstream holds which adapter version (clawhub.adapters.registry wr
 import asyncio
 import hashlib
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -232,6 +234,8 @@ class UpstreamPool:
         # model get no tenant traffic.
         self.base_model = self.upstreams[0].base_model if self.upstreams else "base"
         self._client, self._interval, self._writer = client, health_interval, writer
+        self._registry_due: dict[str, Callable[[], None]] = {}  # url -> its newest registry write, queued
+        self._registry_lock = threading.Lock()  # the writer's thread takes them
         self._shared = shared
         self._task: asyncio.Task | None = None
         self._token = f"{id(self):x}-{time.time_ns():x}"
@@ -454,4 +458,18 @@ class UpstreamPool:
             else:
                 upstream_record_health(url=url, base_model=base, max_adapters=cap, healthy=False)
 
-        self._writer.submit_op(write)
+        # Only the newest state of an upstream is written: a burst of loads (a tenant wave after a restart)
+        # queued one full sync per load, each an UPDATE per loaded adapter (200 loads: 20,000 statements).
+        with self._registry_lock:
+            queued = up.url in self._registry_due
+            self._registry_due[up.url] = write
+        if not queued and not self._writer.submit_op(lambda: self._write_due(url)):
+            with self._registry_lock:  # dropped (the thread's queue is full): the next state tries again
+                self._registry_due.pop(url, None)
+
+    def _write_due(self, url: str) -> None:
+        """On the writer's thread: the newest registry state of the upstream at ``url``."""
+        with self._registry_lock:
+            write = self._registry_due.pop(url, None)
+        if write is not None:
+            write()

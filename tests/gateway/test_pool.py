@@ -118,3 +118,33 @@ def test_no_healthy_upstream_is_503(gateway_factory):
     response = ask(gateway, secret)
     assert response.status_code == 503 and response.json()["error"]["code"] == "service_unavailable"
     assert "retry-after" in response.headers
+
+
+def test_a_burst_of_loads_queues_one_registry_write_with_the_newest_state(monkeypatch):
+    """Before: each load queued a full sync of the upstream's registry rows (an UPDATE per loaded adapter):
+    200 tenants' first requests after a restart made 20,000 statements on the gateway's writer thread."""
+    from clawhub.adapters import registry
+    from clawhub.gateway.upstreams import Loaded, UpstreamPool
+
+    class Writer:
+        def __init__(self):
+            self.ops = []
+
+        def submit_op(self, op) -> bool:
+            self.ops.append(op)
+            return True
+
+    writer = Writer()
+    pool = UpstreamPool([{"url": "http://upstream", "base_model": "tiny"}], client=None, health_interval=60,
+                        writer=writer)
+    up = pool.upstreams[0]
+    for i in range(50):
+        up.adapters[f"t{i}-v1"] = Loaded(version_id=i)
+        pool._write_registry(up)
+    written = []
+    monkeypatch.setattr(registry, "loaded_adapter_sync", lambda **kw: written.append(kw["adapter_names"]))
+    assert len(writer.ops) == 1
+    writer.ops.pop()()
+    assert written == [[f"t{i}-v1" for i in range(50)]]
+    pool._write_registry(up)  # the next change queues again
+    assert len(writer.ops) == 1

@@ -237,12 +237,13 @@ class CaptureWriter:
         metrics.CAPTURE_FAILURES.labels(reason=reason).inc()
         logger.error("capture hand-off full (%s); turn %s is lost", reason, request_id)
 
-    def submit_op(self, op: Callable[[], Any]) -> None:
-        """A small database write to run on the writer thread (registry updates)."""
+    def submit_op(self, op: Callable[[], Any]) -> bool:
+        """A small database write to run on the writer thread (registry updates); False: dropped (full)."""
         if len(self._items) >= self._maxsize:
             STATS["op_failures"] += 1
-            return
+            return False
         self._items.append(op)
+        return True
 
     # --- to Redis -------------------------------------------------------------------------------------------
     async def _sender(self) -> None:
