@@ -151,6 +151,10 @@ def app_env(pg: ThrowawayPostgres, rds: ThrowawayRedis, upstream_url: str, spool
         # The paced load sends every request through two keys: no site default limits on new keys here.
         "CLAWHUB_KEY_DEFAULT_RPM_LIMIT": "0",
         "CLAWHUB_KEY_DEFAULT_CONCURRENCY_LIMIT": "0",
+        # Lookups that expire within the outages here, so known keys and adapters take the path under test
+        # (served stale while the database is away), not a fresh cache (60 s and 300 s by default).
+        "GATEWAY_KEY_CACHE_SECONDS": "2",
+        "GATEWAY_ADAPTER_CACHE_SECONDS": "2",
     }
 
 
