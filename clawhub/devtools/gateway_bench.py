@@ -167,22 +167,26 @@ class _Load:
             self.body = self.turn([*self.messages, last])
         headers = {"Authorization": f"Bearer {self.keys[next(self.key_turn) % len(self.keys)]}"}
         t0 = time.perf_counter()
-        if self.stream:
-            async with client.stream("POST", self.url, json=self.body, headers=headers) as response:
-                first = None
-                async for _ in response.aiter_raw():
-                    if first is None:
-                        first = time.perf_counter()
-                ok = response.status_code == 200
-            if first is not None:
-                self.ttfts.append((first - t0) * 1000)
-        else:
-            response = await client.post(self.url, json=self.body, headers=headers)
-            ok = response.status_code == 200
+        try:
+            status = await self._send(client, headers, t0)
+        except httpx.HTTPError as exc:  # a failure of this request, counted: not the end of the benchmark
+            status = f"client {type(exc).__name__}"
         self.latencies.append((time.perf_counter() - t0) * 1000)
-        self.failures += not ok
-        if not ok:
-            self.statuses[str(response.status_code)] = self.statuses.get(str(response.status_code), 0) + 1
+        if status != 200:
+            self.failures += 1
+            self.statuses[str(status)] = self.statuses.get(str(status), 0) + 1
+
+    async def _send(self, client: httpx.AsyncClient, headers: dict, t0: float) -> int:
+        if not self.stream:
+            return (await client.post(self.url, json=self.body, headers=headers)).status_code
+        async with client.stream("POST", self.url, json=self.body, headers=headers) as response:
+            first = None
+            async for _ in response.aiter_raw():
+                if first is None:
+                    first = time.perf_counter()
+        if first is not None:
+            self.ttfts.append((first - t0) * 1000)
+        return response.status_code
 
 
 async def drive(target: Target, *, stream: bool, requests: int, concurrency: int, max_tokens: int,
