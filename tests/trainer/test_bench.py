@@ -70,13 +70,14 @@ def test_the_multi_tenant_mode_prints_the_three_paths_and_their_ratios():
     rows = [json.loads(line) for line in lines]
     assert rows[0]["mode"] == "a_fresh_process" and rows[0]["updates_per_hour"] > 0
     modes = [(r.get("tenants"), r.get("mode")) for r in rows[1:] if "mode" in r]
-    assert modes == [(1, "b_resident_sequential"), (1, "c_resident_batched"),
-                     (2, "b_resident_sequential"), (2, "c_resident_batched")]
+    passes = ["c_resident_batched", "c_resident_batched_per_span"]  # the grouped LoRA layer, the reference
+    assert modes == [(n, m) for n in (1, 2) for m in ["b_resident_sequential", *passes]]
     for r in rows[1:]:
         if "mode" in r:
             assert r["updates_per_hour"] > 0 and r["tokens_per_s"] > 0 and r["peak_mem_mb"] >= 0
     summaries = [r for r in rows if "ratio_c_over_b" in r]
     assert [s["tenants"] for s in summaries] == [1, 2] and all(s["ratio_b_over_a"] > 0 for s in summaries)
+    assert all(s["ratio_c_over_c_per_span"] > 0 for s in summaries)
     with pytest.raises(ValueError, match="--tenants"):
         bench.parse_tenants("1,x")
 

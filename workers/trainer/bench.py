@@ -4,6 +4,8 @@
     python -m workers.trainer.bench --model-shape qwen3-4b  # Qwen3-4B-shaped, random weights, bf16, CUDA only
     python manage.py bench_trainer --tenants 1,8,32         # tenant updates/hour: fresh process, resident
                                                             # sequential, resident multi-tenant batched
+    python manage.py bench_trainer --lora-kernels --tenants 1,8,32  # one LoRA layer of a pass: kernels and
+                                                            # time vs tenants and spans, per-span vs grouped
 
 Multi-tenant mode (--tenants): N tenants with one ready batch each; see bench_tenants.
 
@@ -321,12 +323,15 @@ def bench_tenants(
     response_tokens: int = 48,
     fresh_runs: int = 2,
     threads: int | None = 1,
+    lora_kernels: tuple[str, ...] = ("grouped", "per_span"),
     log=print,
 ) -> list[dict[str, Any]]:
     """Tenant updates per hour with one ready batch per tenant, three ways, measured in this one run:
     (a) a fresh process per update that loads the base (measured on `fresh_runs` updates: its rate does not
     depend on N), (b) the resident base, tenants one after another, (c) the resident base, all N tenants in
-    one multi-tenant pass. Each update = start (attach), train one optimizer step, export the adapter.
+    one multi-tenant pass, once per LoRA layer implementation (c_resident_batched: the first of
+    `lora_kernels`; c_resident_batched_<kernel> for the others). Each update = start (attach), train one
+    optimizer step, export the adapter.
 
     Long on purpose: the three paths share one setup and are timed side by side, so that what each timing
     includes can be compared line by line."""
@@ -401,21 +406,25 @@ def bench_tenants(
                     backend.close()
                 sequential = time.perf_counter() - started
             b = row(n, "b_resident_sequential", sequential, tokens, memory)
-            # (c) resident, one multi-tenant pass
-            with PeakMemory(torch.device("cpu")) as memory:
-                started = time.perf_counter()
-                pass_jobs = [
-                    TenantJob(f"t{t}", config, str(root_path / f"pass-{n}-{t}"), batch)
-                    for t, batch in enumerate(jobs)
-                ]
-                with MultiTenantPass(str(TINY_MODEL_DIR), pass_jobs) as mt:
-                    outcomes = mt.train()
-                    for t, outcome in enumerate(outcomes):
-                        if outcome.error:
-                            raise RuntimeError(f"tenant {outcome.key}: {outcome.error}")
-                        outcome.backend.export_adapter(str(root_path / "adapters" / f"pass-{n}-{t}"))
-                batched = time.perf_counter() - started
-            c = row(n, "c_resident_batched", batched, tokens, memory)
+            # (c) resident, one multi-tenant pass (per LoRA layer implementation)
+            passes = {}
+            for kernel in lora_kernels:
+                with PeakMemory(torch.device("cpu")) as memory:
+                    started = time.perf_counter()
+                    pass_jobs = [
+                        TenantJob(f"t{t}", config, str(root_path / f"pass-{kernel}-{n}-{t}"), batch)
+                        for t, batch in enumerate(jobs)
+                    ]
+                    with MultiTenantPass(str(TINY_MODEL_DIR), pass_jobs, lora_kernel=kernel) as mt:
+                        outcomes = mt.train()
+                        for t, outcome in enumerate(outcomes):
+                            if outcome.error:
+                                raise RuntimeError(f"tenant {outcome.key}: {outcome.error}")
+                            outcome.backend.export_adapter(str(root_path / "adapters" / f"pass-{n}-{t}"))
+                    batched = time.perf_counter() - started
+                mode = "c_resident_batched" + ("" if kernel == lora_kernels[0] else f"_{kernel}")
+                passes[kernel] = row(n, mode, batched, tokens, memory, lora_kernel=kernel)
+            c = passes[lora_kernels[0]]
             summary = {
                 "tenants": n,
                 "updates_per_hour": {"a_fresh_process": round(fresh_rate, 1),
@@ -424,6 +433,8 @@ def bench_tenants(
                 "ratio_b_over_a": round(b["updates_per_hour"] / fresh_rate, 2),
                 "ratio_c_over_a": round(c["updates_per_hour"] / fresh_rate, 2),
                 "ratio_c_over_b": round(c["updates_per_hour"] / b["updates_per_hour"], 2),
+                **{f"ratio_c_over_c_{k}": round(c["updates_per_hour"] / passes[k]["updates_per_hour"], 2)
+                   for k in lora_kernels[1:]},
             }
             log(json.dumps(summary))
             rows.append(summary)
@@ -439,6 +450,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tenants", default="", help="multi-tenant mode: comma-separated tenant counts, e.g. 1,8,32"
     )
+    parser.add_argument(
+        "--lora-kernels", action="store_true",
+        help="with --tenants: one LoRA layer's kernels and time per forward + backward vs tenants and spans, "
+        "per-span vs grouped (workers/trainer/lora_bench.py)",
+    )
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -450,6 +466,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         fresh_process_update(args.fresh_update)
         return []
     try:
+        if args.lora_kernels:
+            return run_lora_kernels(args.tenants or "1,8,32", threads=args.threads or 1)
         if args.tenants:
             return bench_tenants(tenants=parse_tenants(args.tenants), threads=args.threads or 1)
         return bench(
@@ -460,6 +478,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         )
     except (RuntimeError, ValueError) as exc:
         parser.exit(2, f"bench_trainer: {exc}\n")
+
+
+def run_lora_kernels(tenants: str, *, threads: int, log=print) -> list[dict[str, Any]]:
+    from workers.trainer.lora_bench import bench_lora_kernels
+
+    torch.set_num_threads(threads)
+    return bench_lora_kernels(tenants=parse_tenants(tenants), log=log)
 
 
 def parse_tenants(text: str) -> tuple[int, ...]:

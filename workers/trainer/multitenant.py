@@ -7,14 +7,15 @@ shared is the base model's forward and backward: the optimizer steps of all tena
 packed together into token-budget rows, and every linear layer adds each tenant's LoRA only to its tenant's
 tokens.
 
-Per-sample LoRA: grouped per adapter inside each layer. The samples of a pass are packed tenant after tenant,
-so each adapter's tokens are a few contiguous spans of the row; for each span the layer computes
-B_t(A_t(x_span)) * scale_t with plain dense matmuls and the spans are concatenated into one delta added to the
-base output. This is peft's own per-adapter maths (same ops, same float32 casting of the input as
-peft.tuners.lora.Linear), on slices, so a tenant's log-probs and gradients are those it gets training alone;
-no gather of per-token weight matrices (Punica's BGMV needs a custom kernel to be fast, and per-token
-gathering in plain torch materialises an (N, r, d) tensor); the cost over single-tenant LoRA is one small
-matmul pair per (layer, tenant span), and none for the base, which runs once for everyone.
+Per-sample LoRA: in each layer, one grouped LoRA over all the tenants of a micro-batch
+(workers/trainer/lora_spans.py). The samples of a pass are packed tenant after tenant, so each adapter's
+tokens are a few contiguous spans of the row; the layer stacks the tenants' A and B matrices, gathers the
+tokens in blocks (each inside one span) and multiplies every block by its tenant's matrices in one batched
+matmul pair, then puts the deltas back on their tokens: a fixed number of kernels per layer whatever the
+number of spans or tenants (a GPU pass of small LoRA matmuls is bound by kernel launches), peft's own maths
+token by token (the input cast to the adapter's dtype, scaling after B), so a tenant's log-probs and
+gradients are those it gets training alone. No per-token gather of weight matrices (an (N, r, d) tensor);
+the base runs once for everyone. `bench_trainer --lora-kernels` measures it against the former per-span loop.
 
 Why the update is identical to training alone: the pass's loss is the sum of the tenants' losses, each
 normalised by its own step's sample count; the tenants' parameters are disjoint, so each adapter's gradient
@@ -85,7 +86,10 @@ class MultiTenantPass:
         model_loader: ModelLoader = load_pretrained,
         resident: bool = True,
         micro_batch_tokens: int | None = None,
+        lora_kernel: str = "grouped",
     ):
+        """lora_kernel: how each layer applies the tenants' adapters (workers/trainer/lora_spans.py); the
+        benchmark also runs the "per_span" reference."""
         if not jobs:
             raise ValueError("a multi-tenant pass needs at least one job")
         devices = {(j.config.device, j.config.dtype) for j in jobs}
@@ -95,6 +99,7 @@ class MultiTenantPass:
         self.jobs = jobs
         self.model_loader = model_loader
         self.resident = resident
+        self.lora_kernel = lora_kernel
         first = jobs[0].config
         self.micro_batch_tokens = micro_batch_tokens or first.micro_batch_tokens or 8192
         self.pack_row_tokens = first.pack_row_tokens
@@ -194,7 +199,7 @@ class MultiTenantPass:
             spans = [(o.backend.adapter, start, end)
                      for (o, _), (start, end) in zip(chunk, batch.sample_spans(), strict=True)]
             samplers = [o.backend.prepared[str(sample.sample_id)]["sampler"] for o, sample in chunk]
-            with segment_lora(self.model, spans):
+            with segment_lora(self.model, spans, kernel=self.lora_kernel):
                 stats = response_stats(self.model, batch, sampler=Sampler.of(samplers, self.device))
                 loss = None
                 for outcome, _ in live:

@@ -6,7 +6,8 @@ class Command(BaseCommand):
         "Benchmark the trainer's update step (tokens/s, seconds per step, peak memory) for each objective "
         "against the plainest reference loop; one JSON line per objective. --tenants 1,8,32: tenant "
         "updates per hour, fresh process vs resident base vs multi-tenant passes "
-        "(see workers/trainer/bench.py)."
+        "(see workers/trainer/bench.py). --lora-kernels --tenants 1,8,32: one LoRA layer's kernels and time "
+        "per forward + backward vs tenants and spans, per-span vs grouped."
     )
 
     def add_arguments(self, parser):
@@ -16,10 +17,15 @@ class Command(BaseCommand):
 
         add_arguments(parser)
 
-    def handle(self, *args, model_shape, objectives, steps, threads, tenants="", **options):
-        from workers.trainer.bench import bench, bench_tenants, parse_tenants
+    def handle(
+        self, *args, model_shape, objectives, steps, threads, tenants="", lora_kernels=False, **options
+    ):
+        from workers.trainer.bench import bench, bench_tenants, parse_tenants, run_lora_kernels
 
         try:
+            if lora_kernels:
+                run_lora_kernels(tenants or "1,8,32", threads=threads or 1, log=self.stdout.write)
+                return
             if tenants:
                 bench_tenants(tenants=parse_tenants(tenants), threads=threads or 1, log=self.stdout.write)
                 return
