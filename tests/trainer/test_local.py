@@ -4,6 +4,7 @@ export."""
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -81,7 +82,8 @@ def test_a_killed_run_resumes_after_the_last_checkpoint_with_identical_state(
     # crash (recomputing it after two updates would change the remaining step).
     for sample in batch[::2]:
         sample.response_token_ids = sample.response_logprobs = None
-    config = {"method": "rl", "micro_batch_size": 2, "grad_accum": 2}  # 12 samples -> 3 optimizer steps
+    # 12 samples -> 3 optimizer steps, each checkpointed (the default cadence would write only the last).
+    config = {"method": "rl", "micro_batch_size": 2, "grad_accum": 2, "checkpoint_seconds": 0}
 
     reference = started(tiny_model_dir, tmp_path / "reference", **config)
     uninterrupted = reference.train(batch)
@@ -131,17 +133,62 @@ def test_a_killed_run_resumes_after_the_last_checkpoint_with_identical_state(
 def test_a_different_batch_cannot_hijack_an_unfinished_run(tiny_model_dir, tmp_path, prompts):
     probe = started(tiny_model_dir, tmp_path / "probe")
     batch = sampled_batch(probe, prompts[:4], seed=3)
-    first = started(tiny_model_dir, tmp_path / "run", method="rl", micro_batch_size=1, grad_accum=1)
+    config = {"method": "rl", "micro_batch_size": 1, "grad_accum": 1, "checkpoint_seconds": 0}
+    first = started(tiny_model_dir, tmp_path / "run", **config)
 
     def crash(metrics):
         raise Crash
 
     with pytest.raises(Crash):
         first.train(batch, on_step=crash)
-    second = started(tiny_model_dir, tmp_path / "run", method="rl", micro_batch_size=1, grad_accum=1)
+    second = started(tiny_model_dir, tmp_path / "run", **config)
     other = [TrainSample(**{**vars(s), "sample_id": s.sample_id + 100}) for s in batch]
     with pytest.raises(RuntimeError, match="unfinished train\\(\\) on other samples"):
         second.train(other)
+
+
+def test_a_short_run_writes_its_full_state_once_at_the_end(tiny_model_dir, tmp_path, prompts, monkeypatch):
+    """The checkpoint cadence: nothing at start, a step's checkpoint only when checkpoint_seconds have
+    passed since the last, and always the call's last step (so a one-step run writes once)."""
+    from workers.trainer import local
+
+    saved = []
+    save = local.ckpt.save_checkpoint
+    def counted(workdir, **kwargs):
+        saved.append(kwargs["step"])
+        return save(workdir, **kwargs)
+
+    monkeypatch.setattr(local.ckpt, "save_checkpoint", counted)
+    probe = started(tiny_model_dir, tmp_path / "probe", method="rl")
+    batch = sampled_batch(probe, prompts[:4], seed=7)
+    saved.clear()
+
+    one = started(tiny_model_dir, tmp_path / "one", method="rl")
+    assert saved == [] and local.ckpt.latest_checkpoint(tmp_path / "one") is None
+    result = one.train(batch)
+    assert result.steps == 1 and saved == [1]
+    # The final state is what is on disk: the adapter as trained, the call finished.
+    final = local.ckpt.latest_checkpoint(tmp_path / "one")
+    state, _, _, _ = local.ckpt.load_checkpoint(final)
+    assert state["step"] == 1 and state["current"]["done_steps"] == 1
+    assert result.adapter_dir == str(final / "adapter")
+    on_disk = load_file(f"{final}/adapter/adapter_model.safetensors")
+    trained = local.ckpt.adapter_state(one.model, one.adapter)
+    assert on_disk.keys() == trained.keys() and all(torch.equal(on_disk[k], v) for k, v in trained.items())
+
+    saved.clear()
+    three = started(tiny_model_dir, tmp_path / "three", method="rl", mini_batches=3)
+    three.train(sampled_batch(probe, prompts[4:10], seed=8))
+    assert saved == [3]  # a short run: its last step only
+    saved.clear()
+    every = started(tiny_model_dir, tmp_path / "every", method="rl", mini_batches=3, checkpoint_seconds=0)
+    every.train(sampled_batch(probe, prompts[4:10], seed=8))
+    assert saved == [1, 2, 3]
+    # A call with nothing to train still leaves its state (and the adapter it reports).
+    saved.clear()
+    neutral = [TrainSample(**{**vars(s), "sample_id": f"n{i}", "reward": 0}) for i, s in enumerate(batch)]
+    empty = started(tiny_model_dir, tmp_path / "empty", method="rl").train(neutral)
+    assert saved == [0] and empty.steps == 0 and Path(empty.adapter_dir).is_dir()
 
 
 def test_dropped_samples_are_reported_with_reasons(tiny_model_dir, tmp_path, prompts):
@@ -282,3 +329,4 @@ def test_samples_served_too_many_versions_back_are_not_trained(tiny_model_dir, t
     assert {d.sample_id: d.reason for d in result.dropped} == {
         4: "served 2 adapter versions behind the one trained (max_version_lag 1)"
     }
+

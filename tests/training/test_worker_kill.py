@@ -69,6 +69,8 @@ def test_killed_worker_resumes_from_checkpoint_without_training_a_sample_twice(t
     training on the CPU; the first is killed mid-run and the second resumes from its checkpoint."""
     settings.CLAWHUB_TRAIN_WORKDIR = str(tmp_path / "train")  # run_start names the workdir here
     settings.CLAWHUB_GATE_HOLDOUT_EVERY = 0  # every claimed sample is trained: the step count is exact
+    # A checkpoint after every step (the operator's cadence; by default a short run writes once, at its end).
+    settings.CLAWHUB_TRAIN_DEFAULTS = {**settings.CLAWHUB_TRAIN_DEFAULTS, "checkpoint_seconds": 0}
     user = make_user()
     claimed = approved_samples(user, SAMPLES // 2, reward=1) + approved_samples(user, SAMPLES // 2, reward=-1)
     TrainingSettings.objects.create(

@@ -208,6 +208,11 @@ class TrainConfig:
       device: "auto" = cuda if available, else cpu;
       gradient_checkpointing: trade compute for activation memory on long sequences; None = on for CUDA,
           off on CPU (where the tiny model's activations are small).
+      checkpoint_seconds: how often a run writes its full state (adapter, optimizer, prepared batch) to its
+          workdir: after a step when at least this many seconds have passed since the run's last checkpoint
+          (or since it started), and always after the last step of a train() call, so a run that takes less
+          writes once, at its end; a crash loses at most about this much training. 0 = after every step.
+          The operator's (CLAWHUB_TRAIN_DEFAULTS): 32 tenants' full states at every step of a pass are GBs.
     """
 
     method: Method = "combine"
@@ -244,6 +249,7 @@ class TrainConfig:
     dtype: str = "auto"
     device: str = "auto"
     gradient_checkpointing: bool | None = None
+    checkpoint_seconds: float = 120.0
 
     def __post_init__(self) -> None:
         self.target_modules = tuple(self.target_modules)
@@ -289,6 +295,8 @@ class TrainConfig:
             yield f"pack_row_tokens={self.pack_row_tokens}: must be >= 16"
         if self.micro_batch_tokens < 0:
             yield f"micro_batch_tokens={self.micro_batch_tokens}: must be >= 0 (0 = micro_batch_size samples)"
+        if not self.checkpoint_seconds >= 0:
+            yield f"checkpoint_seconds={self.checkpoint_seconds}: must be >= 0 (0 = after every step)"
         if self.gradient_checkpointing not in (None, True, False):
             yield f"gradient_checkpointing={self.gradient_checkpointing!r}: use true, false or null (auto)"
         if self.grad_accum is not None and self.grad_accum < 1:

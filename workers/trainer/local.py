@@ -1,6 +1,7 @@
 """LocalBackend: LoRA updates with torch + peft + transformers on this machine (GPU worker, or CPU for small
 models). Reads top to bottom: start (model, adapter, optimizer, resume) -> train (prepare pi_old / teacher /
-reference once, then optimizer steps with gradient accumulation, a checkpoint after each) -> export -> sample.
+reference once, then optimizer steps with gradient accumulation, checkpoints at the config's cadence and after
+the last step) -> export -> sample.
 
 Real model sizes: micro-batches are token budgets with the samples packed end to end (no padding, no attention
 across samples); log-probs come from the hidden states at the response positions only, through the LM head a
@@ -85,7 +86,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 # TrainConfig fields that say where a run executes, not what it computes: a resume may change them.
-RUNTIME_FIELDS = ("device", "dtype", "gradient_checkpointing")
+RUNTIME_FIELDS = ("device", "dtype", "gradient_checkpointing", "checkpoint_seconds")
 
 
 def _entry_length(item: tuple[str, dict[str, Any]]) -> int:
@@ -428,10 +429,14 @@ class LocalBackend(TrainingBackend):
                 "optimizer_note": self.optimizer_note,
             }
             self.prepared = None
-            # Step 0: the starting adapter, so that adapter_dir and resume exist before the first update.
-            self._save()
+        # No checkpoint of the starting state: a run that dies before its first checkpoint starts over from
+        # its parent, which is that state (finish_step says when the next one is written).
+        self._saved_at = time.monotonic()
+        self._unsaved = False
 
     def _save(self) -> Path:
+        self._saved_at = time.monotonic()
+        self._unsaved = False
         return ckpt.save_checkpoint(
             self.workdir,
             step=self.state["step"],
@@ -445,7 +450,7 @@ class LocalBackend(TrainingBackend):
     @property
     def adapter_dir(self) -> str:
         latest = ckpt.latest_checkpoint(self.workdir)
-        assert latest is not None, "start() writes a checkpoint"
+        assert latest is not None, "end_train() writes a checkpoint"
         return str(latest / "adapter")
 
     def policy(self, spans: list[tuple[str | None, int, int | None]] | None = None):
@@ -487,6 +492,7 @@ class LocalBackend(TrainingBackend):
             )
         else:
             current = self._prepare(batch)
+            self._unsaved = True
         self._current = current
         self._step_plan = self._plan(current["trainable_ids"])
         self._by_id = {_key(s.sample_id): s for s in batch}
@@ -499,7 +505,8 @@ class LocalBackend(TrainingBackend):
         return [self._by_id[_key(k)] for k in self._step_plan[self._current["done_steps"]]]
 
     def finish_step(self, metrics: StepMetrics, on_step: OnStep | None = None) -> None:
-        """Record a finished optimizer step: metrics, checkpoint, then the caller's on_step."""
+        """Record a finished optimizer step: metrics, a checkpoint when one is due (the call's last step, or
+        checkpoint_seconds since the last), then the caller's on_step."""
         current = self._current
         if current["done_steps"] == 0:
             metrics.dropped = [DroppedSample(**d) for d in current["dropped"]]
@@ -507,11 +514,16 @@ class LocalBackend(TrainingBackend):
         self.state["metrics"].append(metrics.to_dict())
         if current["done_steps"] == current["total_steps"]:
             self.state["trained_sample_ids"] += current["trainable_ids"]
-        self._save()
+        self._unsaved = True
+        due = time.monotonic() - self._saved_at >= self.config.checkpoint_seconds
+        if due or current["done_steps"] == current["total_steps"]:
+            self._save()
         if on_step is not None:
             on_step(metrics)
 
     def end_train(self) -> TrainResult:
+        if self._unsaved:  # a call with no step to take (nothing trainable) still leaves its state
+            self._save()
         result = self._result(self._current)
         result.resumed_from_step = self._resumed
         return result
