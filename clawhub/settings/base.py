@@ -494,6 +494,9 @@ CLAWHUB_TRAIN_MAX_ATTEMPTS = env.int("CLAWHUB_TRAIN_MAX_ATTEMPTS", default=4)
 # Multi-tenant passes: a local train task takes up to this many queued runs (its own included, other tenants,
 # same base model) into one pass over the resident base; 1 trains one run per task.
 CLAWHUB_TRAIN_PASS_TENANTS = env.int("CLAWHUB_TRAIN_PASS_TENANTS", default=1)
+# ... and up to this many prompt + reply tokens in all (its own run's batch always goes in, however large):
+# the pass's step time and how long every tenant in it waits. Runs beyond it stay queued for a next pass.
+CLAWHUB_TRAIN_PASS_TOKENS = env.int("CLAWHUB_TRAIN_PASS_TOKENS", default=262144)
 # Hot swap: how long a retired version stays loaded after the switch. Must exceed the gateway's adapter cache
 # plus the longest request, so no request is still on the old name when it is unloaded.
 CLAWHUB_ADAPTER_DRAIN_SECONDS = env.float(

@@ -103,6 +103,19 @@ def runs_ready_for_pass(*, base_model: str, exclude_tenant_id: int, limit: int) 
     )
 
 
+def run_tokens(*, runs: list[TrainingRun]) -> dict[int, int]:
+    """Prompt + reply tokens of each run's batch (its trained samples, not the held-out ones) as the gateway
+    counted them: what the run adds to a multi-tenant pass. One query for all the runs."""
+    ids = {i for run in runs for i in run.sample_ids}
+    per_sample = {
+        pk: prompt + reply
+        for pk, prompt, reply in Sample.objects.filter(pk__in=ids).values_list(
+            "pk", "turn__prompt_tokens", "turn__completion_tokens"
+        )
+    }
+    return {run.pk: sum(per_sample.get(i, 0) for i in run.sample_ids) for run in runs}
+
+
 def samples_of_run(*, run: TrainingRun) -> list[Sample]:
     """The run's claimed samples in the order it claimed them (the trainer's batch order, which a resumed run
     must repeat). A sample its user deleted since is left out."""

@@ -183,3 +183,34 @@ def test_recorded_logprobs_of_penalised_sampling_are_not_pi_old(db):
     got = train_sample(sample)
     assert got.response_logprobs is None
     assert "sampled with presence_penalty, logit_bias" in got.source
+
+
+def test_a_pass_takes_queued_runs_only_within_its_token_bound(db, sent, settings):
+    """CLAWHUB_TRAIN_PASS_TOKENS: the task's own batch goes in, then other tenants' queued runs oldest first
+    while the pass's prompt + reply tokens stay within the bound; a run that does not fit stays queued for
+    a next pass, and a smaller, younger one that fits is still taken."""
+    from clawhub.conversations.models import Turn
+    from workers.tasks.training import _pass_companions
+
+    settings.CLAWHUB_TRAIN_PASS_TENANTS = 8
+    settings.CLAWHUB_TRAIN_PASS_TOKENS = 1000
+    settings.CLAWHUB_GATE_HOLDOUT_EVERY = 0
+    runs = {}
+    for name, tokens in [("own", 400), ("big", 500), ("too_big", 300), ("small", 100)]:
+        user = make_user()
+        samples = approved_samples(user, 2)
+        Turn.objects.filter(sample__in=samples).update(prompt_tokens=tokens // 2 - 10, completion_tokens=10)
+        runs[name] = services.run_start(tenant=user.tenant, access=tenant_access(actor=user,
+                                                                                 tenant_id=user.tenant.pk))
+    # As the train task leaves its own run before it looks for companions.
+    TrainingRun.objects.filter(pk=runs["own"].pk).update(state=TrainingRun.State.RUNNING, attempts=1)
+    companions = _pass_companions(runs["own"], task_id="pass-1")
+    assert sorted(r.pk for r in companions) == sorted([runs["big"].pk, runs["small"].pk])  # 400+500+100
+    left = TrainingRun.objects.get(pk=runs["too_big"].pk)
+    assert left.state == TrainingRun.State.QUEUED and not (left.remote_ids or {}).get("pass_task")
+    # Its own task trains it next (in a pass of its own here: every other run is taken).
+    assert _pass_companions(left, task_id="pass-2") == []
+    # A redelivered task finds the runs it took, and the bound still keeps the other one out.
+    again = _pass_companions(runs["own"], task_id="pass-1")
+    assert sorted(r.pk for r in again) == sorted(r.pk for r in companions)
+    assert TrainingRun.objects.get(pk=left.pk).state == TrainingRun.State.QUEUED

@@ -354,12 +354,13 @@ def _pass_owner(run_id: int) -> str | None:
 def _pass_companions(run: TrainingRun, *, task_id: str) -> list[TrainingRun]:
     """Other tenants' runs to train in one pass with `run` (CLAWHUB_TRAIN_PASS_TENANTS > 1, local backend):
     those this task took before a redelivery, then queued ones on the same base model, device and dtype,
-    oldest first, one per tenant, tenants within their compute budget (workers.trainer.schedule)."""
+    oldest first, one per tenant, tenants within their compute budget, while the pass's batches stay within
+    CLAWHUB_TRAIN_PASS_TOKENS (workers.trainer.schedule); the others stay queued for a next pass."""
     most = settings.CLAWHUB_TRAIN_PASS_TENANTS
     if most <= 1 or run.backend != "local" or not task_id:
         return []
     from clawhub.training.budget import budget_refusal
-    from clawhub.training.selectors import runs_in_pass, runs_ready_for_pass
+    from clawhub.training.selectors import run_tokens, runs_in_pass, runs_ready_for_pass
     from workers.trainer.schedule import ReadyBatch, choose_pass
 
     def group(r: TrainingRun) -> tuple:
@@ -369,16 +370,24 @@ def _pass_companions(run: TrainingRun, *, task_id: str) -> list[TrainingRun]:
     taken = [r for r in runs_in_pass(task_id=task_id) if r.pk != run.pk]
     free = most - 1 - len(taken)
     if free > 0:
-        ready = [
-            ReadyBatch(key=r.pk, tenant_id=r.tenant_id, ready_at=r.created_at.timestamp(), tokens=0)
-            for r in runs_ready_for_pass(base_model=run.base_model, exclude_tenant_id=run.tenant_id,
-                                         limit=4 * free)
+        candidates = [
+            r for r in runs_ready_for_pass(base_model=run.base_model, exclude_tenant_id=run.tenant_id,
+                                           limit=4 * free)
             if group(r) == group(run) and r.tenant_id not in {t.tenant_id for t in taken}
         ]
+        tokens = run_tokens(runs=[run, *taken, *candidates])
+        # What is in the pass already, as one batch that goes first (choose_pass always takes the first).
+        inside = ReadyBatch(key=None, tenant_id=None, ready_at=float("-inf"),
+                            tokens=sum(tokens[r.pk] for r in [run, *taken]))
+        ready = [inside] + [
+            ReadyBatch(r.pk, r.tenant_id, ready_at=r.created_at.timestamp(), tokens=tokens[r.pk])
+            for r in candidates
+        ]
         chosen = choose_pass(
-            ready, within_budget=lambda t: budget_refusal(tenant_id=t) is None, max_tenants=free
+            ready, within_budget=lambda t: t is None or budget_refusal(tenant_id=t) is None,
+            max_tenants=free + 1, max_tokens=settings.CLAWHUB_TRAIN_PASS_TOKENS,
         )
-        for batch in chosen:
+        for batch in chosen[1:]:
             if services.run_join_pass(run_id=batch.key, task_id=task_id) is not None:
                 taken.append(batch.key)
     return [services.run_resolve_parent(run_id=r if isinstance(r, int) else r.pk) for r in taken]
