@@ -330,3 +330,40 @@ def test_samples_served_too_many_versions_back_are_not_trained(tiny_model_dir, t
         4: "served 2 adapter versions behind the one trained (max_version_lag 1)"
     }
 
+
+def test_a_bf16_base_trains_a_bf16_adapter_with_float32_optimizer_state(tiny_model_dir, tmp_path, prompts):
+    """The adapter follows the base's dtype (peft would make it float32); AdamW steps float32 masters with
+    float32 moments, rounded into the adapter; the export is bf16 and its optimizer state carries on. The
+    same in a multi-tenant pass (the grouped LoRA layer then runs in bf16)."""
+    from workers.trainer import resident
+    from workers.trainer.multitenant import MultiTenantPass, TenantJob
+
+    probe = started(tiny_model_dir, tmp_path / "probe", method="rl")
+    batch = sampled_batch(probe, prompts[:4], seed=9)
+    run = started(tiny_model_dir, tmp_path / "run", method="rl", dtype="bfloat16", mini_batches=2)
+    assert {p.dtype for p in run.params} == {torch.bfloat16} and len(run.params) == len(run.masters)
+    before = [p.detach().clone() for p in run.params]
+    result = run.train(batch)
+    assert result.steps == 2
+    for p, master in zip(run.params, run.masters, strict=True):
+        assert master.dtype == torch.float32 and torch.equal(p.detach(), master.detach().to(torch.bfloat16))
+        moments = run.optimizer.state[master]
+        assert moments["exp_avg"].dtype == moments["exp_avg_sq"].dtype == torch.float32
+    assert any(not torch.equal(p, b) for p, b in zip(run.params, before, strict=True))
+    out = run.export_adapter(str(tmp_path / "v1"))
+    assert {t.dtype for t in load_file(f"{out}/adapter_model.safetensors").values()} == {torch.bfloat16}
+    follow = started(tiny_model_dir, tmp_path / "follow", parent=out, method="rl", dtype="bfloat16")
+    assert follow.optimizer_resumed_at == 2 and {p.dtype for p in follow.params} == {torch.bfloat16}
+    assert all(follow.optimizer.state[m]["exp_avg"].dtype == torch.float32 for m in follow.masters)
+
+    resident.reset()
+    jobs = [TenantJob(key, TrainConfig(device="cpu", dtype="bfloat16", method="rl", lr=1e-3),
+                      str(tmp_path / f"pass-{key}"), sampled_batch(probe, prompts[i * 4 : i * 4 + 4], seed=i))
+            for i, key in enumerate("AB")]
+    with MultiTenantPass(str(tiny_model_dir), jobs) as mt:
+        outcomes = mt.train()
+        assert all(o.error is None and o.result.steps == 1 for o in outcomes)
+        for backend in (o.backend for o in outcomes):
+            assert {p.dtype for p in backend.params} == {torch.bfloat16}
+            assert all(backend.optimizer.state[m]["exp_avg"].dtype == torch.float32 for m in backend.masters)
+    resident.reset()

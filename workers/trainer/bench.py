@@ -153,7 +153,7 @@ def reference_step(backend: LocalBackend, samples: list[TrainSample]) -> float:
     _sync(device)
     started = time.perf_counter()
     model.train()
-    backend.optimizer.zero_grad(set_to_none=True)
+    backend.zero_grad()
     for sample in samples:  # only samples with a signal for this objective (the caller filters)
         prompt = _prompt_ids(tok, sample.messages)
         response = list(sample.response_token_ids)
@@ -181,8 +181,7 @@ def reference_step(backend: LocalBackend, samples: list[TrainSample]) -> float:
                 ref = logp_of(ids, len(prompt))
             loss = loss + cfg.kl_coef * kl_k3(logp_new, ref).mean()
         (loss / len(samples)).backward()
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
-    backend.optimizer.step()
+    backend.step_optimizer()
     _sync(device)
     return time.perf_counter() - started
 

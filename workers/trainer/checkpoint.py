@@ -173,14 +173,21 @@ def _trainable(model: Any, adapter: str = "default") -> list[tuple[str, torch.nn
 
 
 def save_optimizer_state(
-    state_dir: Path, *, model: Any, optimizer: torch.optim.Optimizer, adapter: str = "default"
+    state_dir: Path,
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    adapter: str = "default",
+    optimized: dict[int, torch.Tensor] | None = None,
 ) -> Path:
     """The AdamW moments and step of every trainable parameter, keyed by parameter name (not by the
     optimizer's positional index), so that the next run, which builds its own optimizer over a freshly loaded
-    adapter, restores each moment onto the same LoRA matrix. Written atomically."""
+    adapter, restores each moment onto the same LoRA matrix. Written atomically. optimized: the tensor the
+    optimizer steps for a parameter (by id) where it is not the parameter (float32 masters of a bf16 one)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     trainable = _trainable(model, adapter)
-    index = {id(p): name for name, p in trainable}
+    optimized = optimized or {}
+    index = {id(optimized.get(id(p), p)): name for name, p in trainable}
     by_name = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -195,7 +202,12 @@ def save_optimizer_state(
 
 
 def restore_optimizer_state(
-    state_dir: Path, *, model: Any, optimizer: torch.optim.Optimizer, adapter: str = "default"
+    state_dir: Path,
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    adapter: str = "default",
+    optimized: dict[int, torch.Tensor] | None = None,
 ) -> tuple[int | None, str]:
     """Loads what save_optimizer_state wrote onto `optimizer` (whose hyperparameters, e.g. lr, stay the new
     run's). Returns (optimizer steps the state had taken, note); (None, why) when there is nothing usable,
@@ -211,7 +223,8 @@ def restore_optimizer_state(
     for name, p in params.items():
         entry = saved["state"].get(name)
         if entry is not None:
-            optimizer.state[p] = {
-                k: (v.to(p.device) if k != "step" else v.clone()) for k, v in entry.items()
+            target = (optimized or {}).get(id(p), p)
+            optimizer.state[target] = {
+                k: (v.to(target.device, target.dtype) if k != "step" else v.clone()) for k, v in entry.items()
             }
     return int(saved.get("steps", 0)), ""

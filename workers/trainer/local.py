@@ -344,12 +344,16 @@ class LocalBackend(TrainingBackend):
         # Seeded right before the adapter is made: a fresh LoRA's A matrix is the same whether the base was
         # loaded just now or long ago, alone or next to other tenants.
         torch.manual_seed(config.seed)
+        # The adapter in the base's dtype (peft would cast a bf16 base's adapter up to float32, and every
+        # LoRA matmul would then cast its tokens' activations to float32 too); the optimizer keeps float32
+        # master copies of a half-precision adapter (below).
+        same_dtype = {"adapter_name": self.adapter, "autocast_adapter_dtype": False}
         if source:
             # The parent's own LoRA shape is kept: a new version must load wherever the parent did.
             if isinstance(model, PeftModel):
-                model.load_adapter(source, adapter_name=self.adapter, is_trainable=True)
+                model.load_adapter(source, is_trainable=True, **same_dtype)
             else:
-                model = PeftModel.from_pretrained(model, source, adapter_name=self.adapter, is_trainable=True)
+                model = PeftModel.from_pretrained(model, source, is_trainable=True, **same_dtype)
         else:
             lora = LoraConfig(
                 r=config.lora_r,
@@ -359,15 +363,20 @@ class LocalBackend(TrainingBackend):
                 task_type="CAUSAL_LM",
             )
             if isinstance(model, PeftModel):
-                model.add_adapter(self.adapter, lora)
+                model.add_adapter(self.adapter, lora, autocast_adapter_dtype=False)
             else:
-                model = get_peft_model(model, lora, adapter_name=self.adapter)
+                model = get_peft_model(model, lora, **same_dtype)
         self.model = model
         self.params = resident_models.adapter_weights(model, self.adapter)
         for p in self.params:  # peft marks only its active adapter trainable; a pass trains all of them
             p.requires_grad_(True)
+        # Mixed precision: a bf16 adapter's updates (lr x ~1) are below bf16's resolution of its weights, so
+        # AdamW steps float32 masters, with float32 moments, and the adapter gets the masters rounded. A
+        # resumed run's masters are its checkpoint's bf16 weights (the low bits since are not kept).
+        half = bool(self.params) and self.params[0].dtype in (torch.bfloat16, torch.float16)
+        self.masters = [torch.nn.Parameter(p.detach().float().clone()) for p in self.params] if half else []
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
+            self.masters or self.params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
         )
 
     def _begin_run(self, parent_adapter_dir: str | None) -> None:
@@ -384,6 +393,7 @@ class LocalBackend(TrainingBackend):
                 model=self.model,
                 optimizer=self.optimizer,
                 adapter=self.adapter,
+                optimized=self.optimized,
             )
             if self.optimizer_note:
                 log.info("%s: fresh optimizer: %s", parent_adapter_dir, self.optimizer_note)
@@ -743,7 +753,7 @@ class LocalBackend(TrainingBackend):
         backward with their share of the step's loss, then clipping and AdamW."""
         started = time.monotonic()
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.zero_grad()
         totals = StepTotals()
         for chunk in self._chunks(samples, self._length):
             entries = [self.prepared[_key(s.sample_id)] for s in chunk]
@@ -805,11 +815,33 @@ class LocalBackend(TrainingBackend):
         totals.response_tokens += int(response_mask.sum())
         return out.loss
 
+    @property
+    def optimized(self) -> dict[int, torch.Tensor]:
+        """The tensor AdamW steps for each adapter weight (by id) where it is not the weight itself: the
+        float32 masters of a half-precision adapter."""
+        return {id(p): master for p, master in zip(self.params, self.masters, strict=False)}
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step_optimizer(self) -> torch.Tensor:
+        """Clip the accumulated gradient and step AdamW (on the float32 masters of a half-precision adapter,
+        then rounded into it); returns the gradient norm before clipping."""
+        for p, master in zip(self.params, self.masters, strict=False):
+            master.grad = None if p.grad is None else p.grad.float()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.masters or self.params, self.config.max_grad_norm)
+        self.optimizer.step()
+        with torch.no_grad():
+            for p, master in zip(self.params, self.masters, strict=False):
+                p.copy_(master)
+        self.zero_grad()
+        return grad_norm
+
     def apply_step(self, samples: list[TrainSample], totals: StepTotals, started: float) -> StepMetrics:
         """Clip this run's gradient, step its optimizer, and say what the step was."""
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        grad_norm = self.step_optimizer()
         self.state["step"] += 1
         rewards = [self.prepared[_key(s.sample_id)]["reward"] for s in samples]
         if self.device.type == "cuda":
@@ -859,7 +891,10 @@ class LocalBackend(TrainingBackend):
         config["base_model_name_or_path"] = self.base_model
         config_path.write_text(json.dumps(config, indent=2))
         state_dir = tmp / OPTIMIZER_STATE_DIR / self.name
-        ckpt.save_optimizer_state(state_dir, model=self.model, optimizer=self.optimizer, adapter=self.adapter)
+        ckpt.save_optimizer_state(
+            state_dir, model=self.model, optimizer=self.optimizer, adapter=self.adapter,
+            optimized=self.optimized,
+        )
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
         return str(out)
@@ -897,7 +932,7 @@ class LocalBackend(TrainingBackend):
         """Free the run: its adapter detached from a resident base (which stays loaded, clean, for the next
         run), or the private model dropped. Safe after a failure at any point of start() or train()."""
         model = getattr(self, "model", None)
-        for name in ("model", "optimizer", "params", "prepared", "_by_id"):
+        for name in ("model", "optimizer", "params", "masters", "prepared", "_by_id"):
             if hasattr(self, name):
                 delattr(self, name)
         lease, self._lease = self._lease, None

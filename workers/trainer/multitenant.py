@@ -184,7 +184,7 @@ class MultiTenantPass:
         totals = {id(o): StepTotals() for o, _ in live}
         items = [(o, s) for o, _ in live for s in steps[id(o)]]  # tenant after tenant: contiguous spans
         for outcome, _ in live:
-            outcome.backend.optimizer.zero_grad(set_to_none=True)
+            outcome.backend.zero_grad()
             for p in outcome.backend.params:  # peft's disable_adapter() (the teachers) unmarks all but one
                 p.requires_grad_(True)
         lengths = [o.backend._length(s) for o, s in items]
