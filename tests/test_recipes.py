@@ -197,7 +197,7 @@ def test_a_per_key_model_alias_is_offered_in_naming_and_mapped_where_the_gateway
         assert naming.model_access(model="clawhub-fast", tenant_model_id="clawhub-personal",
                                    allowed_models=None) == "ok"
         check_model(info, "clawhub-fast")
-        assert asyncio.run(Gateway.__new__(Gateway)._adapter_for(info, "clawhub-fast")) is None
+        assert asyncio.run(Gateway.__new__(Gateway)._adapter_for(info, "clawhub-fast")) == (None, None)
         print("ok")
         ''')
     assert _run([sys.executable, "-c", check], tree).stdout.strip() == "ok"
