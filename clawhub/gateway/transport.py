@@ -15,7 +15,8 @@ made ``ConnectError``, a cut mid-body ``ReadError``, a read that waited too long
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import aiohttp
 import httpx
@@ -33,6 +34,20 @@ def _translated(exc: BaseException) -> BaseException | None:
     if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientOSError | aiohttp.ClientConnectionError):
         return httpx.ReadError(str(exc))
     return None
+
+
+@contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    """While sending: aiohttp's connection errors and timeouts raised as the httpx errors callers catch."""
+    try:
+        yield
+    except aiohttp.ClientError as exc:
+        translated = _translated(exc)
+        if translated is None:
+            raise
+        raise translated from exc
+    except TimeoutError as exc:
+        raise httpx.ReadTimeout(str(exc) or "timed out") from exc
 
 
 def _raised(exc: BaseException) -> BaseException:
@@ -106,16 +121,9 @@ class UpstreamClient:
         """Sends the request; returns once the answer's headers arrived (its body is read separately)."""
         if self._session is None:  # made on the running loop, on first use
             self._session = _session(self._keepalive, self._max)
-        try:
+        with _as_httpx_errors():
             response = await self._session.post(url, data=payload, headers=headers, allow_redirects=False,
                                                  compress=False, timeout=self._timeout)
-        except aiohttp.ClientError as exc:
-            translated = _translated(exc)
-            if translated is None:
-                raise
-            raise translated from exc
-        except TimeoutError as exc:
-            raise httpx.ReadTimeout(str(exc) or "timed out") from exc
         return UpstreamResponse(response)
 
     async def aclose(self) -> None:
@@ -149,20 +157,13 @@ class UpstreamTransport(AiohttpTransport):
         if not isinstance(self.client, aiohttp.ClientSession):
             self.client = self.get_client()
         timeout = request.extensions.get("timeout", {})
-        try:
+        with _as_httpx_errors():
             response = await self.client.request(
                 method=request.method, url=str(request.url), headers=request.headers,
                 data=request.content or None, allow_redirects=False, auto_decompress=False, compress=False,
                 timeout=aiohttp.ClientTimeout(sock_connect=timeout.get("connect"),
                                               sock_read=timeout.get("read"), connect=timeout.get("pool")),
             ).__aenter__()
-        except aiohttp.ClientError as exc:
-            translated = _translated(exc)
-            if translated is None:
-                raise
-            raise translated from exc
-        except TimeoutError as exc:
-            raise httpx.ReadTimeout(str(exc) or "timed out") from exc
         return httpx.Response(status_code=response.status, headers=response.raw_headers,
                               stream=_Stream(response), request=request,
                               extensions={"http_version": b"HTTP/1.1"})
