@@ -120,3 +120,20 @@ def test_sampling_is_reproducible_and_stops_on_the_end_token(tmp_path):
                                                                             ["<|im_end|>"])})
     finally:
         backend.close()
+
+
+def test_the_null_control_keeps_each_batchs_rewards_but_not_which_reply_earned_them():
+    from clawhub.devtools.personas.in_process import shuffled_rewards
+    from workers.trainer.backend import TrainSample
+
+    batch = [TrainSample(sample_id=f"s{i}", messages=[{"role": "user", "content": "Explain tides."}],
+                         response_text=f"reply {i}", reward=reward,
+                         hints=["Keep it short."] if reward < 0 else [])
+             for i, reward in enumerate([1, 1, -1, -1, -1, 0, 1, -1])]
+    shuffled = shuffled_rewards(batch, random.Random("0:brief:1"))
+    assert sorted(s.reward for s in shuffled) == sorted(s.reward for s in batch)
+    assert [s.reward for s in shuffled] != [s.reward for s in batch]
+    assert [s.response_text for s in shuffled] == [s.response_text for s in batch]
+    assert all(s.hints == [] for s in shuffled) and batch[2].hints == ["Keep it short."]
+    again = shuffled_rewards(batch, random.Random("0:brief:1"))
+    assert [s.reward for s in again] == [s.reward for s in shuffled]

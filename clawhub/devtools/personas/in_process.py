@@ -44,7 +44,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,10 @@ class InProcessConfig:
     prompt_only: bool = True
     target: float = 0.8
     threads: int = 1  # torch threads
+    # The null control: each batch's rewards are permuted among its samples and its hints dropped before
+    # training, so an update of the same size and method teaches no preference. What the capability guard
+    # loses under it is what any update of that size costs, learned or not.
+    shuffle_rewards: bool = False
     out_dir: Path = Path("bench-output")
 
     def __post_init__(self) -> None:
@@ -341,6 +345,8 @@ class InProcessBench:
                 sampled: dict[str, Any] = {}
                 batch = self.collect_batch(track, user, backend, update, read, sampled)
                 trained = time.monotonic()
+                if cfg.shuffle_rewards:
+                    batch = shuffled_rewards(batch, random.Random(f"{cfg.seed}:{persona.name}:{update}"))
                 self._keep_batch(f"{method}-{persona.name}-u{update}", batch)
                 result = backend.train(batch)
                 parent = backend.export_adapter(str(root / f"v{update}"))
@@ -380,7 +386,7 @@ class InProcessBench:
             "max_updates": cfg.max_updates, "wall_s": round(time.monotonic() - began, 1),
             "track": "in-process", "chat_temperature": self.chat_temperature,
             "eval_temperature": self.eval_temperature, "eval_samples": cfg.eval_samples,
-            "threads": cfg.threads,
+            "threads": cfg.threads, "shuffle_rewards": cfg.shuffle_rewards,
         }
         for track in tracks:
             result[track.name] = track.summary(cfg.target)
@@ -440,6 +446,14 @@ class InProcessBench:
 
     def close(self) -> None:
         pass
+
+
+def shuffled_rewards(batch: list[TrainSample], rng: Any) -> list[TrainSample]:
+    """``batch`` with its rewards permuted among its samples (``rng.shuffle``) and no hints: the null
+    control's batch, with the same replies and the same mix of rewards."""
+    rewards = [s.reward for s in batch]
+    rng.shuffle(rewards)
+    return [replace(s, reward=r, hints=[]) for s, r in zip(batch, rewards, strict=True)]
 
 
 def _train_summary(result: Any) -> dict[str, Any]:

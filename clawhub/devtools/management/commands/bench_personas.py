@@ -94,6 +94,9 @@ class Command(BaseCommand):
         parser.add_argument("--threads", type=int, default=1, help="--in-process: torch threads")
         parser.add_argument("--parallel-sessions", type=int, default=8,
                             help="--in-process: sessions sampled together in one batched generate")
+        parser.add_argument("--shuffle-rewards", action="store_true",
+                            help="--in-process: the null control: each batch's rewards permuted among its "
+                                 "samples and its hints dropped (an update that teaches no preference)")
 
     def handle(self, *args, **options):
         if options["in_process"]:
@@ -159,7 +162,7 @@ class Command(BaseCommand):
                     eval_samples=options["eval_samples"], parallel_sessions=options["parallel_sessions"],
                     capability=not options["no_capability"], prompt_only=not options["no_prompt_only"],
                     target=options["target"], threads=options["threads"],
-                    out_dir=Path(options["out"]) / f"seed-{seed}",
+                    shuffle_rewards=options["shuffle_rewards"], out_dir=Path(options["out"]) / f"seed-{seed}",
                 )
                 for seed in seeds
             ]
