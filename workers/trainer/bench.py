@@ -28,11 +28,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from workers.trainer.backend import TrainConfig, TrainSample
+from workers.trainer.backend import Method, TrainConfig, TrainSample
 from workers.trainer.batching import prompt_ids, with_hint
 from workers.trainer.local import LocalBackend, generate_samples, load_pretrained
 from workers.trainer.losses import clipped_surrogate, kl_k3
@@ -156,7 +156,7 @@ def reference_step(backend: LocalBackend, samples: list[TrainSample]) -> float:
     backend.zero_grad()
     for sample in samples:  # only samples with a signal for this objective (the caller filters)
         prompt = _prompt_ids(tok, sample.messages)
-        response = list(sample.response_token_ids)
+        response = list(_response_ids(sample))
         ids = torch.tensor([prompt + response], device=device)
         targets = ids[0, len(prompt) :]
 
@@ -189,6 +189,11 @@ def reference_step(backend: LocalBackend, samples: list[TrainSample]) -> float:
 # ---------------------------------------------------------------------------------------------- driver
 
 
+def _response_ids(sample: TrainSample) -> list[int]:
+    assert sample.response_token_ids is not None  # make_samples gives every reply its sampled ids
+    return sample.response_token_ids
+
+
 def trains(method: str, sample: TrainSample) -> bool:
     """Whether the objective has any signal for this sample (the backend drops the others)."""
     return {"rl": sample.reward != 0, "opd": bool(sample.hints)}.get(
@@ -215,7 +220,10 @@ def bench(
     loader = load_pretrained if model_shape == "tiny" else qwen3_4b_loader(TINY_MODEL_DIR)
     results = []
     for method in objectives:
-        config = TrainConfig(method=method, micro_batch_size=shape.micro_batch_size, lr=1e-5, seed=0)
+        # TrainConfig refuses a method outside Method with the list of those it knows.
+        config = TrainConfig(
+            method=cast(Method, method), micro_batch_size=shape.micro_batch_size, lr=1e-5, seed=0
+        )
         with tempfile.TemporaryDirectory(prefix="bench-trainer-") as workdir:
             backend = LocalBackend(model_loader=loader)
             backend.start(str(TINY_MODEL_DIR), None, config, workdir)
@@ -224,7 +232,7 @@ def bench(
             samples = make_samples(backend, shape, seed=0)
             trained = [s for s in samples if trains(method, s)]
             tok = backend.tokenizer
-            lengths = [(len(_prompt_ids(tok, s.messages)), len(s.response_token_ids)) for s in trained]
+            lengths = [(len(_prompt_ids(tok, s.messages)), len(_response_ids(s))) for s in trained]
             tokens = sum(p + r for p, r in lengths)
 
             optimized_step(backend, samples, call=-1)  # warm-up (allocator, kernels)
@@ -237,7 +245,7 @@ def bench(
             ref_seconds = sum(reference) / steps
 
             teacher_lengths = [
-                (len(_prompt_ids(tok, with_hint(s.messages, s.hints[0]))), len(s.response_token_ids))
+                (len(_prompt_ids(tok, with_hint(s.messages, s.hints[0]))), len(_response_ids(s)))
                 for s in trained
                 if s.hints and method != "rl"
             ]
@@ -301,7 +309,7 @@ def tenant_batches(
 
 
 def _batch_tokens(tokenizer: Any, batch: list[TrainSample]) -> int:
-    return sum(len(_prompt_ids(tokenizer, s.messages)) + len(s.response_token_ids) for s in batch)
+    return sum(len(_prompt_ids(tokenizer, s.messages)) + len(_response_ids(s)) for s in batch)
 
 
 def fresh_process_update(spec_path: Path) -> None:

@@ -116,6 +116,7 @@ def response_hidden(model: Any, batch: Batch) -> tuple[Any, torch.Tensor]:
     disable_adapter() in force. A packed row has no attention mask: the model builds the block-diagonal
     causal mask from the position ids, which restart at each sample."""
     base = model.get_base_model() if isinstance(model, PeftModel) else model
+    assert batch.row_of is not None  # Batch.__post_init__ sets it
     hidden = base.get_decoder()(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
@@ -157,6 +158,7 @@ def response_stats(
     grid = torch.zeros(batch.mask.shape, dtype=logp.dtype, device=hidden.device)
     stats = ResponseStats(grid.masked_scatter(where, logp), grid.detach().masked_scatter(where, entropy))
     if topk:
+        assert top is not None  # asked for: topk > 0
         full = torch.zeros((*batch.mask.shape, top.shape[-1]), dtype=torch.long, device=hidden.device)
         full[where] = top
         stats.top = full
@@ -756,7 +758,7 @@ class LocalBackend(TrainingBackend):
         self.zero_grad()
         totals = StepTotals()
         for chunk in self._chunks(samples, self._length):
-            entries = [self.prepared[_key(s.sample_id)] for s in chunk]
+            entries = [self.entry(s) for s in chunk]
             batch = self._collate([(e["prompt_ids"], e["response_ids"]) for e in entries]).to(self.device)
             with self.policy():
                 stats = response_stats(self.model, batch, sampler=self.sampler_of(chunk))
@@ -768,10 +770,15 @@ class LocalBackend(TrainingBackend):
 
     def sampler_of(self, samples: list[TrainSample]) -> Sampler | None:
         """How each of these samples was sampled, one row each (what pi_theta is scored with)."""
-        return Sampler.of([self.prepared[_key(s.sample_id)]["sampler"] for s in samples], self.device)
+        return Sampler.of([self.entry(s)["sampler"] for s in samples], self.device)
+
+    def entry(self, sample: TrainSample) -> dict[str, Any]:
+        """What _prepare kept of a sample of the train() call in progress: its ids, old log-probs, reward."""
+        assert self.prepared is not None  # begin_train prepared the batch before any step
+        return self.prepared[_key(sample.sample_id)]
 
     def _length(self, sample: TrainSample) -> int:
-        entry = self.prepared[_key(sample.sample_id)]
+        entry = self.entry(sample)
         return len(entry["prompt_ids"]) + len(entry["response_ids"])
 
     def micro_batch_loss(
@@ -786,7 +793,7 @@ class LocalBackend(TrainingBackend):
         """This run's loss on some of a step's samples (rows of the micro-batch's (B, T) grid), scaled so the
         micro-batches' losses add up to the step's; the step's running figures go into `totals`."""
         cfg = self.config
-        entries = [self.prepared[_key(s.sample_id)] for s in samples]
+        entries = [self.entry(s) for s in samples]
         width = response_mask.shape[1]
         logp_old = pad_values([e["old_logprobs"] for e in entries], width).to(self.device)
         advantages, mask = self._advantages(entries, logp_old, response_mask, width)
@@ -843,7 +850,7 @@ class LocalBackend(TrainingBackend):
         """Clip this run's gradient, step its optimizer, and say what the step was."""
         grad_norm = self.step_optimizer()
         self.state["step"] += 1
-        rewards = [self.prepared[_key(s.sample_id)]["reward"] for s in samples]
+        rewards = [self.entry(s)["reward"] for s in samples]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # the step's kernels are queued: its time is when they end
         return StepMetrics(

@@ -64,7 +64,10 @@ def _plan_blocks(spans: list[Span], group: list[str], module: Any, total: int, d
     ranges = [(name, start, total if end is None else end) for name, start, end in spans if name in group]
     mean = sum(stop - start for _, start, stop in ranges) // max(len(ranges), 1)
     size = min(MAX_BLOCK_TOKENS, max(MIN_BLOCK_TOKENS, mean))
-    slot, gather, real, tokens = [], [], [], []
+    slot: list[int] = []
+    gather: list[int] = []
+    real: list[int] = []
+    tokens: list[int] = []
     for name, start, stop in ranges:
         for first in range(start, stop, size):
             last = min(first + size, stop)
@@ -131,6 +134,7 @@ def _add_grouped_deltas(module: Any, args: tuple, output: torch.Tensor, *, routi
         if delta is None:
             delta = rows.new_zeros((flat.shape[0], rows.shape[-1]))
         delta = delta.index_copy(0, plan.tokens, rows)
+    assert delta is not None  # `names` is not empty, so one group ran
     # As peft: the base output promoted to the adapter's dtype, the delta added, then back.
     return (output.to(delta.dtype) + delta.reshape(output.shape)).to(output.dtype)
 

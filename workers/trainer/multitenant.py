@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from workers.trainer import resident as resident_models
 from workers.trainer.backend import OnStep, TrainConfig, TrainResult, TrainSample
 from workers.trainer.batching import collate_packed, token_budget_groups
@@ -41,7 +43,7 @@ from workers.trainer.local import (
     resolve_dtype,
     response_stats,
 )
-from workers.trainer.lora_spans import segment_lora
+from workers.trainer.lora_spans import Span, segment_lora
 from workers.trainer.losses import Sampler
 
 # ------------------------------------------------------------------------------------------ the pass
@@ -105,7 +107,7 @@ class MultiTenantPass:
         self.pack_row_tokens = first.pack_row_tokens
         self.device = resolve_device(first.device)
         self.dtype = resolve_dtype(first.dtype, self.device)
-        self._lease = None
+        self._lease: resident_models.Resident | None = None
         self.model: Any = None
         self.outcomes: list[TenantOutcome] = []
 
@@ -192,16 +194,16 @@ class MultiTenantPass:
             chunk = [items[i] for i in group]
             sequences = []
             for outcome, sample in chunk:
-                entry = outcome.backend.prepared[str(sample.sample_id)]
+                entry = outcome.backend.entry(sample)
                 sequences.append((entry["prompt_ids"], entry["response_ids"]))
             pad = chunk[0][0].backend.tokenizer.pad_token_id
             batch = collate_packed(sequences, pad_id=pad, row_tokens=self.pack_row_tokens).to(self.device)
-            spans = [(o.backend.adapter, start, end)
+            spans: list[Span] = [(o.backend.adapter, start, end)
                      for (o, _), (start, end) in zip(chunk, batch.sample_spans(), strict=True)]
-            samplers = [o.backend.prepared[str(sample.sample_id)]["sampler"] for o, sample in chunk]
+            samplers = [o.backend.entry(sample)["sampler"] for o, sample in chunk]
             with segment_lora(self.model, spans, kernel=self.lora_kernel):
                 stats = response_stats(self.model, batch, sampler=Sampler.of(samplers, self.device))
-                loss = None
+                loss: torch.Tensor | None = None
                 for outcome, _ in live:
                     rows = [i for i, (o, _) in enumerate(chunk) if o is outcome]
                     if not rows:
@@ -215,6 +217,7 @@ class MultiTenantPass:
                         totals[id(outcome)],
                     )
                     loss = part if loss is None else loss + part
+                assert loss is not None  # every chunk holds samples of live tenants
                 loss.backward()
         for outcome, job in live:
             backend = outcome.backend
