@@ -220,7 +220,7 @@ def test_collate_right_and_left_padding_point_at_the_same_tokens():
 def test_left_and_right_padding_give_the_same_logprobs(tokenizer, tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from workers.trainer.local import response_logprobs
+    from workers.trainer.forward import response_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     a = prompt_ids(tokenizer, MESSAGES, None), tokenizer.encode(TEXT, add_special_tokens=False)

@@ -190,7 +190,7 @@ def test_the_gate_leaves_a_busy_or_other_resident_base_alone(tiny_model_dir):
     import torch
 
     from workers.trainer import resident
-    from workers.trainer.local import load_pretrained
+    from workers.trainer.forward import load_pretrained
 
     resident.reset()
     cpu = torch.device("cpu")
@@ -214,8 +214,8 @@ def test_the_gate_scores_on_the_resident_base_in_trainings_dtype(tiny_model_dir)
     import torch
 
     from workers.trainer import resident
+    from workers.trainer.forward import load_pretrained
     from workers.trainer.gate_bench import heldout as judged_turns
-    from workers.trainer.local import load_pretrained
 
     resident.reset()
     lease = resident.acquire(str(tiny_model_dir), torch.bfloat16, torch.device("cpu"), load_pretrained)

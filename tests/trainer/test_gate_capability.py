@@ -36,8 +36,8 @@ def test_a_candidate_that_forgot_the_answers_is_refused_one_that_kept_them_passe
     from clawhub.adapters.evaluation import NOT_ENOUGH, REJECT, decide
     from workers.tiny_model.builder import make_lora_adapter
     from workers.trainer import resident
+    from workers.trainer.forward import generate_samples, load_pretrained
     from workers.trainer.gate import FIXED, Canaries, canaries_for, score_versions
-    from workers.trainer.local import generate_samples, load_pretrained
 
     torch.set_num_threads(1)
     resident.reset()

@@ -11,8 +11,8 @@ def test_chunked_log_probs_and_kl_equal_the_full_vocabulary_computation(tiny_mod
     from workers.tiny_model.builder import make_lora_adapter
     from workers.trainer import gate
     from workers.trainer.batching import collate, encode_batch, teacher_prompt_ids
+    from workers.trainer.forward import load_pretrained
     from workers.trainer.gate_bench import heldout
-    from workers.trainer.local import load_pretrained
 
     torch.set_num_threads(1)
     base, tokenizer = load_pretrained(str(tiny_model_dir), torch.float32, torch.device("cpu"))

@@ -16,7 +16,8 @@ from tests.specs import LORA_TARGET_MODULES
 from tests.trainer.conftest import sampled_batch
 from workers.trainer.backend import TrainConfig, TrainSample
 from workers.trainer.batching import collate, encode_batch, pad_values
-from workers.trainer.local import LocalBackend, response_logprobs
+from workers.trainer.forward import response_logprobs
+from workers.trainer.local import LocalBackend
 
 
 def started(tiny_model_dir, workdir, parent=None, **config) -> LocalBackend:

@@ -8,7 +8,7 @@ from tests.trainer.conftest import sampled_batch
 from tests.trainer.test_local import adapter_weights, started
 from workers.trainer.backend import TrainConfig
 from workers.trainer.batching import collate, collate_packed, encode_batch, token_budget_groups
-from workers.trainer.local import resolve_gradient_checkpointing, response_stats
+from workers.trainer.forward import resolve_gradient_checkpointing, response_stats
 from workers.trainer.losses import chunked_token_logprobs, token_logprobs
 
 

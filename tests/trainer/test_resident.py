@@ -12,7 +12,8 @@ from tests.trainer.conftest import sampled_batch
 from tests.trainer.test_local import adapter_weights, started
 from workers.trainer import resident
 from workers.trainer.backend import TrainConfig
-from workers.trainer.local import LocalBackend, load_pretrained
+from workers.trainer.forward import load_pretrained
+from workers.trainer.local import LocalBackend
 
 IDS = torch.tensor([[1, 5, 9, 200, 31, 7]])
 

@@ -4,6 +4,7 @@ backend.py     the interface every backend implements, and its plain data (Train
 losses.py      Binary RL / OPD / Combine advantages, the clipped surrogate, the k3 KL term
 batching.py    chat template, response alignment with the recorded tokens, masks, padding, the hinted context
 hints.py       overlap-guided choice among several hints
+forward.py     the model side: device and dtype, loading a base, response log-probs by chunks, sampling
 local.py       LocalBackend: torch + peft LoRA updates, checkpoints, export, on-policy sampling
 checkpoint.py  crash-safe checkpoints in a run's workdir
 bench.py       update-step throughput (python manage.py bench_trainer)

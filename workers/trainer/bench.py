@@ -34,7 +34,8 @@ import torch
 
 from workers.trainer.backend import Method, TrainConfig, TrainSample
 from workers.trainer.batching import prompt_ids, with_hint
-from workers.trainer.local import LocalBackend, generate_samples, load_pretrained
+from workers.trainer.forward import generate_samples, load_pretrained
+from workers.trainer.local import LocalBackend
 from workers.trainer.losses import clipped_surrogate, kl_k3
 from workers.trainer.measure import PeakMemory, forward_flops, qwen3_4b_loader, release_freed_memory_to_os
 

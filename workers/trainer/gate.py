@@ -46,7 +46,7 @@ from workers.trainer import capability
 from workers.trainer import resident as resident_models
 from workers.trainer.backend import TrainSample
 from workers.trainer.batching import Batch, collate, encode_batch, teacher_prompt_ids
-from workers.trainer.local import (
+from workers.trainer.forward import (
     generate_samples,
     load_pretrained,
     resolve_device,

@@ -30,8 +30,8 @@ from workers.tiny_model.builder import make_lora_adapter
 from workers.tiny_model.corpus import make_chats
 from workers.trainer import resident as resident_models
 from workers.trainer.backend import TrainSample
+from workers.trainer.forward import load_pretrained, resolve_device
 from workers.trainer.gate import FIXED, SCORE_DTYPE, score_versions
-from workers.trainer.local import load_pretrained, resolve_device
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_MODEL_DIR = REPO / "models" / "tiny-qwen2"

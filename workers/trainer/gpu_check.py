@@ -40,7 +40,8 @@ import torch
 from workers.trainer import resident
 from workers.trainer.backend import TrainConfig, TrainSample
 from workers.trainer.bench import TINY_MODEL_DIR
-from workers.trainer.local import LocalBackend, load_pretrained
+from workers.trainer.forward import load_pretrained
+from workers.trainer.local import LocalBackend
 from workers.trainer.measure import matmul_params, qwen3_4b_loader
 from workers.trainer.multitenant import MultiTenantPass, TenantJob
 

@@ -34,15 +34,14 @@ import torch
 from workers.trainer import resident as resident_models
 from workers.trainer.backend import OnStep, TrainConfig, TrainResult, TrainSample
 from workers.trainer.batching import collate_packed, token_budget_groups
-from workers.trainer.local import (
-    LocalBackend,
+from workers.trainer.forward import (
     ModelLoader,
-    StepTotals,
     load_pretrained,
     resolve_device,
     resolve_dtype,
     response_stats,
 )
+from workers.trainer.local import LocalBackend, StepTotals
 from workers.trainer.lora_spans import Span, segment_lora
 from workers.trainer.losses import Sampler
 
