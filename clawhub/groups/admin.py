@@ -7,6 +7,7 @@ from django.forms.models import BaseInlineFormSet
 
 from clawhub.groups.models import Group, Invitation, Membership, Role
 from clawhub.groups.selectors import invitation_status
+from clawhub.keys.services import keys_cached_invalidate
 
 
 def _not_the_owner(membership: Membership | None) -> bool:
@@ -35,6 +36,20 @@ class MembershipInlineFormSet(BaseInlineFormSet):
                 raise ValidationError("Ownership moves by transfer, not by editing a membership.")
 
 
+def _forget_keys_of(*rows: tuple[int | None, int | None]) -> None:
+    """A membership row edited here (its role, user or group changed, or the row deleted) decides whether its
+    user's keys bound to its group still work (key_resolve): gateways must look them up again. ``rows``:
+    (user id, group id) as the row was and as it is."""
+    for user_id, group_id in set(rows):
+        if user_id is not None and group_id is not None:
+            keys_cached_invalidate(owner_id=user_id, group_id=group_id)
+
+
+def _as_it_was(form) -> tuple[int | None, int | None]:
+    instance = form.instance
+    return (form.initial.get("user", instance.user_id), form.initial.get("group", instance.group_id))
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     formset = MembershipInlineFormSet
@@ -55,6 +70,13 @@ class GroupAdmin(admin.ModelAdmin):
     def member_count(self, group: Group) -> int:
         return group.memberships.count()
 
+    def save_formset(self, request, form, formset, change):
+        edited = [row for row in formset.initial_forms if row.has_changed() or row in formset.deleted_forms]
+        was = [_as_it_was(row) for row in edited]  # read before the save, which may delete the rows
+        super().save_formset(request, form, formset, change)
+        if formset.model is Membership:
+            _forget_keys_of(*was, *((row.instance.user_id, row.instance.group_id) for row in edited))
+
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
@@ -66,8 +88,21 @@ class MembershipAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return _not_the_owner(obj) and super().has_delete_permission(request, obj)
 
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if change:
+            _forget_keys_of(_as_it_was(form), (obj.user_id, obj.group_id))
+
+    def delete_model(self, request, obj):
+        row = (obj.user_id, obj.group_id)
+        super().delete_model(request, obj)
+        _forget_keys_of(row)
+
     def delete_queryset(self, request, queryset):
-        super().delete_queryset(request, queryset.exclude(role=Role.OWNER))
+        kept = queryset.exclude(role=Role.OWNER)
+        rows = list(kept.values_list("user_id", "group_id"))
+        super().delete_queryset(request, kept)
+        _forget_keys_of(*rows)
 
 
 @admin.register(Invitation)

@@ -299,6 +299,24 @@ def keys_revoke_all(*, owner: User, actor: User | None, reason: str, created_bef
     return count
 
 
+def keys_cached_invalidate(*, owner_id: int, group_id: int | None = None) -> int:
+    """Tells every gateway process to look up again the live keys of ``owner_id`` (only those bound to
+    ``group_id`` when given), after the transaction commits. Returns how many.
+
+    For changes made around the services that decide whether a key still works (a user deactivated, a
+    membership removed or demoted in Django admin): they bump no key's generation otherwise, and gateways
+    would serve the old state until their cached lookups expire (GATEWAY_KEY_CACHE_SECONDS)."""
+    from clawhub.keys.cache import key_cache_invalidate
+
+    keys = ApiKey.objects.filter(owner_id=owner_id, revoked_at__isnull=True)
+    if group_id is not None:
+        keys = keys.filter(group_id=group_id)
+    key_ids = list(keys.values_list("pk", flat=True))
+    if key_ids:
+        transaction.on_commit(lambda: [key_cache_invalidate(key_id=key_id) for key_id in key_ids])
+    return len(key_ids)
+
+
 def _forget_cached_key(key: ApiKey) -> None:
     """Tells every gateway process to drop its cached lookup of this key (after the transaction commits)."""
     from clawhub.keys.cache import key_cache_invalidate

@@ -8,6 +8,7 @@ from django.contrib.auth.forms import BaseUserCreationForm, UserChangeForm
 
 from clawhub.accounts.models import User
 from clawhub.accounts.services import audit_record, user_insert
+from clawhub.keys.services import keys_cached_invalidate
 from clawhub.privacy.services import user_delete
 
 
@@ -48,6 +49,10 @@ class UserAdmin(DjangoUserAdmin):
             super().save_model(request, obj, form, change)
             audit_record(actor=request.user, action="user.admin_change", target=obj, subject_user=obj,
                          fields=sorted(form.changed_data))
+            if "is_active" in form.changed_data:
+                # A deactivated user's keys stop working (key_resolve): gateways must not serve them from
+                # their cached lookups.
+                keys_cached_invalidate(owner_id=obj.pk)
         else:
             # Through the service, so that an admin-made user gets their personal tenant like everyone else.
             user_insert(user=obj)

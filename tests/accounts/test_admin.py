@@ -47,3 +47,23 @@ def test_audit_log_admin_is_read_only(admin_client):
     assert admin_client.get("/admin/accounts/auditlog/add/").status_code == 403
     assert admin_client.post(f"/admin/accounts/auditlog/{row.pk}/delete/", {"post": "yes"}).status_code == 403
     assert AuditLog.objects.filter(pk=row.pk).exists()
+
+
+def test_deactivating_a_user_here_makes_gateways_look_their_keys_up_again(
+        admin_client, django_capture_on_commit_callbacks):
+    from clawhub.keys.cache import key_cache_generation, key_cache_generation_now
+    from tests.factories import make_key
+
+    user, bystander = make_user("leaving@example.com"), make_user("staying@example.com")
+    (key, _), (other, _) = make_key(user), make_key(bystander)
+    before = {k.pk: key_cache_generation(key_id=k.pk) for k in (key, other)}  # what a gateway's lookup saw
+    form = {"email": user.email, "display_name": "", "email_verified_at": "", "is_staff": "",
+            "is_superuser": "", "last_login_0": "", "last_login_1": "", "date_joined_0": "2026-01-01",
+            "date_joined_1": "00:00:00"}  # is_active left out: unticked
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(f"/admin/accounts/user/{user.pk}/change/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    user.refresh_from_db()
+    assert not user.is_active
+    assert key_cache_generation_now(key_id=key.pk) != before[key.pk]
+    assert key_cache_generation_now(key_id=other.pk) == before[other.pk]

@@ -54,3 +54,47 @@ def test_the_group_page_cannot_delete_or_demote_the_owner_row(crew, web_as, edit
     assert ok.status_code == 302
     member_row.refresh_from_db()
     assert member_row.role == "viewer"
+
+
+def _generations(*keys):
+    from clawhub.keys.cache import key_cache_generation_now
+
+    return [key_cache_generation_now(key_id=key.pk) for key in keys]
+
+
+@pytest.mark.parametrize("edit", [{"DELETE": "on"}, {"role": "viewer"}], ids=["delete", "demote"])
+def test_a_member_row_changed_on_the_group_page_makes_gateways_look_its_group_keys_up_again(
+        crew, web_as, edit, django_capture_on_commit_callbacks):
+    from clawhub.keys.cache import key_cache_generation
+    from tests.factories import make_key
+
+    group_key, _ = make_key(crew.member, group=crew.group)
+    personal_key, _ = make_key(crew.member)
+    other_key, _ = make_key(crew.target, group=crew.group)
+    for key in (group_key, personal_key, other_key):
+        key_cache_generation(key_id=key.pk)  # what a gateway's lookup saw
+    before = _generations(group_key, personal_key, other_key)
+    client = web_as(make_user(is_staff=True, is_superuser=True))
+    row = crew.group.memberships.get(user=crew.member)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/admin/groups/group/{crew.group.pk}/change/",
+                               _group_form(crew.group, change={row.pk: edit}))
+    assert response.status_code == 302
+    after = _generations(group_key, personal_key, other_key)
+    # Only the member's key bound to the group stops working (key_resolve); the others stay cached.
+    assert after[0] != before[0] and after[1:] == before[1:]
+
+
+def test_a_membership_deleted_on_its_own_page_makes_gateways_look_its_group_keys_up_again(
+        crew, web_as, django_capture_on_commit_callbacks):
+    from clawhub.keys.cache import key_cache_generation
+    from tests.factories import make_key
+
+    group_key, _ = make_key(crew.member, group=crew.group)
+    before = key_cache_generation(key_id=group_key.pk)
+    client = web_as(make_user(is_staff=True, is_superuser=True))
+    row = crew.group.memberships.get(user=crew.member)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/admin/groups/membership/{row.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert _generations(group_key) != [before]
