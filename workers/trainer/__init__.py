@@ -6,6 +6,7 @@ batching.py    chat template, response alignment with the recorded tokens, masks
 hints.py       overlap-guided choice among several hints
 forward.py     the model side: device and dtype, loading a base, response log-probs by chunks, sampling
 local.py       LocalBackend: torch + peft LoRA updates, checkpoints, export, on-policy sampling
+local_update.py  its train() maths: the batch prepared once, then micro-batched optimizer steps
 checkpoint.py  crash-safe checkpoints in a run's workdir
 bench.py       update-step throughput (python manage.py bench_trainer)
 measure.py     what the benchmarks measure with: a Qwen3-4B-shaped model, model FLOPs, peak memory

@@ -41,7 +41,8 @@ from workers.trainer.forward import (
     resolve_dtype,
     response_stats,
 )
-from workers.trainer.local import LocalBackend, StepTotals
+from workers.trainer.local import LocalBackend
+from workers.trainer.local_update import StepTotals
 from workers.trainer.lora_spans import Span, segment_lora
 from workers.trainer.losses import Sampler
 
