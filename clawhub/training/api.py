@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from clawhub.core.api import PAGE_PARAMETERS, Pagination, client_ip, page_of
 from clawhub.tenants.access import TenantAccess, TenantApi, TenantRowApi
-from clawhub.training import selectors, services
+from clawhub.training import selectors, services, settings_services
 from clawhub.training.models import Backend, Method
 from clawhub.training.schema import overrides_schema
 
@@ -179,5 +179,7 @@ class SettingsApi(TenantApi):
     def patch(self, request, access: TenantAccess):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        ts = services.training_settings_update(access=access, ip=client_ip(request), **data.validated_data)
+        ts = settings_services.training_settings_update(
+            access=access, ip=client_ip(request), **data.validated_data
+        )
         return Response(SettingsOutputSerializer(ts).data)

@@ -1,5 +1,5 @@
-"""Writes for training: settings, starting a run (with its atomic claim of samples), progress, and the ends of
-a run (succeeded, failed, cancelled).
+"""Writes for training runs: starting one (with its atomic claim of samples), progress, and the ends of a run
+(succeeded, failed, cancelled). A tenant's training settings are written in settings_services.py.
 
 Claims: a run takes its samples in the transaction that creates it, with the tenant row locked (so two starts
 for one tenant queue up behind each other and the second sees the first run) and the sample rows locked with
@@ -21,15 +21,14 @@ from django.utils import timezone
 from clawhub.accounts.audit import audit_record_for_tenant as _audit
 from clawhub.adapters.models import AdapterVersion
 from clawhub.core import tasks
-from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
+from clawhub.core.exceptions import Conflict
 from clawhub.review.models import Sample
 from clawhub.review.selectors import samples_for_training, trainable_count
 from clawhub.review.services import consensus_holds_refresh
 from clawhub.tenants.access import TenantAccess
 from clawhub.tenants.models import Tenant
 from clawhub.training import budget, influence
-from clawhub.training.models import Backend, Method, TrainingRun, TrainingSettings
-from clawhub.training.schema import overrides_problems
+from clawhub.training.models import TrainingRun
 from clawhub.training.selectors import (
     backend_for,
     batch_size_for,
@@ -38,83 +37,9 @@ from clawhub.training.selectors import (
     training_settings_for,
     version_in_flight,
 )
+from clawhub.training.settings_services import validate_config
 
 logger = logging.getLogger("clawhub.training")
-
-def _validate_config(config: dict[str, Any]) -> None:
-    from workers.trainer.backend import TrainConfig, bound_problems  # plain dataclasses: no torch is imported
-
-    try:
-        too_big = bound_problems(TrainConfig.from_dict(config), settings.CLAWHUB_TRAIN_UPPER_BOUNDS)
-    except (TypeError, ValueError) as exc:
-        raise ValidationFailed(str(exc), field="overrides") from None
-    if too_big:  # what one tenant may ask of a shared GPU (security review, finding 3)
-        raise ValidationFailed("Training settings out of range: " + "; ".join(too_big) + ".",
-                               field="overrides")
-
-
-# --- settings -----------------------------------------------------------------------------------------------
-
-
-@transaction.atomic
-def training_settings_update(
-    *,
-    access: TenantAccess,
-    method: str | None = None,
-    overrides: dict | None = None,
-    backend: str | None = None,
-    batch_size: int | None = None,
-    auto_start: bool | None = None,
-    ip: str | None = None,
-) -> TrainingSettings:
-    """Owners and admins (and staff) tune method, hyperparameters, batch size and auto start; only site staff
-    choose the backend. ``batch_size=0`` goes back to the site default."""
-    access.require_manage("change training settings")
-    ts = training_settings_for(tenant=access.tenant)
-    changes: dict[str, Any] = {}
-    if backend is not None and backend != ts.backend:
-        if not access.is_staff:
-            raise PermissionDenied("Only site staff choose the training backend.", code="backend_staff_only")
-        if backend and backend not in Backend.values:
-            raise ValidationFailed(f"Unknown backend {backend!r}.", field="backend", allowed=Backend.values)
-        ts.backend, changes["backend"] = backend, backend
-    if method is not None:
-        if method not in Method.values:
-            raise ValidationFailed(f"Unknown method {method!r}.", field="method", allowed=Method.values)
-        ts.method, changes["method"] = method, method
-    if overrides is not None:
-        if not isinstance(overrides, dict) or "method" in overrides:
-            raise ValidationFailed(
-                "overrides is an object of TrainConfig fields (the method has its own field).",
-                field="overrides",
-            )
-        problems = overrides_problems(overrides)
-        if problems:
-            raise ValidationFailed("Training settings refused: " + "; ".join(problems) + ".",
-                                   field="overrides")
-        ts.overrides, changes["overrides"] = overrides, overrides
-    if batch_size is not None:
-        if batch_size < 0 or batch_size > settings.CLAWHUB_TRAIN_MAX_BATCH_SIZE:
-            raise ValidationFailed(
-                f"batch_size: allowed range is 1–{settings.CLAWHUB_TRAIN_MAX_BATCH_SIZE} "
-                "(0 = the site default).",
-                field="batch_size",
-            )
-        ts.batch_size, changes["batch_size"] = batch_size or None, batch_size
-    if auto_start is not None:
-        ts.auto_start, changes["auto_start"] = auto_start, auto_start
-    _validate_config(effective_config(ts))
-    ts.updated_by = access.actor
-    ts.save()
-    _audit(
-        actor=access.actor,
-        action="training.settings_updated",
-        target=ts,
-        tenant=access.tenant,
-        ip=ip,
-        **changes,
-    )
-    return ts
 
 
 # --- start and claim ----------------------------------------------------------------------------------------
@@ -134,7 +59,7 @@ def run_start(*, tenant: Tenant, access: TenantAccess | None = None, ip: str | N
     ts = training_settings_for(tenant=tenant)
     batch_size = batch_size_for(ts)
     config = effective_config(ts)
-    _validate_config(config)
+    validate_config(config)
     budget.budget_check(tenant=tenant, access=access)  # 429 over the tenant's GPU-seconds or runs per hour
     try:
         with transaction.atomic():

@@ -20,7 +20,7 @@ from clawhub.core.views import page_errors, post_and_redirect
 from clawhub.review.selectors import trainable_count, training_sources_for_tenant
 from clawhub.tenants.access import tenant_page, tenant_row_page
 from clawhub.tenants.selectors import tenant_label
-from clawhub.training import selectors, services
+from clawhub.training import selectors, services, settings_services
 from clawhub.training.models import Backend, Method
 from clawhub.training.progress import run_progress
 
@@ -125,7 +125,7 @@ def training_settings(request, access):
         }
         if "backend" in request.POST:
             changes["backend"] = request.POST["backend"]
-        services.training_settings_update(access=access, ip=client_ip(request), **changes)
+        settings_services.training_settings_update(access=access, ip=client_ip(request), **changes)
 
     return post_and_redirect(request, update, "Training settings saved.", f"/training/{access.tenant.pk}/")
 

@@ -14,7 +14,7 @@ from django.db import connection
 from clawhub.adapters.models import AdapterVersion
 from clawhub.review.models import Sample
 from clawhub.tenants.access import tenant_access
-from clawhub.training import services
+from clawhub.training import services, settings_services
 from clawhub.training.models import TrainingRun
 from tests.factories import make_user
 from tests.remote.conftest import FIREWORKS_ACCOUNT, FIREWORKS_KEY, TINKER_KEY, recorded_samples
@@ -30,7 +30,7 @@ SMALL = {"lora_r": 8, "lora_alpha": 16, "max_seq_len": 512, "lr": 3e-5}
 def remote_run(user, backend: str, *, method: str = "rl") -> TrainingRun:
     """Site staff put the tenant on `backend` (only they may), then its owner starts a run."""
     staff = make_user(is_staff=True)
-    services.training_settings_update(
+    settings_services.training_settings_update(
         access=tenant_access(actor=staff, tenant_id=user.tenant.pk),
         backend=backend,
         method=method,

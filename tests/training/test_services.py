@@ -10,7 +10,7 @@ from django.db import connection
 from clawhub.core.exceptions import Conflict, PermissionDenied, ValidationFailed
 from clawhub.review.models import Sample
 from clawhub.tenants.access import tenant_access
-from clawhub.training import services
+from clawhub.training import services, settings_services
 from clawhub.training.models import TrainingRun, TrainingSettings
 from tests.factories import make_user
 from tests.training.conftest import approved_samples
@@ -218,21 +218,22 @@ def test_kick_starts_runs_only_for_full_batches_with_auto_start(db, sent, settin
 def test_settings_backend_is_staff_only_and_config_is_validated(db, team):
     group_tenant = team["tenant"]
     owner_access = tenant_access(actor=team["owner"], tenant_id=group_tenant.pk)
-    ts = services.training_settings_update(
+    ts = settings_services.training_settings_update(
         access=owner_access, method="rl", overrides={"lr": 1e-4}, batch_size=8
     )
     assert (ts.method, ts.overrides, ts.batch_size) == ("rl", {"lr": 1e-4}, 8)
     with pytest.raises(PermissionDenied):
-        services.training_settings_update(access=owner_access, backend="tinker")
+        settings_services.training_settings_update(access=owner_access, backend="tinker")
     with pytest.raises(ValidationFailed):
-        services.training_settings_update(access=owner_access, overrides={"lr": 5})
+        settings_services.training_settings_update(access=owner_access, overrides={"lr": 5})
     with pytest.raises(ValidationFailed):
-        services.training_settings_update(access=owner_access, overrides={"no_such_field": 1})
+        settings_services.training_settings_update(access=owner_access, overrides={"no_such_field": 1})
     staff_access = tenant_access(actor=team["staff"], tenant_id=group_tenant.pk)
-    assert services.training_settings_update(access=staff_access, backend="tinker").backend == "tinker"
+    ts = settings_services.training_settings_update(access=staff_access, backend="tinker")
+    assert ts.backend == "tinker"
     member_access = tenant_access(actor=team["member"], tenant_id=group_tenant.pk)
     with pytest.raises(PermissionDenied):
-        services.training_settings_update(access=member_access, method="opd")
+        settings_services.training_settings_update(access=member_access, method="opd")
 
 
 def test_the_held_out_slice_is_whole_sessions_never_beside_a_trained_turn_of_the_batch(db, sent, settings):
