@@ -4,7 +4,7 @@ the base model's numbers to the rule."""
 
 import pytest
 
-from clawhub.adapters import services
+from clawhub.adapters import lineage_services
 from clawhub.adapters.evaluation import NOT_ENOUGH, PROMOTE, REJECT, decide
 from clawhub.adapters.models import AdapterVersion
 from tests.adapters.conftest import make_version
@@ -92,7 +92,7 @@ def test_the_promote_task_checks_the_candidate_against_the_base_model(db, monkey
     assert v3.state == AdapterVersion.State.REJECTED
     assert "against the base model: drift compounded" in v3.decision_reason
     assert v3.metrics["eval"]["numbers"]["canary"]["perplexity"]["base"] == 10.0
-    assert services.adapter_parent_is_current(version=v3)
+    assert lineage_services.adapter_parent_is_current(version=v3)
 
 
 def knowing(perplexity: float, *, gain: float, missed: int) -> dict:

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from clawhub.adapters import lineage_services
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.models import AdapterVersion
 from clawhub.core.exceptions import Conflict
@@ -117,17 +118,17 @@ def test_the_sweeper_redrives_a_forgotten_candidate_and_gives_up_after_the_bound
     run = TrainingRun.objects.get(pk=services.runs_kick()[0])
     version = finish(run)
     now = timezone.now()
-    assert adapter_services.promotions_sweep(now=now)["redriven"] == []  # not stuck yet
+    assert lineage_services.promotions_sweep(now=now)["redriven"] == []  # not stuck yet
     later = now + timedelta(seconds=61)
     with django_capture_on_commit_callbacks(execute=True):
-        assert adapter_services.promotions_sweep(now=later)["redriven"] == [version.upstream_name]
+        assert lineage_services.promotions_sweep(now=later)["redriven"] == [version.upstream_name]
     assert sent.named("clawhub.train.promote") == [("clawhub.train.promote", [version.pk], {}, {})]
-    assert adapter_services.promotions_sweep(now=later)["redriven"] == []  # re-sent once per bound
+    assert lineage_services.promotions_sweep(now=later)["redriven"] == []  # re-sent once per bound
     AdapterVersion.objects.filter(pk=version.pk).update(state=State.EVALUATING, promotion_error="boom")
-    assert adapter_services.promotions_sweep(now=later + timedelta(seconds=61))["redriven"] == [
+    assert lineage_services.promotions_sweep(now=later + timedelta(seconds=61))["redriven"] == [
         version.upstream_name
     ]
-    swept = adapter_services.promotions_sweep(now=later + timedelta(seconds=200))
+    swept = lineage_services.promotions_sweep(now=later + timedelta(seconds=200))
     assert swept["given_up"] == [version.upstream_name]
     version.refresh_from_db()
     assert version.state == State.REJECTED and version.decision == "promotion_failed"

@@ -14,6 +14,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
+from clawhub.adapters import lineage_services
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.models import AdapterVersion, LoadedAdapter
 from clawhub.training import services
@@ -218,7 +219,7 @@ def test_a_promotion_that_fails_on_one_of_two_upstreams_leaves_no_preload_and_is
 
         refusing.refuse = False
         later = timezone.now() + timedelta(seconds=django_settings.CLAWHUB_PROMOTION_STUCK_SECONDS + 1)
-        assert adapter_services.promotions_sweep(now=later)["redriven"] == [v1.upstream_name]
+        assert lineage_services.promotions_sweep(now=later)["redriven"] == [v1.upstream_name]
         wait_for(lambda: version_of(run_id).state == State.ACTIVE, 180, "the re-driven promotion")
     finally:
         stop(worker)

@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 
 from clawhub.accounts.selectors import user_by_id
+from clawhub.adapters import lineage_services
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.selectors import (
@@ -59,7 +60,7 @@ def promote(self, version_id: int, rollback: bool = False, actor_id: int | None 
             countdown = settings.CLAWHUB_PROMOTE_RETRY_BACKOFF * 2**self.request.retries
             raise self.retry(exc=exc, countdown=countdown, max_retries=retries) from None
         # Out of retries: no pre-load is left behind, the version waits for the sweeper.
-        adapter_services.adapter_promotion_failed(version=version, error=str(exc))
+        lineage_services.adapter_promotion_failed(version=version, error=str(exc))
         outcome = "promotion_failed"
     if outcome != "promotion_failed":
         services.runs_kick(tenant_ids=[version.tenant_id])
@@ -67,10 +68,10 @@ def promote(self, version_id: int, rollback: bool = False, actor_id: int | None 
 
 
 def _promote_candidate(version: AdapterVersion) -> str:
-    if not adapter_services.adapter_parent_is_current(version=version):
+    if not lineage_services.adapter_parent_is_current(version=version):
         # The parent was retired while this version trained: no gate to run (checked again at the switch).
         active = active_adapter_for_tenant(tenant_id=version.tenant_id)
-        adapter_services.adapter_reject_stale_parent(version=version, active=active)
+        lineage_services.adapter_reject_stale_parent(version=version, active=active)
         return "requeued"
     if not _gate(version):
         return "rejected"
@@ -137,4 +138,4 @@ def unload_drained() -> list[str]:
 def sweep() -> dict[str, list[str]]:
     """Periodic: re-drive stuck candidates and evaluations, give up on hopeless ones (samples back to the
     pool), unload pre-loads of versions that will never be served."""
-    return adapter_services.promotions_sweep()
+    return lineage_services.promotions_sweep()
