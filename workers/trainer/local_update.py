@@ -159,8 +159,47 @@ class LocalUpdate:
                 "pi_old": "recorded" if enc.old_logprobs is not None else _recomputed_why(enc.alignment),
             }
 
-        # pi_old: the policy at the start of this call (old_policy="start"), else the recorded log-probs and
-        # the current policy only for re-tokenized samples; the policy's top-K wherever a hint must be chosen.
+        self._policy_logprobs(kept, prepared)
+
+        # Teachers: the base model with the adapter disabled, on prompt + hint + the same response tokens.
+        self._teachers(kept, prepared)
+        for enc in kept:
+            entry = prepared[_key(enc.sample.sample_id)]
+            entry.pop("policy_topk", None)
+            if entry["reward"] == 0 and entry["hint"] is None:
+                dropped.append(
+                    DroppedSample(enc.sample.sample_id, "no usable hint (teacher context too long)")
+                )
+                del prepared[_key(enc.sample.sample_id)]
+
+        if cfg.kl_coef > 0:
+            self._reference_logprobs(prepared)
+
+        trainable = [s.sample_id for s in batch if _key(s.sample_id) in prepared]
+        current = {
+            "sample_ids": [s.sample_id for s in batch],
+            "trainable_ids": trainable,
+            "dropped": [{"sample_id": d.sample_id, "reason": d.reason} for d in dropped],
+            "done_steps": 0,
+            "total_steps": len(self._plan(trainable)) if trainable else 0,
+            "first_metric": len(self.state["metrics"]),
+            # Per trained sample: where pi_old came from, the version lag, the sampler it was scored with.
+            "notes": {
+                k: {"pi_old": v["pi_old"], "version_lag": v["version_lag"], "sampler": list(v["sampler"])}
+                for k, v in prepared.items()
+            },
+        }
+        self.state["current"] = current
+        self.prepared = prepared
+        for d in dropped:
+            log.info("dropped sample %s: %s", d.sample_id, d.reason)
+        return current
+
+    def _policy_logprobs(self, kept: list[EncodedSample], prepared: dict[str, dict[str, Any]]) -> None:
+        """pi_old: the policy at the start of this call (old_policy="start"), else the recorded log-probs
+        and the current policy only for re-tokenized samples; the policy's top-K wherever a hint must be
+        chosen."""
+        cfg = self.config
         if cfg.old_policy == "start":
             for entry in prepared.values():
                 entry["old_logprobs"], entry["pi_old"] = None, "recomputed: old_policy 'start'"
@@ -184,47 +223,17 @@ class LocalUpdate:
                     entry["old_logprobs"] = logp[i, :n].tolist()
                 entry["policy_topk"] = top[i, :n]
 
-        # Teachers: the base model with the adapter disabled, on prompt + hint + the same response tokens.
-        self._teachers(kept, prepared)
-        for enc in kept:
-            entry = prepared[_key(enc.sample.sample_id)]
-            entry.pop("policy_topk", None)
-            if entry["reward"] == 0 and entry["hint"] is None:
-                dropped.append(
-                    DroppedSample(enc.sample.sample_id, "no usable hint (teacher context too long)")
+    def _reference_logprobs(self, prepared: dict[str, dict[str, Any]]) -> None:
+        """The reference log-probs for the KL term: the base model, adapter off, on the same tokens."""
+        items = [(k, v) for k, v in prepared.items()]
+        for chunk in self._chunks(items, _entry_length):
+            with self.model.disable_adapter():
+                logp, _ = self._forward(
+                    [(v["prompt_ids"], v["response_ids"]) for _, v in chunk],
+                    samplers=[v["sampler"] for _, v in chunk],
                 )
-                del prepared[_key(enc.sample.sample_id)]
-
-        if cfg.kl_coef > 0:
-            items = [(k, v) for k, v in prepared.items()]
-            for chunk in self._chunks(items, _entry_length):
-                with self.model.disable_adapter():
-                    logp, _ = self._forward(
-                        [(v["prompt_ids"], v["response_ids"]) for _, v in chunk],
-                        samplers=[v["sampler"] for _, v in chunk],
-                    )
-                for i, (_, v) in enumerate(chunk):
-                    v["ref_logprobs"] = logp[i, : len(v["response_ids"])].tolist()
-
-        trainable = [s.sample_id for s in batch if _key(s.sample_id) in prepared]
-        current = {
-            "sample_ids": [s.sample_id for s in batch],
-            "trainable_ids": trainable,
-            "dropped": [{"sample_id": d.sample_id, "reason": d.reason} for d in dropped],
-            "done_steps": 0,
-            "total_steps": len(self._plan(trainable)) if trainable else 0,
-            "first_metric": len(self.state["metrics"]),
-            # Per trained sample: where pi_old came from, the version lag, the sampler it was scored with.
-            "notes": {
-                k: {"pi_old": v["pi_old"], "version_lag": v["version_lag"], "sampler": list(v["sampler"])}
-                for k, v in prepared.items()
-            },
-        }
-        self.state["current"] = current
-        self.prepared = prepared
-        for d in dropped:
-            log.info("dropped sample %s: %s", d.sample_id, d.reason)
-        return current
+            for i, (_, v) in enumerate(chunk):
+                v["ref_logprobs"] = logp[i, : len(v["response_ids"])].tolist()
 
     def _teachers(self, kept: list[EncodedSample], prepared: dict[str, dict[str, Any]]) -> None:
         """Teacher log-probs for every (sample, hint) pair in micro-batches; where a sample has several
