@@ -13,11 +13,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound
 from clawhub.core.forms import form_add_service_error
-from clawhub.keys.claude_code import claude_code_env
-from clawhub.keys.codex import codex_config
+from clawhub.keys.clients import client_configs
 from clawhub.keys.forms import KeyCreateForm, KeyEditForm
 from clawhub.keys.models import ApiKey
-from clawhub.keys.openclaw import DOWNLOAD_FILENAME, openclaw_config_json, openclaw_onboard_command
+from clawhub.keys.openclaw import DOWNLOAD_FILENAME, openclaw_config_json
 from clawhub.keys.scopes import SCOPE_DESCRIPTIONS, Scope
 from clawhub.keys.selectors import (
     group_for_key_binding,
@@ -39,17 +38,14 @@ def _own_key(request, key_id: int) -> ApiKey:
 
 def _secret_page(request, key: ApiKey, secret: str, *, rotated: bool) -> HttpResponse:
     """The page that shows a new secret (GET key_secret, after the redirect from the POST that made it)."""
-    config_json = openclaw_config_json(key=key, secret=secret)
+    configs = client_configs(key=key, secret=secret)
     response = render(request, "keys/secret.html", {
         "key": key,
         "secret": secret,
         "rotated": rotated,
-        "config_json": config_json,
-        "onboard_command": openclaw_onboard_command(key=key, secret=secret),
-        "claude_code_env": claude_code_env(key=key, secret=secret),
-        "codex_config": codex_config(key=key, secret=secret),
+        **configs,
         # A data: URL lets the browser save the file with the secret in it without the server keeping it.
-        "download_href": "data:application/json;charset=utf-8," + quote(config_json, safe=""),
+        "download_href": "data:application/json;charset=utf-8," + quote(configs["config_json"], safe=""),
         "download_filename": DOWNLOAD_FILENAME,
     })
     response["Cache-Control"] = "no-store"
@@ -118,10 +114,7 @@ def _detail_page(request, key: ApiKey, form: KeyEditForm, *, status: int = 200) 
         "form": form,
         "models": models_for_key(key),
         "scopes": [(scope, SCOPE_DESCRIPTIONS[Scope(scope)]) for scope in key.scopes],
-        "config_json": openclaw_config_json(key=key),
-        "onboard_command": openclaw_onboard_command(key=key),
-        "claude_code_env": claude_code_env(key=key),
-        "codex_config": codex_config(key=key),
+        **client_configs(key=key),
         "download_filename": DOWNLOAD_FILENAME,
     }, status=status)
 

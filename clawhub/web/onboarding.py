@@ -18,9 +18,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from clawhub.core.api import client_ip
 from clawhub.core.exceptions import ClawHubError, NotFound
-from clawhub.keys.claude_code import claude_code_env
-from clawhub.keys.codex import codex_config
-from clawhub.keys.openclaw import PROVIDER_ID, openclaw_config_json, openclaw_onboard_command
+from clawhub.keys.clients import client_configs
+from clawhub.keys.openclaw import PROVIDER_ID
 from clawhub.keys.selectors import key_get_for_owner, keys_for_user
 from clawhub.keys.services import key_create
 from clawhub.keys.shown_once import secret_forget, secret_stash, secret_take
@@ -62,15 +61,12 @@ def onboarding(request):
                                    "copy of it. If you did not save it, rotate the key under API keys.")
             return secret_forget(redirect(page), key_id=key.pk, page=page)
         secret = taken[0]
-        config_json = openclaw_config_json(key=key, secret=secret)
+        configs = client_configs(key=key, secret=secret)
         context.update({
             "key": key,
             "secret": secret,
-            "config_json": config_json,
-            "onboard_command": openclaw_onboard_command(key=key, secret=secret),
-            "claude_code_env": claude_code_env(key=key, secret=secret),
-            "codex_config": codex_config(key=key, secret=secret),
-            "test_model": _test_model(json.loads(config_json)),
+            **configs,
+            "test_model": _test_model(json.loads(configs["config_json"])),
         })
     response = render(request, "web/onboarding.html", context, status=status)
     response["Cache-Control"] = "no-store"  # the page may hold a secret
