@@ -27,13 +27,10 @@ from workers.trainer.backend import TrainConfig
 
 logger = logging.getLogger("workers.tasks.promotion")
 
-TRAIN_QUEUE = tasks.TRAIN_QUEUE
-HOUSEKEEPING_QUEUE = tasks.HOUSEKEEPING_QUEUE
-
 
 @app.task(
     name=tasks.PROMOTE,
-    queue=TRAIN_QUEUE,
+    queue=tasks.TRAIN_QUEUE,
     bind=True,
     acks_late=True,
     reject_on_worker_lost=True,
@@ -129,12 +126,12 @@ def _gate(version: AdapterVersion) -> bool:
     return adapter_services.adapter_record_decision(version=version, decision=decision)
 
 
-@app.task(name=tasks.UNLOAD_DRAINED, queue=HOUSEKEEPING_QUEUE, ignore_result=True)
+@app.task(name=tasks.UNLOAD_DRAINED, queue=tasks.HOUSEKEEPING_QUEUE, ignore_result=True)
 def unload_drained() -> list[str]:
     return adapter_services.adapter_unload_drained()
 
 
-@app.task(name=tasks.PROMOTION_SWEEP, queue=HOUSEKEEPING_QUEUE, ignore_result=True)
+@app.task(name=tasks.PROMOTION_SWEEP, queue=tasks.HOUSEKEEPING_QUEUE, ignore_result=True)
 def sweep() -> dict[str, list[str]]:
     """Periodic: re-drive stuck candidates and evaluations, give up on hopeless ones (samples back to the
     pool), unload pre-loads of versions that will never be served."""

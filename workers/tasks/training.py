@@ -47,8 +47,6 @@ from workers.trainer.backend import TrainConfig, TrainingBackend, TrainSample
 
 logger = logging.getLogger("workers.tasks.training")
 
-TRAIN_QUEUE = tasks.TRAIN_QUEUE
-HOUSEKEEPING_QUEUE = tasks.HOUSEKEEPING_QUEUE
 
 class RunCancelled(Exception):
     pass
@@ -60,7 +58,7 @@ def warm_trainer_imports(sender: str, instance: Any, **kwargs: Any) -> None:
     pool starts, so that a run's time limits count training and not imports: a soft limit that fires inside an
     import leaves the module half-made and every later run on that worker fails with an error."""
     consumed = instance.app.amqp.queues.consume_from  # empty when the worker consumes every queue
-    if consumed and TRAIN_QUEUE not in consumed:
+    if consumed and tasks.TRAIN_QUEUE not in consumed:
         return
     import workers.trainer.local  # noqa: F401
 
@@ -188,7 +186,7 @@ def make_backend(name: str) -> TrainingBackend:
 
 @app.task(
     name=tasks.TRAIN_RUN,
-    queue=TRAIN_QUEUE,
+    queue=tasks.TRAIN_QUEUE,
     bind=True,
     acks_late=True,
     reject_on_worker_lost=True,
@@ -450,7 +448,7 @@ def _resumed_from(run: TrainingRun) -> int | None:
     return run.step if run.attempts > 1 else None
 
 
-@app.task(name=tasks.TRAIN_KICK, queue=HOUSEKEEPING_QUEUE, ignore_result=True)
+@app.task(name=tasks.TRAIN_KICK, queue=tasks.HOUSEKEEPING_QUEUE, ignore_result=True)
 def kick() -> list[int]:
     """Periodic: a run for each tenant with a full batch approved (instead of a hook in the review code)."""
     return services.runs_kick()
