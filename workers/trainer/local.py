@@ -14,6 +14,7 @@ backends can share one model for a multi-tenant pass (workers/trainer/multitenan
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -358,16 +359,7 @@ class LocalBackend(LocalUpdate, TrainingBackend):
         with_adapter: bool = True,
     ) -> list[Sampled]:
         """On-policy samples (adapter on) or base-model samples (with_adapter=False) for evaluation."""
-        if with_adapter:
-            return generate_samples(
-                self.model,
-                self.tokenizer,
-                prompts,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                seed=seed,
-            )
-        with self.model.disable_adapter():
+        with contextlib.nullcontext() if with_adapter else self.model.disable_adapter():
             return generate_samples(
                 self.model,
                 self.tokenizer,
