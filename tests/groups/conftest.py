@@ -69,18 +69,20 @@ def link_invitation(crew):
     return invitation, token_of(link)
 
 
+def _clients_as(client_class):
+    def make(user: User | None):
+        client = client_class(enforce_csrf_checks=True)
+        return signed_in(client, user) if user is not None else client
+    return make
+
+
 @pytest.fixture
 def api_as():
     """api_as(user) -> a signed-in CSRF-enforcing APIClient; api_as(None) -> an anonymous one."""
-    def make(user: User | None) -> APIClient:
-        client = APIClient(enforce_csrf_checks=True)
-        return signed_in(client, user) if user is not None else client
-    return make
+    return _clients_as(APIClient)
 
 
 @pytest.fixture
 def web_as():
-    def make(user: User | None) -> Client:
-        client = Client(enforce_csrf_checks=True)
-        return signed_in(client, user) if user is not None else client
-    return make
+    """web_as(user) -> the same with Django's page Client."""
+    return _clients_as(Client)
