@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from workers.trainer import bench, measure
+from workers.trainer import bench, bench_tenants, measure
 from workers.trainer.backend import TrainConfig
 from workers.trainer.local import LocalBackend
 
@@ -64,7 +64,7 @@ def test_the_multi_tenant_mode_prints_the_three_paths_and_their_ratios():
     """One fresh process (the slow part, ~8 s here) and N = 1, 2: every path reports updates/hour, tokens/s
     and peak memory, and the summary lines their ratios."""
     lines = []
-    bench.bench_tenants(
+    bench_tenants.bench_tenants(
         tenants=(1, 2), samples_per_tenant=2, response_tokens=16, fresh_runs=1, log=lines.append
     )
     rows = [json.loads(line) for line in lines]

@@ -9,6 +9,7 @@ local.py       LocalBackend: torch + peft LoRA updates, checkpoints, export, on-
 local_update.py  its train() maths: the batch prepared once, then micro-batched optimizer steps
 checkpoint.py  crash-safe checkpoints in a run's workdir
 bench.py       update-step throughput (python manage.py bench_trainer)
+bench_tenants.py  tenant updates per hour, three ways (bench_trainer --tenants)
 measure.py     what the benchmarks measure with: a Qwen3-4B-shaped model, model FLOPs, peak memory
 remote/        the Tinker and Fireworks backends
 """

@@ -20,7 +20,8 @@ class Command(BaseCommand):
     def handle(
         self, *args, model_shape, objectives, steps, threads, tenants="", lora_kernels=False, **options
     ):
-        from workers.trainer.bench import bench, bench_tenants, parse_tenants, run_lora_kernels
+        from workers.trainer.bench import bench, parse_tenants, run_lora_kernels
+        from workers.trainer.bench_tenants import bench_tenants
 
         try:
             if lora_kernels:
