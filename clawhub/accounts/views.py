@@ -284,4 +284,6 @@ def audit(request):
         "groups": selectors.audit_groups_for(user=request.user),
         "group_slug": group_slug,
         "everything": everything,
+        # What the pager keeps on its links.
+        "query": urlencode({"group": group_slug, **({"all": "1"} if everything else {})}),
     })
