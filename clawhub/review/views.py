@@ -26,6 +26,12 @@ from clawhub.tenants.access import (
 )
 
 
+def _sample_page(get_sample):
+    """A page about one sample (the view takes ``sample`` and ``access``), read with ``get_sample``."""
+    return tenant_row_page(kwarg="sample_id", name="sample", not_found="No such sample.",
+                           get_row=lambda pk: get_sample(sample_id=pk), row_access=review_access_for_row)
+
+
 def _back(request, default: str) -> str:
     target = request.POST.get("next") or ""
     if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
@@ -85,9 +91,7 @@ def _with_feedback(samples: list[Sample]) -> None:
 @login_required
 @require_GET
 @page_errors
-@tenant_row_page(kwarg="sample_id", name="sample", not_found="No such sample.",
-                 get_row=lambda pk: selectors.sample_for_review(sample_id=pk),
-                 row_access=review_access_for_row)
+@_sample_page(selectors.sample_for_review)
 def review_detail(request, sample, access):
     turn, judgment = sample.turn, sample.judgment
     return render(request, "review/detail.html", {
@@ -135,9 +139,7 @@ def _pretty_messages(items) -> list[dict]:
 @login_required
 @require_POST
 @page_errors
-@tenant_row_page(kwarg="sample_id", name="sample", not_found="No such sample.",
-                 get_row=lambda pk: selectors.sample_for_decision(sample_id=pk),
-                 row_access=review_access_for_row)
+@_sample_page(selectors.sample_for_decision)
 def review_decide(request, sample, access):
     action, reason = request.POST.get("action", ""), request.POST.get("reason", "")
     decide = services.sample_reject if action == "reject" else services.sample_approve
