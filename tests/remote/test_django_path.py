@@ -49,7 +49,7 @@ def in_pool(samples) -> bool:
 @pytest.mark.django_db
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_remote_run_becomes_a_candidate_version_with_its_remote_ids(
-    backend, remote_site, tokenizer, tiny_dir, sent
+    backend, remote_site, tokenizer, tiny_model_dir, sent
 ):
     from workers.tasks.training import train_run, train_sample
 
@@ -88,7 +88,7 @@ def test_a_remote_run_becomes_a_candidate_version_with_its_remote_ids(
     assert version.state == AdapterVersion.State.CANDIDATE and version.metrics["backend"] == backend
     artifact = Path(version.artifact_path)
     config = json.loads((artifact / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == str(tiny_dir) and config["r"] == 8
+    assert config["base_model_name_or_path"] == str(tiny_model_dir) and config["r"] == 8
     assert (artifact / "adapter_model.safetensors").stat().st_size > 0
     assert json.loads((artifact / "remote.json").read_text())["training_run_id"] == ids["training_run_id"]
     assert Sample.objects.filter(training_run_id=run.pk, trained_at__isnull=False).count() == 4

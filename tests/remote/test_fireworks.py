@@ -114,14 +114,14 @@ def test_combine_mixes_score_and_hint(fake_fireworks, make_fireworks, tokenizer,
 
 
 def test_export_promotes_downloads_and_loads_with_peft(
-    fake_fireworks, make_fireworks, tokenizer, tiny_dir, tmp_path
+    fake_fireworks, make_fireworks, tokenizer, tiny_model_dir, tmp_path
 ):
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     backend = make_fireworks()
-    backend.start(str(tiny_dir), None, small_config(method="rl"), str(tmp_path / "r"))
+    backend.start(str(tiny_model_dir), None, small_config(method="rl"), str(tmp_path / "r"))
     backend.train([chat_sample(tokenizer, 1, "Hi", "Hello there.", reward=1)])
     out = backend.export_adapter(str(tmp_path / "adapter"))
 
@@ -132,7 +132,7 @@ def test_export_promotes_downloads_and_loads_with_peft(
     assert ids["training_session"].startswith("ts-")
     assert json.loads((tmp_path / "adapter" / "remote.json").read_text())["backend"] == "fireworks"
     tokens = torch.tensor([tokenizer.encode("Hello there, how are you?")])
-    base = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     with torch.no_grad():
         before = base(input_ids=tokens).logits
         after = PeftModel.from_pretrained(base, out).eval()(input_ids=tokens).logits

@@ -134,27 +134,27 @@ def test_steps_state_and_resume(fake_tinker, make_tinker, tokenizer, tmp_path):
 
 
 def test_export_is_a_peft_adapter_that_changes_the_model(
-    fake_tinker, make_tinker, tokenizer, tiny_dir, tmp_path
+    fake_tinker, make_tinker, tokenizer, tiny_model_dir, tmp_path
 ):
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     backend = make_tinker()
-    backend.start(str(tiny_dir), None, small_config(method="rl"), str(tmp_path / "run"))
+    backend.start(str(tiny_model_dir), None, small_config(method="rl"), str(tmp_path / "run"))
     backend.train([chat_sample(tokenizer, 1, "Hi", "Hello there.", reward=1)])
     out = tmp_path / "adapter"
     assert backend.export_adapter(str(out)) == str(out)
 
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["r"] == 8
-    assert config["base_model_name_or_path"] == str(tiny_dir)
+    assert config["base_model_name_or_path"] == str(tiny_model_dir)
     remote = json.loads((out / "remote.json").read_text())
     assert remote["backend"] == "tinker" and remote["weights_path"].startswith("tinker://")
     assert fake_tinker.calls("/external_weights_urls")
 
     ids = torch.tensor([tokenizer.encode("Hello there, how are you?")])
-    base = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     with torch.no_grad():
         before = base(input_ids=ids).logits
         tuned = PeftModel.from_pretrained(base, out).eval()

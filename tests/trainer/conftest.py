@@ -16,19 +16,6 @@ def _one_thread(one_torch_thread):
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir() -> Path:
-    assert (TINY_MODEL_DIR / "model.safetensors").exists(), "run: python manage.py build_tiny_model"
-    return TINY_MODEL_DIR
-
-
-@pytest.fixture(scope="session")
-def tokenizer(tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-@pytest.fixture(scope="session")
 def prompts() -> list[list[dict]]:
     """The opening user turn (with its system message, if any) of every chat of the corpus's shuffled mix (not
     the contrastive hinted chats after it, which ask each question three times)."""
