@@ -313,7 +313,11 @@ def keys_cached_invalidate(*, owner_id: int, group_id: int | None = None) -> int
         keys = keys.filter(group_id=group_id)
     key_ids = list(keys.values_list("pk", flat=True))
     if key_ids:
-        transaction.on_commit(lambda: [key_cache_invalidate(key_id=key_id) for key_id in key_ids])
+        def invalidate() -> None:
+            for key_id in key_ids:
+                key_cache_invalidate(key_id=key_id)
+
+        transaction.on_commit(invalidate)
     return len(key_ids)
 
 
