@@ -26,9 +26,9 @@ from clawhub.core.metrics import (
     UPSTREAM_ERRORS,
     model_label,
 )
-from clawhub.gateway import feedback, limits, messages, responses, tool_calls
+from clawhub.gateway import feedback, limits, messages, responses
 from clawhub.gateway.auth import KeyCache, KeyInfo, presented_secret
-from clawhub.gateway.bodies import check_model, encode_body, parse_json, parse_request
+from clawhub.gateway.bodies import check_model, parse_json, parse_request
 from clawhub.gateway.config import GatewayConfig
 from clawhub.gateway.dbreads import CachedLoader, DbRunner
 from clawhub.gateway.errors import (
@@ -40,40 +40,32 @@ from clawhub.gateway.errors import (
     upstream_refused,
     upstream_timeout,
 )
+from clawhub.gateway.forwarding import CONNECT_ERRORS, Forwarding
 from clawhub.gateway.http import ClientGone, read_body, send_json
-from clawhub.gateway.identity import Identity, extract_identity
+from clawhub.gateway.identity import extract_identity
 from clawhub.gateway.meters import ServedRequests
-from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, split_prompt_ids, watch_disconnect
+from clawhub.gateway.proxy import watch_disconnect
 from clawhub.gateway.quotas import AdapterGeneration, AdapterMoved, LocalLimiter, RedisLimiter, reservation
-from clawhub.gateway.transport import UpstreamClient, UpstreamResponse, UpstreamTransport
+from clawhub.gateway.transport import UpstreamClient, UpstreamTransport
 from clawhub.gateway.upstreams import (
     ActiveAdapter,
     SharedResidency,
     TenantAdapter,
-    Upstream,
     UpstreamPool,
     shared_tenant_adapter_blocking,
     tenant_adapter_blocking,
     version_adapter_blocking,
 )
 from clawhub.tenants import naming
-from workers.upstream_errors import body_shape
 
 logger = logging.getLogger("clawhub.gateway")
 
-# Failing to reach an upstream before it answered anything: safe to try the next one.
-CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
-                  httpx.WriteError)
-# What a pooled connection the upstream closed while it sat idle looks like when it is reused: the request
-# went nowhere. Retried once on a fresh connection, without holding it against the upstream.
-STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", messages.PATH: "messages",
           responses.PATH: "responses"}
 # The other APIs served through the chat route: each module translates a request to chat (``to_chat``), reads
 # its client's session id (``client_session_id``) and side requests (``side_kind``) and gives the reply back
 # in its own shape.
 TRANSLATED = {"messages": messages, "responses": responses}
-TO_CLIENT = {"messages": messages.to_message, "responses": responses.to_response}
 # Routes whose clients read errors in Anthropic's shape rather than OpenAI's.
 ANTHROPIC_ROUTES = frozenset({"messages", "count_tokens"})
 ADMIT_LOOKUPS = 3  # fresh lookups of a key whose generation moved before admission gives up (503)
@@ -91,7 +83,7 @@ class Served:
     recorded: bool = False  # a TurnRecord went to the writer, which updates the metrics from it
 
 
-class Gateway:
+class Gateway(Forwarding):
     def __init__(self, config: GatewayConfig | None = None, *, store=None):
         self.config = config or GatewayConfig.from_settings()
         self._store = store
@@ -111,7 +103,7 @@ class Gateway:
                 # httpx logs every upstream request at INFO; on the hot path that is CPU spent for nothing.
                 httpx_logger.setLevel(logging.WARNING)
             # Idle connections are dropped before the upstream would drop them (uvicorn, under vLLM, closes
-            # them after 5 s), so a reused one is rarely stale; STALE_ERRORS covers the race that is left.
+            # them after 5 s), so a reused one is rarely stale; forwarding.STALE_ERRORS covers the race left.
             self.upstream = UpstreamClient(keepalive=cfg.upstream_keepalive,
                                            connect_timeout=cfg.connect_timeout, read_timeout=cfg.read_timeout)
             # The one retry after a stale connection goes out on a connection of its own, never a pooled one.
@@ -479,136 +471,3 @@ class Gateway:
                 await self.limiter.release(info, request_id, record.prompt_tokens + record.completion_tokens)
             except Exception:
                 logger.exception("quota release failed")
-
-    def _upstream_body(self, body: dict, identity: Identity, chat: bool, wants: Wants) -> dict:
-        upstream = dict(body)
-        if chat and identity.turn_type != "side":
-            # Training needs what was sampled: ask for it, and strip it from the reply if the client did not.
-            if not wants.logprobs:
-                upstream["logprobs"] = True
-                if upstream.get("top_logprobs") is None:
-                    upstream["top_logprobs"] = 0
-            upstream["return_token_ids"] = True
-        if body.get("stream") is True:
-            options = dict(body.get("stream_options") or {})
-            # A Messages or Responses stream always ends with its usage (message_delta, response.completed).
-            wants.usage = bool(options.get("include_usage")) or wants.api != "openai"
-            options["include_usage"] = True
-            upstream["stream_options"] = options
-        else:
-            upstream.pop("stream_options", None)  # vLLM refuses stream_options without stream
-        return upstream
-
-    async def _forward(self, scope, send, body: dict, record: TurnRecord, identity: Identity,
-                       adapter: ActiveAdapter | None, chat: bool, tenant_id: int,
-                       api: str = "openai") -> None:
-        id_route = record.route if api == "openai" else api
-        wants = Wants(model=body["model"],
-                      logprobs=bool(body.get("logprobs")) if chat else body.get("logprobs") is not None,
-                      token_ids=bool(body.get("return_token_ids")), usage=False,
-                      completion_id=feedback.completion_id_for(request_id=record.request_id, route=id_route),
-                      declared_tools=tool_calls.declared_tools(body) if chat else None, api=api)
-        path = scope["path"] if api == "openai" else "/v1/chat/completions"
-        upstream_body = self._upstream_body(body, identity, chat, wants)
-        requested = limits.requested_output(upstream_body)
-        name = adapter.name if adapter else None
-        candidates = self.pool.candidates(name, tenant_id)
-        for up in candidates:
-            upstream_body["model"] = name or up.base_model
-            record.upstream, record.upstream_model = up.url, upstream_body["model"]
-            if requested is not None:
-                upstream_body[requested[0]] = requested[1]  # each upstream clamps to its own context
-            forwarded = limits.clamp_output(upstream_body, up.max_model_len)
-            self.pool.begin(up, name)  # in flight from dispatch: routing sees it for the whole generation
-            response = None
-            try:
-                try:
-                    response = await self._open(up, adapter, path, encode_body(upstream_body))
-                    if response.status_code == 400 and requested is not None and forwarded is None:
-                        # The upstream did not list its context length: its refusal names it. Learn, retry.
-                        learned = limits.too_many_output_tokens(await response.aread())
-                        if learned is not None:
-                            await response.aclose()
-                            up.max_model_len = learned
-                            forwarded = limits.clamp_output(upstream_body, learned)
-                            response = await self._open(up, adapter, path, encode_body(upstream_body))
-                except CONNECT_ERRORS:
-                    UPSTREAM_ERRORS.labels(kind="connect").inc()
-                    self.pool.mark_unhealthy(up)
-                    continue
-                except httpx.TimeoutException:
-                    UPSTREAM_ERRORS.labels(kind="timeout").inc()
-                    raise upstream_timeout() from None
-                await self._respond(send, response, wants, record, chat)
-            finally:
-                self.pool.end(up, name)
-                if response is not None:
-                    await response.aclose()
-                record.clamped_max_tokens = limits.applied_cap(
-                    requested=requested[1] if requested else None, forwarded=forwarded,
-                    max_model_len=up.max_model_len, prompt_tokens=record.prompt_tokens)
-            return
-        UPSTREAM_ERRORS.labels(kind="no_upstream").inc()
-        raise no_upstream()
-
-    async def _open(self, up: Upstream, adapter: ActiveAdapter | None, path: str, payload: bytes):
-        """Sends the request and returns the upstream's response once its headers arrived."""
-        reloaded = retried = False
-        while True:
-            if adapter is not None:
-                await self.pool.ensure_loaded(up, adapter)
-            client = self.fresh_upstream if retried else self.upstream
-            try:
-                response = await client.post(up.url + path, payload, up.headers)
-            except STALE_ERRORS:
-                if retried:
-                    raise
-                # A pooled connection the upstream had closed: once more on a fresh one (the pool drops
-                # the dead connection), and the upstream stays healthy.
-                retried = True
-                UPSTREAM_ERRORS.labels(kind="stale_connection").inc()
-                continue
-            if response.status_code == 404 and adapter is not None and not reloaded:
-                # vLLM restarted, or the drain sweep unloaded an old version: load it again, once.
-                await response.aclose()
-                await self.pool.forget(up, adapter.name)
-                reloaded = True
-                continue
-            return response
-
-    async def _respond(self, send, response: UpstreamResponse, wants: Wants, record: TurnRecord,
-                       chat: bool) -> None:
-        if response.status_code != 200:
-            try:
-                raw = await response.aread()
-            except httpx.HTTPError:
-                raw = b""
-            error = (limits.context_length_error(raw) if response.status_code == 400 else None) \
-                or normalise_upstream_error(response.status_code, raw, client_model=wants.model)
-            UPSTREAM_ERRORS.labels(kind="http_5xx" if response.status_code >= 500 else "http_4xx").inc()
-            # The body's shape only: vLLM's messages quote the request, which is a user's conversation.
-            logger.warning("upstream %s answered %s: %s", record.upstream, response.status_code,
-                           body_shape(response) if raw else "no body")
-            raise error
-        if not record.stream:
-            try:
-                raw = await response.aread()
-            except httpx.TimeoutException:
-                UPSTREAM_ERRORS.labels(kind="timeout").inc()
-                raise upstream_timeout() from None
-            except httpx.HTTPError:
-                UPSTREAM_ERRORS.labels(kind="cut").inc()
-                raise upstream_refused("The model server stopped in the middle of the response.") from None
-            raw, prompt_ids, _ = split_prompt_ids(raw) if chat else (raw, None, 0)
-            try:
-                data = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                UPSTREAM_ERRORS.labels(kind="protocol").inc()
-                raise upstream_refused("The model server sent a malformed response.") from None
-            rewrite_response(data, wants, record, prompt_ids)
-            if wants.api != "openai":
-                data = TO_CLIENT[wants.api](data, wants.model)
-            record.status = "complete"
-            await send_json(send, 200, orjson.dumps(data))
-            return
-        await relay_stream(response, send, wants, record, chat)

@@ -9,7 +9,7 @@ over the same kind of aiohttp pool (``UpstreamTransport``): the admin helpers th
 speak httpx.
 
 Both translate aiohttp's errors into the httpx errors the gateway reasons about: a kept-alive connection the
-server closed is ``RemoteProtocolError`` (retried once, see app.STALE_ERRORS), a connection that cannot be
+server closed is ``RemoteProtocolError`` (retried once: forwarding.STALE_ERRORS), a connection that cannot be
 made ``ConnectError``, a cut mid-body ``ReadError``, a read that waited too long ``ReadTimeout``.
 """
 

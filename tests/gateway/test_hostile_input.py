@@ -10,7 +10,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from clawhub.gateway import app as gateway_app
+from clawhub.gateway import forwarding as gateway_forwarding
 from clawhub.gateway.identity import SCAN_CHARS, extract_identity
 from clawhub.gateway.quotas import GroupLimits
 from tests.factories import add_member, make_group, make_key, make_user
@@ -166,7 +166,7 @@ def test_every_ending_frees_the_key_group_and_adapter_leases(gateway_factory, fa
     adapter = f"t{group.tenant.pk}-v{version.version}"
     extra, stream, expected = ENDINGS[ending]
     if ending == "gateway bug (500)":
-        monkeypatch.setattr(gateway_app, "rewrite_response", _raise)
+        monkeypatch.setattr(gateway_forwarding, "rewrite_response", _raise)
     if ending == "hand-off fails":
         monkeypatch.setattr(gateway.app.writer, "submit", _raise)
     body = {"model": f"clawhub-group-{group.slug}", "messages": [{"role": "user", "content": "hi"}],
