@@ -83,9 +83,11 @@ class ToolCallStream:
 
     def filter(self, choice: dict) -> None:
         """One streamed choice, changed in place."""
-        state = self.choices.setdefault(choice.get("index") or 0, _ChoiceCalls())
         delta = choice.get("delta")
         calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+        if not calls and choice.get("finish_reason") is None:
+            return  # most chunks: a delta of text, nothing to hold back or give out
+        state = self.choices.setdefault(choice.get("index") or 0, _ChoiceCalls())
         if isinstance(calls, list) and calls:
             passed = []
             for call in calls:
