@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from workers.trainer import bench, bench_tenants, measure
+from workers.trainer import bench, bench_cli, bench_tenants, measure
 from workers.trainer.backend import TrainConfig
 from workers.trainer.local import LocalBackend
 
@@ -26,7 +26,7 @@ def test_the_4b_shape_refuses_to_run_without_a_gpu(capsys):
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         bench.bench(model_shape="qwen3-4b")
     with pytest.raises(SystemExit) as exit_info:
-        bench.main(["--model-shape", "qwen3-4b"])
+        bench_cli.main(["--model-shape", "qwen3-4b"])
     assert exit_info.value.code == 2 and "needs a CUDA GPU" in capsys.readouterr().err
 
 
@@ -79,7 +79,7 @@ def test_the_multi_tenant_mode_prints_the_three_paths_and_their_ratios():
     assert [s["tenants"] for s in summaries] == [1, 2] and all(s["ratio_b_over_a"] > 0 for s in summaries)
     assert all(s["ratio_c_over_c_per_span"] > 0 for s in summaries)
     with pytest.raises(ValueError, match="--tenants"):
-        bench.parse_tenants("1,x")
+        bench_cli.parse_tenants("1,x")
 
 
 def test_the_gpu_check_script_runs_its_code_paths_on_cpu(capsys, monkeypatch, tmp_path):

@@ -1,6 +1,6 @@
 """Tenant updates per hour, the multi-tenant mode of bench_trainer (``--tenants 1,8,32``): N tenants with one
 ready batch each, updated three ways (a fresh process per update, the resident base one tenant after another,
-all of them in one multi-tenant pass). bench.py parses the command line and runs ``--fresh-update`` here.
+all of them in one multi-tenant pass). bench_cli.py parses the command line and runs ``--fresh-update`` here.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _batch_tokens(tokenizer: Any, batch: list[TrainSample]) -> int:
 
 
 def fresh_process_update(spec_path: Path) -> None:
-    """`python -m workers.trainer.bench --fresh-update SPEC`: today's path for one tenant update in a new
+    """`python -m workers.trainer.bench_cli --fresh-update SPEC`: today's path for one tenant update in a new
     process: import, load the base from disk, train, export, exit."""
     spec = json.loads(spec_path.read_text())
     backend = LocalBackend()
@@ -127,7 +127,7 @@ def bench_tenants(
             }))
             started = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-m", "workers.trainer.bench", "--fresh-update", str(spec)],
+                [sys.executable, "-m", "workers.trainer.bench_cli", "--fresh-update", str(spec)],
                 check=True, cwd=REPO, env=env, capture_output=True,
             )
             spawned.append(time.perf_counter() - started)

@@ -13,14 +13,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         # Imported here, not at module level: Django imports every command module to list them, and the web
         # process must never import torch. The options live with the benchmark so both entry points agree.
-        from workers.trainer.bench import add_arguments
+        from workers.trainer.bench_cli import add_arguments
 
         add_arguments(parser)
 
     def handle(
         self, *args, model_shape, objectives, steps, threads, tenants="", lora_kernels=False, **options
     ):
-        from workers.trainer.bench import bench, parse_tenants, run_lora_kernels
+        from workers.trainer.bench import bench
+        from workers.trainer.bench_cli import parse_tenants, run_lora_kernels
         from workers.trainer.bench_tenants import bench_tenants
 
         try:
