@@ -26,11 +26,16 @@ pytestmark = pytest.mark.timeout(600)
 
 PROMPTS = ("Say hello in one short sentence.", "Thanks. Now say goodbye.")
 CLI_TIMEOUT_S = 240
-# The tiny model samples at temperature 1 (Codex sets none) and some of its replies to Codex's prompt are
-# empty (one token, the end); Codex then has nothing to send back and that thread cannot show a link: a new
-# thread is started. The rate is not known: about one in ten in the first runs, but a shuffled full run got
-# three empty replies in three attempts. An attempt takes about 1.5 s.
+# The tiny model samples at temperature 1 (Codex sets none) and ends most of its replies to Codex's prompt
+# at once; Codex then has nothing to send back and that thread cannot show a link. The gateway's vLLM here
+# is asked for a few tokens at least (cli_gateway below); a reply of only blank tokens is still possible, so
+# a new thread is started until one shows text. An attempt takes about 1.5 s.
 ATTEMPTS = 8
+
+
+@pytest.fixture
+def cli_gateway(cli_gateway_no_empty_replies):
+    return cli_gateway_no_empty_replies
 
 
 @pytest.fixture(scope="session")

@@ -188,3 +188,43 @@ class VendorTrap(socketserver.ThreadingTCPServer):
     def env(self) -> dict[str, str]:
         proxies = dict.fromkeys(("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"), self.url)
         return {**proxies, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+
+
+@dataclass
+class AtLeastTokens:
+    """An ASGI proxy in front of an upstream (vLLM): every POST /v1/chat/completions asks for at least
+    ``min_tokens`` sampled tokens (vLLM's ``min_tokens``); everything else passes unchanged, streamed or
+    not."""
+
+    upstream: str
+    min_tokens: int = 4
+
+    async def __call__(self, scope, receive, send) -> None:
+        import httpx
+
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                while (message := await receive())["type"] != "lifespan.shutdown":
+                    await send({"type": "lifespan.startup.complete"})
+                await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if scope["method"] == "POST" and scope["path"] == "/v1/chat/completions":
+            body = json.dumps({**json.loads(body), "min_tokens": self.min_tokens}).encode()
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]
+                   if k.lower() not in (b"host", b"content-length")}
+        url = f"{self.upstream}{scope['path']}" + (f"?{scope['query_string'].decode()}"
+                                                   if scope["query_string"] else "")
+        async with httpx.AsyncClient(timeout=None) as client, client.stream(
+                scope["method"], url, content=body, headers=headers) as answer:
+            await send({"type": "http.response.start", "status": answer.status_code,
+                        "headers": [(k.encode(), v.encode()) for k, v in answer.headers.items()
+                                    if k.lower() not in ("content-length", "transfer-encoding")]})
+            async for chunk in answer.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
