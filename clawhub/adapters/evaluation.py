@@ -13,7 +13,7 @@ The rule, in order (every number behind it is stored on the version and shown on
    with known answers, asked greedily (workers/trainer/capability.py), and the fixed texts their reference
    answers; for the tiny model (it knows no facts), chats of its own corpus.
 1b. Capability (real models): reject when the candidate answers more than MAX_CAPABILITY_DROP of the
-   questions fewer right than the base model does (2 of 42). Against the base, not the parent: a loss
+   questions fewer right than the base model does (2 of 53). Against the base, not the parent: a loss
    within the bound per version must not add up across versions.
 2. Preference margin on the tenant's held-out judged turns (never trained on): for each turn, d = the
    candidate's mean log-prob per token of the reply minus the parent's; delta = mean d over positively judged
@@ -39,7 +39,7 @@ The rule, in order (every number behind it is stored on the version and shown on
        held-out replies lose at most UNPROVEN_FIT_DROP nats/token of mean log-prob, negatively judged ones
        gain at most that much (with fewer, one short reply moves that much through noise alone: listed as
        not checked, and so are 1 to MIN_PER_CLASS - 1 hinted turns for the KL rule, 3.);
-     - capability (1b.) within UNPROVEN_CAPABILITY_DROP of the base model's (1 of 42).
+     - capability (1b.) within UNPROVEN_CAPABILITY_DROP of the base model's (1 of 53).
    All that could run pass: "not_enough_evidence", which promotes (a tenant's first updates must be able to
    ship), with the reason saying so ("…; every safety check that could run passed: …"). One fails: "reject",
    naming it.

@@ -11,7 +11,7 @@ RULE = {"min_samples": 6, "confidence": 0.9, "resamples": 200}
 
 
 def test_every_reference_answer_is_a_right_answer():
-    assert len(C.REFERENCE_ANSWERS) == len(C.QUESTIONS) == 42
+    assert len(C.REFERENCE_ANSWERS) == len(C.QUESTIONS) == 53
     pairs = zip(C.REFERENCE_ANSWERS, C.QUESTIONS, strict=True)
     assert all(C.is_right(text, answers) for text, (_, answers) in pairs)
     assert not C.is_right("I am not sure.", ("Lisbon",)) and not C.is_right("Rome", ("Rom",))
@@ -58,16 +58,17 @@ def test_a_candidate_that_forgot_the_answers_is_refused_one_that_kept_them_passe
                             adapters={"kept": str(kept), "forgot": str(forgot), "parent": None})
     resident.reset()
     parent = scores["parent"].to_dict()
-    assert parent["capability"] == {"right": 42, "asked": 42, "missed": []}
+    asked = len(C.QUESTIONS)
+    assert parent["capability"] == {"right": asked, "asked": asked, "missed": []}
 
     refused = decide(candidate=scores["forgot"].to_dict(), parent=parent, rewards={}, **RULE)
     print("forgot:", refused.reason)
     lost = refused.numbers["capability"]
     assert refused.outcome == REJECT and lost["lost"] > lost["bound"] == 2
     assert refused.reason.startswith(
-        f"the update made the model forget what the base model knows: it answers {lost['candidate']} of 42 "
-        f"fixed factual questions right, the base model 42 (at most 2 fewer allowed); it no longer answers "
-        '"')
+        f"the update made the model forget what the base model knows: it answers {lost['candidate']} of "
+        f"{asked} fixed factual questions right, the base model {asked} (at most 2 fewer allowed); it no "
+        'longer answers "')
     assert lost["forgotten"] == scores["forgot"].capability["missed"] and lost["forgotten"]
 
     passed = decide(candidate=scores["kept"].to_dict(), parent=parent, rewards={}, **RULE)

@@ -48,8 +48,8 @@ QWEN3_4B = {"hidden_size": 2560, "intermediate_size": 9728, "vocab_size": 151936
 # chunks are the largest tensors, as at 4B.
 SMALL = {"hidden_size": 256, "intermediate_size": 1024, "vocab_size": 64000, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
-# The capability questions: 42 prompts of ~43 tokens (SmolLM2's template), GATE_MAX_TOKENS new ones.
-CAPABILITY_ROWS, CAPABILITY_PROMPT_TOKENS, CAPABILITY_NEW_TOKENS = len(QUESTIONS), 43, GATE_MAX_TOKENS
+# The capability questions: 53 prompts of 43 to 48 tokens (SmolLM2's template), GATE_MAX_TOKENS new ones.
+CAPABILITY_ROWS, CAPABILITY_PROMPT_TOKENS, CAPABILITY_NEW_TOKENS = len(QUESTIONS), 48, GATE_MAX_TOKENS
 MiB = 2**20
 
 
