@@ -51,3 +51,27 @@ def test_embedded_default_uses_sqlite_and_a_serverless_broker(tmp_path):
 def test_test_suite_runs_on_postgresql(settings):
     assert settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
     assert settings.CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+
+
+def test_tenants_train_at_the_base_models_learning_rate_unless_the_operator_sets_one(tmp_path):
+    from workers import base_models
+
+    code = ("from django.conf import settings; import django; django.setup(); "
+            "print(settings.CLAWHUB_TRAIN_DEFAULTS.get('lr'))")
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("DJANGO_", "DATABASE_URL", "REDIS_URL", "CELERY_", "CLAWHUB_"))}
+    smollm2 = tmp_path / "smollm2"
+    smollm2.mkdir()
+    (smollm2 / base_models.MARKER_FILE).write_text('{"model": "smollm2-135m-instruct"}')
+
+    def lr(**env) -> str:
+        env = {**clean, "DJANGO_SETTINGS_MODULE": "clawhub.settings.base", "CLAWHUB_DATA_DIR": str(tmp_path),
+               **env}
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60, env=env)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert lr(CLAWHUB_BASE_MODEL=str(smollm2)) == "0.0003"
+    assert lr(CLAWHUB_BASE_MODEL=str(smollm2), CLAWHUB_TRAIN_DEFAULTS='{"lr": 5e-05}') == "5e-05"
+    assert lr(CLAWHUB_BASE_MODEL=str(base_models.TINY_MODEL_DIR)) == "None"  # TrainConfig's own

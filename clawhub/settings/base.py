@@ -430,7 +430,9 @@ if CLAWHUB_TRAIN_BACKEND not in backend_names():
     raise environ.ImproperlyConfigured(
         f"CLAWHUB_TRAIN_BACKEND={CLAWHUB_TRAIN_BACKEND!r}: use one of {', '.join(backend_names())}")
 # Site defaults of workers.trainer.backend.TrainConfig (JSON object); a tenant's overrides go on top.
-CLAWHUB_TRAIN_DEFAULTS = env.json("CLAWHUB_TRAIN_DEFAULTS", default={})
+# The base model's LoRA learning rate (its description) unless the operator's JSON sets "lr".
+CLAWHUB_TRAIN_DEFAULTS = {**({"lr": _base_model.lora_lr} if _base_model.lora_lr else {}),
+                          **env.json("CLAWHUB_TRAIN_DEFAULTS", default={})}
 # What one tenant may ask of the shared training workers. Upper bounds of TrainConfig fields (JSON field ->
 # maximum, over workers/trainer/backend.py DEFAULT_UPPER_BOUNDS: epochs 10, lora_r 128, lora_alpha 512,
 # micro_batch_size 64, grad_accum 64, mini_batches 64, max_steps 2000, max_seq_len 32768, topk_overlap 64),

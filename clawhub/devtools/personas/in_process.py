@@ -194,7 +194,10 @@ class InProcessBench:
         from workers.trainer.local import LocalBackend
 
         torch.set_num_threads(self.config.threads)
-        config = TrainConfig.from_dict({**self.config.overrides, "method": method, "device": "cpu"})
+        # As a tenant's run on this base: the description's learning rate unless the overrides set one.
+        described = base_models.describe(self.config.model).lora_lr
+        config = TrainConfig.from_dict({**({"lr": described} if described else {}), **self.config.overrides,
+                                        "method": method, "device": "cpu"})
         backend = LocalBackend(resident=True)
         # The backend resumes a run from its folder's checkpoints: one left there by an earlier benchmark into
         # the same output folder is not this run's.
