@@ -15,7 +15,8 @@ from tests.personas.conftest import HABIT, LONG_PROSE, WATER
 from tests.trainer.conftest import TINY_MODEL_DIR
 from workers.trainer.backend import TrainConfig
 from workers.trainer.batching import collate, encode_batch, pad_values
-from workers.trainer.local import LocalBackend, response_stats
+from workers.trainer.forward import response_stats
+from workers.trainer.local import LocalBackend
 from workers.trainer.losses import Sampler
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

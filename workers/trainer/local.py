@@ -46,9 +46,6 @@ from workers.trainer.forward import (
     resolve_dtype,
     resolve_gradient_checkpointing,
 )
-
-# Still imported from here by the persona benchmark's tests (forward.py is its home).
-from workers.trainer.forward import response_stats as response_stats  # noqa: F401
 from workers.trainer.local_update import LocalUpdate, _key
 
 log = logging.getLogger(__name__)
