@@ -68,6 +68,17 @@ class BenchError(RuntimeError):
     pass
 
 
+def write_results(out: Path, results: list[dict[str, Any]], plot: bytes) -> Path:
+    """``results.jsonl`` (one line per method) and ``compliance.png`` in ``out``; the plot's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.jsonl", "w") as f:
+        for result in results:
+            f.write(json.dumps(result) + "\n")
+    path = out / "compliance.png"
+    path.write_bytes(plot)
+    return path
+
+
 def check_users(*, methods, personas, phrasings: str, noise: float) -> None:
     """What both tracks (the stack's and the in-process one) ask of the methods and the simulated users."""
     unknown = [m for m in methods if m not in METHODS]
@@ -798,12 +809,7 @@ class Bench:
 
     def write_outputs(self) -> Path:
         out = self.config.out_dir
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / "results.jsonl", "w") as f:
-            for result in self.results:
-                f.write(json.dumps(result) + "\n")
-        path = out / "compliance.png"
-        path.write_bytes(self.plot())
+        path = write_results(out, self.results, self.plot())
         # The throwaway accounts, so that a person can sign in as one and look at its dashboard.
         accounts = out / "accounts.json"
         accounts.touch()

@@ -49,7 +49,14 @@ from pathlib import Path
 from typing import Any
 
 from clawhub.devtools.personas import personas as P
-from clawhub.devtools.personas.driver import Track, UpdateRecord, agreement, check_users, request_seed
+from clawhub.devtools.personas.driver import (
+    Track,
+    UpdateRecord,
+    agreement,
+    check_users,
+    request_seed,
+    write_results,
+)
 from clawhub.devtools.personas.judges import rule_judge
 from clawhub.devtools.personas.plots import line_chart_png
 from workers import base_models
@@ -438,14 +445,7 @@ class InProcessBench:
                               target=self.config.target)
 
     def write_outputs(self) -> Path:
-        out = self.config.out_dir
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / "results.jsonl", "w") as f:
-            for result in self.results:
-                f.write(json.dumps(result) + "\n")
-        path = out / "compliance.png"
-        path.write_bytes(self.plot())
-        return path
+        return write_results(self.config.out_dir, self.results, self.plot())
 
     def close(self) -> None:
         pass
