@@ -22,7 +22,7 @@ import orjson
 
 from clawhub.gateway import tool_calls
 from clawhub.gateway.errors import GatewayError, bad_request
-from clawhub.gateway.translated import pass_through
+from clawhub.gateway.translated import chat_function, pass_through
 from clawhub.gateway.translated import refuse as _refuse
 
 PATH = "/v1/messages"
@@ -188,13 +188,8 @@ def _tools(tools) -> list[dict]:
             # Anthropic's server tools (web search, code execution…) run on Anthropic's servers: nothing
             # here can run them, so the model is not offered them.
             continue
-        schema = tool.get("input_schema", {"type": "object", "properties": {}})
-        if not isinstance(schema, dict):
-            raise _refuse(f"The 'input_schema' of tool {tool['name']!r} must be an object.", "tools")
-        function = {"name": tool["name"], "parameters": schema}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
+        out.append(chat_function(tool, tool.get("input_schema", {"type": "object", "properties": {}}),
+                                 "input_schema"))
     return out
 
 

@@ -23,7 +23,7 @@ import time
 import orjson
 
 from clawhub.gateway.errors import GatewayError, bad_request
-from clawhub.gateway.translated import pass_through
+from clawhub.gateway.translated import chat_function, pass_through
 from clawhub.gateway.translated import refuse as _refuse
 
 PATH = "/v1/responses"
@@ -116,13 +116,8 @@ def _tools(tools) -> list[dict]:
             continue  # hosted and custom tools: nothing here can run them, so the model is not offered them
         if not isinstance(tool.get("name"), str) or not tool["name"]:
             raise _refuse("A function tool needs 'name' (a string).", "tools")
-        parameters = tool.get("parameters") or {"type": "object", "properties": {}}
-        if not isinstance(parameters, dict):
-            raise _refuse(f"The 'parameters' of tool {tool['name']!r} must be an object.", "tools")
-        function = {"name": tool["name"], "parameters": parameters}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
+        out.append(chat_function(tool, tool.get("parameters") or {"type": "object", "properties": {}},
+                                 "parameters"))
     return out
 
 

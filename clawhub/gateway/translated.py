@@ -3,6 +3,8 @@ when they translate a request to chat: the refusal and the fields passed through
 
 from __future__ import annotations
 
+from typing import Any
+
 from clawhub.gateway.errors import GatewayError, bad_request
 
 # ClawHub's own identity fields, read by the chat path's identity extraction wherever the client puts them.
@@ -24,3 +26,14 @@ def pass_through(body: dict, chat: dict) -> dict:
         if name in body:
             chat[name] = body[name]
     return chat
+
+
+def chat_function(tool: dict, parameters: Any, field: str) -> dict:
+    """The chat API's function tool for a translated request's tool ``tool`` (its ``name`` checked already),
+    whose parameter schema, read from its ``field``, is ``parameters``."""
+    if not isinstance(parameters, dict):
+        raise refuse(f"The '{field}' of tool {tool['name']!r} must be an object.", "tools")
+    function = {"name": tool["name"], "parameters": parameters}
+    if isinstance(tool.get("description"), str):
+        function["description"] = tool["description"]
+    return {"type": "function", "function": function}
