@@ -68,6 +68,13 @@ class BenchError(RuntimeError):
     pass
 
 
+def compliance_png(tracks: dict[str, list[Track]], *, title: str, target: float) -> bytes:
+    """Held-out compliance per update, one line per method and track."""
+    series = {f"{method} {track.name}": track.curve() for method, of_method in tracks.items()
+              for track in of_method}
+    return line_chart_png(series, title=title, target=target)
+
+
 def write_results(out: Path, results: list[dict[str, Any]], plot: bytes) -> Path:
     """``results.jsonl`` (one line per method) and ``compliance.png`` in ``out``; the plot's path."""
     out.mkdir(parents=True, exist_ok=True)
@@ -793,11 +800,7 @@ class Bench:
     # --- outputs ------------------------------------------------------------------------------------------
 
     def plot(self) -> bytes:
-        series: dict[str, list[float | None]] = {}
-        for method, tracks in self.tracks.items():
-            for track in tracks:
-                series[f"{method} {track.name}"] = track.curve()
-        return line_chart_png(series, title=f"held-out compliance, seed {self.config.seed}",
+        return compliance_png(self.tracks, title=f"held-out compliance, seed {self.config.seed}",
                               target=self.config.target)
 
     def run(self) -> list[dict[str, Any]]:

@@ -54,11 +54,11 @@ from clawhub.devtools.personas.driver import (
     UpdateRecord,
     agreement,
     check_users,
+    compliance_png,
     request_seed,
     write_results,
 )
 from clawhub.devtools.personas.judges import rule_judge
-from clawhub.devtools.personas.plots import line_chart_png
 from workers import base_models
 from workers.judge.judges import JudgeInput
 from workers.trainer import capability as C
@@ -437,11 +437,7 @@ class InProcessBench:
                                     "hints": s.hints}) + "\n")
 
     def plot(self) -> bytes:
-        series: dict[str, list[float | None]] = {}
-        for method, tracks in self.tracks.items():
-            for track in tracks:
-                series[f"{method} {track.name}"] = track.curve()
-        return line_chart_png(series, title=f"held-out compliance, seed {self.config.seed}, in-process",
+        return compliance_png(self.tracks, title=f"held-out compliance, seed {self.config.seed}, in-process",
                               target=self.config.target)
 
     def write_outputs(self) -> Path:
