@@ -31,6 +31,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from clawhub.core.aio import cancel_and_wait
 from clawhub.core.generations import ABSENT
 from clawhub.core.metrics import QUOTA_REJECTIONS, REDIS_FAILURES
 from clawhub.core.resp import RespClient, Script
@@ -210,13 +211,8 @@ class _Leases:
             self._task = asyncio.create_task(self._renew_loop(), name="gateway-leases")
 
     async def _stop_renewing(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _renew_loop(self) -> None:
         while True:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from clawhub.adapters.vllm_admin import VllmAdmin, adapter_names
+from clawhub.core.aio import cancel_and_wait
 from clawhub.core.metrics import ADAPTER_LOAD_DURATION, ADAPTER_LOADS, REDIS_FAILURES
 from clawhub.core.model_limits import max_model_len_of
 from clawhub.gateway.dbreads import share_blocking
@@ -245,13 +246,8 @@ class UpstreamPool:
         self._task = asyncio.create_task(self._health_loop(), name="gateway-health")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._shared is not None:
             await self._shared.close()
 
