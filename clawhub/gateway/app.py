@@ -388,6 +388,9 @@ class Gateway(Forwarding):
 
     async def _completion(self, scope, receive, send, route: str, headers: dict[bytes, bytes], served: Served,
                           trace_id: str) -> None:
+        """One completion, from the key to the capture hand-off. Long on purpose: it is the request's whole
+        path in the order it runs (key, body, translation, adapter, admission, record, forward, hand-off,
+        release), and the try/finally that frees what admission took must enclose everything after it."""
         started_wall, t0 = time.time(), perf_counter()
         secret, digest, entry = await self._authenticate(headers, check_generation=False)
         raw = await read_body(receive, headers, self.config.max_body_bytes)
