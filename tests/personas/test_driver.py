@@ -16,16 +16,10 @@ from django.db import close_old_connections
 from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.services import adapter_version_create
 from clawhub.devtools.personas import personas as P
-from clawhub.devtools.personas.driver import (
-    Bench,
-    BenchConfig,
-    Track,
-    UpdateRecord,
-    adversary_shift,
-    agreement,
-    review_decisions,
-    tenant_ids_from_html,
-)
+from clawhub.devtools.personas.client import tenant_ids_from_html
+from clawhub.devtools.personas.driver import Bench, BenchConfig
+from clawhub.devtools.personas.reviewer import review_decisions
+from clawhub.devtools.personas.tracks import Track, UpdateRecord, adversary_shift, agreement
 from clawhub.feedback.models import JudgeRules
 from clawhub.keys.selectors import key_resolve
 from clawhub.review.models import ReviewPolicy, Sample
@@ -287,7 +281,7 @@ def test_one_method_drives_signup_review_training_and_measurement_through_the_ap
 def test_feedback_stages_split_feedback_to_served_by_the_run_and_version_timestamps():
     from datetime import UTC, datetime
 
-    from clawhub.devtools.personas.driver import feedback_stages
+    from clawhub.devtools.personas.measure import feedback_stages
 
     def at(seconds: float) -> str:
         return datetime.fromtimestamp(1_800_000_000 + seconds, tz=UTC).isoformat().replace("+00:00", "Z")

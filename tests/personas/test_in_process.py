@@ -61,7 +61,7 @@ def test_trained_samples_carry_the_samplers_temperature_and_its_log_probs(tmp_pa
     backend.start(str(TINY_MODEL_DIR), None, TrainConfig(device="cpu", dtype="float32"), str(tmp_path / "w"))
     try:
         user = P.ScriptedUser(persona=P.BRIEF, rng=random.Random("0:brief"), noise=0.1)
-        from clawhub.devtools.personas.driver import Track
+        from clawhub.devtools.personas.tracks import Track
 
         track = Track(name="brief", persona=P.BRIEF, members=[], model="tiny")
         samples = bench.collect_batch(track, user, backend, 1, {})

@@ -28,6 +28,9 @@ Tracks per method: one per persona (the primary one by default), and with ``grou
 adversarial member and (unless ``--no-group-control``) the same group with three honest members, whose
 difference is the adversary's effect.
 One JSON line per method; a PNG of compliance against promoted updates.
+
+Beside this module: ``client`` (the clients of /api/ and /v1), ``tracks`` (a tenant under test and its
+records, shared with the in-process track), ``reviewer`` (step 3) and ``measure`` (step 4's figures).
 """
 
 from __future__ import annotations
@@ -35,69 +38,44 @@ from __future__ import annotations
 import json
 import logging
 import random
-import re
 import secrets
-import statistics
 import sys
 import time
 import uuid
-import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from html import unescape
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from clawhub.devtools.personas import personas as P
-from clawhub.devtools.personas.plots import line_chart_png
-from workers.trainer import capability as C
+from clawhub.devtools.personas.client import Api, BenchError, openai_client, temperature
+from clawhub.devtools.personas.measure import (
+    capability,
+    feedback_stages,
+    feedback_times,
+    judge_agreement,
+    measure,
+)
+from clawhub.devtools.personas.reviewer import review
+from clawhub.devtools.personas.tracks import (
+    METHODS,
+    Member,
+    Track,
+    UpdateRecord,
+    adversary_shift,
+    check_users,
+    compliance_png,
+    request_seed,
+    write_results,
+)
 
 logger = logging.getLogger("clawhub.devtools.personas")
 
-METHODS = ("rl", "opd", "combine")
 # The trainer's own defaults (LoRA rate 1e-4): what a user of the real model gets.
 DEFAULT_OVERRIDES: dict[str, Any] = {}
-APPROVABLE_FLAGS = {"new_key", "split_votes"}
-REJECTED_FLAGS = {"member_outlier", "consensus_disagreement"}
-
-
-class BenchError(RuntimeError):
-    pass
-
-
-def compliance_png(tracks: dict[str, list[Track]], *, title: str, target: float) -> bytes:
-    """Held-out compliance per update, one line per method and track."""
-    series = {f"{method} {track.name}": track.curve() for method, of_method in tracks.items()
-              for track in of_method}
-    return line_chart_png(series, title=title, target=target)
-
-
-def write_results(out: Path, results: list[dict[str, Any]], plot: bytes) -> Path:
-    """``results.jsonl`` (one line per method) and ``compliance.png`` in ``out``; the plot's path."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "results.jsonl", "w") as f:
-        for result in results:
-            f.write(json.dumps(result) + "\n")
-    path = out / "compliance.png"
-    path.write_bytes(plot)
-    return path
-
-
-def check_users(*, methods, personas, phrasings: str, noise: float) -> None:
-    """What both tracks (the stack's and the in-process one) ask of the methods and the simulated users."""
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
-    bad = [p for p in personas if p not in P.PERSONAS]
-    if bad:
-        raise ValueError(f"unknown personas {bad}; choose from {list(P.PERSONAS)}")
-    if phrasings not in ("training", "held-out"):
-        raise ValueError("phrasings is 'training' or 'held-out'")
-    if not 0 <= noise < 0.5:
-        raise ValueError("noise is a rate in [0, 0.5): above that the users mean the opposite")
 
 
 @dataclass
@@ -143,227 +121,6 @@ class BenchConfig:
             raise ValueError("max_updates, batch_size and turns_per_session must be at least 1")
 
 
-# --- HTTP: the web API as a signed-in browser uses it ------------------------------------------------------
-
-
-class Api:
-    """A session-authenticated client of /api/ (CSRF token from the cookie on every write)."""
-
-    def __init__(self, base_url: str, *, timeout: float = 60.0, transport: httpx.BaseTransport | None = None):
-        self.base_url = base_url.rstrip("/")
-        self.http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
-
-    def close(self) -> None:
-        self.http.close()
-
-    def request(self, method: str, path: str, body: Any = None, *, ok: Iterable[int] = (200, 201, 202, 204),
-                params: dict | None = None) -> httpx.Response:
-        headers = {}
-        if method != "GET":
-            headers["X-CSRFToken"] = self.http.cookies.get("csrftoken", "")
-        response = self.http.request(method, path, json=body, params=params, headers=headers)
-        if response.status_code not in set(ok):
-            raise BenchError(f"{method} {path} -> {response.status_code}: {response.text[:500]}")
-        return response
-
-    def get(self, path: str, **kw) -> Any:
-        return self.request("GET", path, **kw).json()
-
-    def post(self, path: str, body: Any = None, **kw) -> httpx.Response:
-        return self.request("POST", path, body if body is not None else {}, **kw)
-
-    def signup(self, email: str, password: str) -> dict:
-        """Signs up, then logs in (sign-up signs nobody in); returns the user."""
-        self.request("GET", "/api/auth/csrf/")
-        self.post("/api/auth/signup/", {"email": email, "password": password})
-        return self.post("/api/auth/login/", {"email": email, "password": password}).json()["user"]
-
-    def tenant_ids(self) -> dict[str, int]:
-        """label -> tenant id, read from the training page, which also shows that the tenant is listed there
-        (/api/me/ and /api/groups/<slug>/ carry the same ``tenant_id``)."""
-        return tenant_ids_from_html(self.request("GET", "/training/").text)
-
-
-def tenant_ids_from_html(html: str) -> dict[str, int]:
-    """The training page's table: each row's first cell (the tenant's label) and its /training/<id>/ link."""
-    found = {}
-    for row in re.findall(r"<tr>(.*?)</tr>", html, flags=re.S):
-        match = re.search(r"<td>(.*?)</td>.*?href=\"/training/(\d+)/\"", row, flags=re.S)
-        if match:
-            found[unescape(re.sub(r"\s+", " ", match.group(1)).strip())] = int(match.group(2))
-    return found
-
-
-# --- users and tenants --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Member:
-    email: str
-    api: Api
-    user: P.ScriptedUser
-    secret: str = ""
-    client: Any = None  # openai.OpenAI
-    sessions: int = 0
-
-
-@dataclass
-class UpdateRecord:
-    update: int  # promoted updates so far
-    attempt: int
-    run_id: int | None
-    version: int | None
-    outcome: str  # active, rejected, failed, timeout
-    compliance: float | None
-    sessions: int  # simulated sessions so far, all members together
-    samples: int
-    feedback_to_served_s: float | None  # newest feedback turn in the batch -> the adapter served
-    oldest_feedback_to_served_s: float | None
-    run_to_served_s: float | None
-    capability: float | None = None  # the capability guard's accuracy of this version
-    wall_s: float | None = None  # the whole update: chatting, judging, review, training, gate, measuring
-    eval_score: float | None = None
-    baseline_score: float | None = None
-    decision: str = ""  # the promotion gate's decision and its reason, as the version page shows them
-    decision_reason: str = ""
-    # Where feedback→served went (seconds): see feedback_stages.
-    stages: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Track:
-    """One tenant under test: its members (the first manages it), what it prefers, and its history."""
-
-    name: str
-    persona: P.Persona
-    members: list[Member]
-    model: str
-    tenant_id: int = 0
-    slug: str = ""
-    records: list[UpdateRecord] = field(default_factory=list)
-    base_compliance: float | None = None
-    base_capability: float | None = None
-    prompt_only_compliance: float | None = None  # the base with the preference as its system prompt
-    sessions: int = 0
-    attempts: int = 0
-    done: bool = False
-    error: str = ""
-    feedback_sent: dict[str, float] = field(default_factory=dict)  # feedback text -> when it was sent
-    truth: dict[str, bool] = field(default_factory=dict)  # feedback text -> whether the user was pleased
-    judge_agreement: dict[str, Any] = field(default_factory=dict)
-    # member email -> that member's sessions when the bench first saw the consensus guard flag them
-    consensus_flagged: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def owner(self) -> Member:
-        return self.members[0]
-
-    @property
-    def promoted(self) -> list[UpdateRecord]:
-        return [r for r in self.records if r.outcome == "active"]
-
-    def curve(self) -> list[float | None]:
-        return [self.base_compliance, *[r.compliance for r in self.promoted]]
-
-    def capability_curve(self) -> list[float | None]:
-        return [self.base_capability, *[r.capability for r in self.promoted]]
-
-    def summary(self, target: float) -> dict[str, Any]:
-        curve = self.curve()
-        reached = next((i for i, c in enumerate(curve) if c is not None and c >= target), None)
-        promoted = self.promoted
-        served = [r.feedback_to_served_s for r in promoted if r.feedback_to_served_s is not None]
-        return {
-            "tenant": self.tenant_id,
-            "compliance": [None if c is None else round(c, 4) for c in curve],
-            "capability": [None if c is None else round(c, 4) for c in self.capability_curve()],
-            "prompt_only": (None if self.prompt_only_compliance is None
-                            else round(self.prompt_only_compliance, 4)),
-            "update_wall_s": [None if r.wall_s is None else round(r.wall_s, 1) for r in promoted],
-            "judge_agreement": self.judge_agreement or None,
-            "updates_promoted": len(promoted),
-            "updates_attempted": self.attempts,
-            "updates_rejected": sum(r.outcome == "rejected" for r in self.records),
-            "updates_to_target": reached,
-            "sessions_to_target": None if reached is None else 0 if reached == 0
-            else promoted[reached - 1].sessions,
-            "sessions": self.sessions,
-            "feedback_to_served_s": [round(s, 1) for s in served],
-            "feedback_to_served_median_s": round(statistics.median(served), 1) if served else None,
-            "feedback_to_served_stages_s": [r.stages for r in promoted],
-            "eval_scores": [r.eval_score for r in promoted],
-            "gate": [{"version": r.version, "outcome": r.outcome, "decision": r.decision,
-                      "reason": r.decision_reason} for r in self.records if r.version is not None],
-            "consensus_flagged_after_sessions": dict(self.consensus_flagged),
-            "error": self.error or None,
-        }
-
-
-def _openai_client(base_url: str, secret: str) -> Any:
-    import openai
-
-    # Generations on a busy CPU can take minutes; a timeout is a failure of the stack, not of the bench.
-    return openai.OpenAI(base_url=f"{base_url.rstrip('/')}/v1", api_key=secret, max_retries=2, timeout=600)
-
-
-def _temperature(value: float | None) -> dict[str, float]:
-    """The request's temperature, or none: vLLM then samples at the model's served default."""
-    return {} if value is None else {"temperature": value}
-
-
-def agreement(truth: dict[str, bool], read: dict[str, int]) -> dict[str, Any]:
-    """Reactions the judge read (+1 / -1) against what the users meant: ``agreement`` over those judged,
-    ``coverage`` the share judged at all; ``pleased_read`` / ``displeased_read`` per class."""
-    judged = [(truth[text], reward) for text, reward in read.items() if text in truth and reward]
-    agree = sum((reward > 0) == pleased for pleased, reward in judged)
-    pleased = [r for p, r in judged if p]
-    displeased = [r for p, r in judged if not p]
-    return {
-        "reactions": len(truth), "judged": len(judged),
-        "coverage": round(len(judged) / len(truth), 4) if truth else None,
-        "agreement": round(agree / len(judged), 4) if judged else None,
-        "pleased": sum(truth.values()), "pleased_read_positive": sum(r > 0 for r in pleased),
-        "displeased": len(truth) - sum(truth.values()),
-        "displeased_read_negative": sum(r < 0 for r in displeased),
-    }
-
-
-def request_seed(*parts: Any) -> int:
-    return zlib.crc32(":".join(map(str, parts)).encode()) & 0x7FFFFFFF
-
-
-def review_decisions(samples: list[dict], *, group: bool) -> tuple[list[int], list[int]]:
-    """(approve, reject) among pending samples, by their flags: see the module's docstring, step 3."""
-    approve, reject = [], []
-    for sample in samples:
-        if sample.get("state") != "pending":
-            continue
-        codes = {f.get("code", "") for f in sample.get("flags") or []}
-        if group and codes & REJECTED_FLAGS:
-            reject.append(sample["id"])
-        elif codes <= APPROVABLE_FLAGS:
-            approve.append(sample["id"])
-    return approve, reject
-
-
-def _timestamp(value: str | None) -> float | None:
-    from datetime import datetime
-
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
-
-
-def feedback_stages(*, last_feedback: float, run: dict, version: dict, seen: float) -> dict[str, float]:
-    """Where the seconds from the batch's newest feedback to its adapter being served went, from the run's
-    and version's own timestamps: judged, reviewed and claimed into a run (``to_claim``), waiting for a train
-    worker (``queued``), training incl. loading the base and exporting (``train``), the promotion gate and
-    loading the adapter on the upstreams (``gate_and_load``), and until the bench saw it (``noticed``)."""
-    created, started = _timestamp(run.get("created_at")), _timestamp(run.get("started_at"))
-    finished, promoted = _timestamp(run.get("finished_at")), _timestamp(version.get("promoted_at"))
-    marks = [("to_claim", last_feedback, created), ("queued", created, started), ("train", started, finished),
-             ("gate_and_load", finished, promoted), ("noticed", promoted, seen)]
-    return {name: round(end - begin, 1) for name, begin, end in marks if None not in (begin, end)}
-
-
 # --- the benchmark ------------------------------------------------------------------------------------------
 
 
@@ -375,7 +132,7 @@ class Bench:
         network in tests; by default the bench talks to ``config.base_url`` with httpx and ``openai``."""
         self.config = config
         self.transport = transport
-        self.client_factory = client_factory or _openai_client
+        self.client_factory = client_factory or openai_client
         self.echo = echo  # the result lines (one JSON object per method)
         self.log = log or (lambda line: print(line, file=sys.stderr))  # progress, for people watching
         self.tag = f"s{config.seed}-{time.strftime('%m%d%H%M%S')}-{secrets.token_hex(2)}"
@@ -460,7 +217,7 @@ class Bench:
         response = member.client.chat.completions.create(
             model=track.model, messages=messages, max_tokens=max_tokens or self.config.chat_max_tokens,
             seed=request_seed(self.config.seed, session, n), extra_headers=headers,
-            **_temperature(self.config.chat_temperature),
+            **temperature(self.config.chat_temperature),
         )
         return response.choices[0].message.content or ""
 
@@ -509,30 +266,6 @@ class Bench:
 
     # --- review and training ----------------------------------------------------------------------------
 
-    def review(self, track: Track) -> tuple[int, int]:
-        api = track.owner.api
-        page = api.get("/api/review/samples/", params={"tenant": track.tenant_id, "state": "pending",
-                                                       "page_size": 500})
-        approve, reject = review_decisions(page["results"], group=bool(track.slug))
-        authors = {s["id"]: (s.get("user") or {}).get("email") for s in page["results"]}
-        sessions = {m.email: m.sessions for m in track.members}
-        for sample in page["results"]:
-            email = authors.get(sample["id"])
-            if any(f.get("code") == "consensus_disagreement" for f in sample.get("flags") or []):
-                track.consensus_flagged.setdefault(email, sessions.get(email, 0))
-        own = [i for i in approve if authors.get(i) == track.owner.email]
-        admin = track.members[1].api if track.slug else api  # a group's owner may not approve their own
-        for reviewer, ids in ((api, [i for i in approve if i not in own]), (admin, own)):
-            if ids:
-                reviewer.post("/api/review/samples/bulk/", {
-                    "ids": ids, "action": "approve",
-                    "reason": "bench: only the new-key guard held it (bench keys are minutes old)"})
-        if reject:
-            api.post("/api/review/samples/bulk/", {
-                "ids": reject, "action": "reject",
-                "reason": "bench: member_outlier or consensus_disagreement flagged by the group's guards"})
-        return len(approve), len(reject)
-
     def _counts(self, track: Track) -> tuple[int, int]:
         """(trainable now, samples created so far) for the tenant."""
         api = track.owner.api
@@ -549,7 +282,7 @@ class Bench:
         waited_since = None
         rotation = 0
         while True:
-            self.review(track)
+            review(track)
             trainable, total = self._counts(track)
             if trainable >= cfg.batch_size or self._open_run(track):
                 return  # a full batch, or the periodic kick already started a run with one
@@ -594,20 +327,6 @@ class Bench:
                 raise TimeoutError(what)
             time.sleep(self.config.poll)
 
-    def _feedback_times(self, track: Track, sample_ids: list[int]) -> list[float]:
-        """When the bench sent the feedback (next state) of each sample in the batch."""
-        times = []
-        for sample_id in sample_ids:
-            try:
-                detail = track.owner.api.get(f"/api/review/samples/{sample_id}/")
-            except BenchError:
-                continue
-            texts = [m.get("content") for m in detail.get("next_state") or [] if m.get("role") == "user"]
-            for text in texts:
-                if isinstance(text, str) and text in track.feedback_sent:
-                    times.append(track.feedback_sent[text])
-        return times
-
     def update(self, track: Track) -> UpdateRecord:
         """Collect a batch, train, wait for the gate, measure. One attempted update."""
         cfg = self.config
@@ -643,7 +362,7 @@ class Bench:
                      f"{record.decision_reason}")
             if record.outcome != "active":
                 return record
-            sent_at = self._feedback_times(track, run.get("sample_ids") or [])
+            sent_at = feedback_times(track, run.get("sample_ids") or [])
             if sent_at:
                 record.feedback_to_served_s = served_at - max(sent_at)
                 record.oldest_feedback_to_served_s = served_at - min(sent_at)
@@ -654,78 +373,23 @@ class Bench:
             record.run_to_served_s = served_at - started
             time.sleep(cfg.serve_grace)
             record.update = len(track.promoted) + 1
-            record.compliance = self.measure(track)
+            record.compliance = measure(track, config=cfg, tag=self.tag)
             if cfg.capability:
-                record.capability = self.capability(track)
+                record.capability = capability(track, config=cfg, tag=self.tag)
             record.wall_s = time.monotonic() - began
             return record
         except TimeoutError as exc:
             track.error = f"timed out waiting for {exc} after {cfg.update_timeout:.0f} s"
             return record
 
-    def _side_answers(self, track: Track, requests: list[tuple[list[dict], dict]]) -> list[tuple[str, str]]:
-        """(reply, finish reason) for ``requests`` (messages, sampling) through /v1 as side turns, never
-        trained on."""
-        cfg = self.config
-
-        def answer(i: int) -> tuple[str, str]:
-            messages, sampling = requests[i]
-            response = track.owner.client.chat.completions.create(
-                model=track.model, messages=messages, seed=request_seed(cfg.seed, "eval", i),
-                extra_headers={"X-Session-Id": f"bench-eval-{self.tag}-{track.name}-{uuid.uuid4().hex[:8]}",
-                               "X-Turn-Type": "side", "X-Session-Done": "true"},
-                **sampling,
-            )
-            choice = response.choices[0]
-            return choice.message.content or "", choice.finish_reason or ""
-
-        if cfg.eval_concurrency <= 1:
-            return [answer(i) for i in range(len(requests))]
-        # vLLM batches concurrent requests: a few in flight measure faster than one at a time.
-        with ThreadPoolExecutor(max_workers=cfg.eval_concurrency) as pool:
-            return list(pool.map(answer, range(len(requests))))
-
-    def measure(self, track: Track, *, system: str | None = None) -> float:
-        """Held-out compliance of what the tenant is served now: every held-out prompt ``eval_samples``
-        times at the eval temperature, scored by the persona's rubric. ``system``: with that system prompt.
-        A reply cut at ``eval_max_tokens`` is an unfinished answer: it does not comply, whatever it says so
-        far (two sentences of a long answer are not a brief one)."""
-        cfg = self.config
-        sampling = {"max_tokens": cfg.eval_max_tokens, **_temperature(cfg.eval_temperature)}
-        requests = [(P.held_out_messages(prompt, system), sampling)
-                    for prompt in P.held_out_prompts() for _ in range(cfg.eval_samples)]
-        replies = self._side_answers(track, requests)
-        kept = [finish != "length" and track.persona.complies(text) for text, finish in replies]
-        return sum(kept) / len(kept)
-
-    def capability(self, track: Track) -> float:
-        """The capability guard's accuracy of what the tenant is served now (greedy)."""
-        sampling = {"max_tokens": C.MAX_TOKENS, "temperature": 0.0}
-        replies = self._side_answers(track, [(C.messages(q), sampling) for q, _ in C.QUESTIONS])
-        return C.accuracy([text for text, _ in replies])
-
     def measure_base(self, track: Track) -> None:
         """The track's base figures: compliance, the capability guard, and the prompt-only baseline."""
-        track.base_compliance = self.measure(track)
+        track.base_compliance = measure(track, config=self.config, tag=self.tag)
         if self.config.capability:
-            track.base_capability = self.capability(track)
+            track.base_capability = capability(track, config=self.config, tag=self.tag)
         if self.config.prompt_only:
-            track.prompt_only_compliance = self.measure(track, system=track.persona.preference)
-
-    def judge_agreement(self, track: Track) -> dict[str, Any]:
-        """How the tenant's judge read the users' reactions, against what the users meant
-        (``Reaction.pleased``): a sample's reward +1/-1 agrees when the user was pleased/displeased; a
-        reaction with no sample was not judged either way (no rule matched, or the turn was not judged)."""
-        api = track.owner.api
-        page = api.get("/api/review/samples/", params={"tenant": track.tenant_id, "page_size": 500})
-        read: dict[str, int] = {}
-        for sample in page["results"]:
-            detail = api.get(f"/api/review/samples/{sample['id']}/")
-            for message in detail.get("next_state") or []:
-                text = message.get("content")
-                if message.get("role") == "user" and isinstance(text, str) and text in track.truth:
-                    read[text] = detail["reward"]
-        return agreement(track.truth, read)
+            track.prompt_only_compliance = measure(track, config=self.config, tag=self.tag,
+                                                   system=track.persona.preference)
 
     # --- per method ---------------------------------------------------------------------------------------
 
@@ -760,7 +424,7 @@ class Bench:
                     track.done = True
         for track in tracks:
             try:
-                track.judge_agreement = self.judge_agreement(track)
+                track.judge_agreement = judge_agreement(track)
             except BenchError as exc:
                 self.log(f"[{method}/{track.name}] judge agreement not read: {exc}")
         result = self.method_result(method, tracks, wall_s=time.monotonic() - began)
@@ -829,12 +493,3 @@ class Bench:
             for track in tracks:
                 for member in track.members:
                     member.api.close()
-
-
-def adversary_shift(with_adversary: list[float | None], without: list[float | None]) -> dict[str, Any]:
-    """How far the adversarial member moved the shared compliance: control minus adversarial group, at each
-    update both reached, and at the last one."""
-    pairs = [(w, c) for w, c in zip(with_adversary, without, strict=False) if w is not None and c is not None]
-    diffs = [round(c - w, 4) for w, c in pairs]
-    return {"per_update": diffs, "final": diffs[-1] if diffs else None,
-            "max_abs": max((abs(d) for d in diffs), default=None)}

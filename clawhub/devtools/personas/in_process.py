@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from clawhub.devtools.personas import personas as P
-from clawhub.devtools.personas.driver import (
+from clawhub.devtools.personas.judges import rule_judge
+from clawhub.devtools.personas.tracks import (
     Track,
     UpdateRecord,
     agreement,
@@ -58,7 +59,6 @@ from clawhub.devtools.personas.driver import (
     request_seed,
     write_results,
 )
-from clawhub.devtools.personas.judges import rule_judge
 from workers import base_models
 from workers.judge.judges import JudgeInput
 from workers.trainer import capability as C

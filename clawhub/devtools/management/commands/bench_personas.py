@@ -40,10 +40,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from clawhub.devtools.personas import personas
-from clawhub.devtools.personas.driver import DEFAULT_OVERRIDES, METHODS, Bench, BenchConfig, BenchError
+from clawhub.devtools.personas.client import BenchError
+from clawhub.devtools.personas.driver import DEFAULT_OVERRIDES, Bench, BenchConfig
 from clawhub.devtools.personas.in_process import InProcessBench, InProcessConfig
 from clawhub.devtools.personas.plots import band_chart_png
 from clawhub.devtools.personas.summary import across_seeds, report_lines
+from clawhub.devtools.personas.tracks import METHODS
 from clawhub.web.progress import bench_plot_path
 from workers import base_models
 
