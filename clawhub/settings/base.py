@@ -10,6 +10,7 @@ from pathlib import Path
 import environ
 
 from clawhub.core.logging import build_logging
+from clawhub.settings.api import REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401 (the web API's, read here)
 from workers import base_models
 from workers.judge.registry import JUDGES
 from workers.trainer.registry import backend_names
@@ -194,44 +195,6 @@ STATIC_URL = "static/"
 # The embedded default and tests serve static files straight from the app folders; production collects them.
 WHITENOISE_USE_FINDERS = True
 STATICFILES_DIRS = [BASE_DIR / "clawhub" / "web" / "static"]
-
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "clawhub.keys.authentication.ApiKeyAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    # An API key may call only the endpoints its scopes cover (clawhub/keys/scopes.py); sessions pass, with
-    # CSRF enforced on writes by SessionAuthentication.
-    "DEFAULT_PERMISSION_CLASSES": [
-        "rest_framework.permissions.IsAuthenticated",
-        "clawhub.keys.scopes.KeyScopePermission",
-    ],
-    # DRF's three, with JSON nested too deeply for Python's parser a 400 (clawhub.core.parsers).
-    "DEFAULT_PARSER_CLASSES": [
-        "clawhub.core.parsers.JSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
-    "DEFAULT_SCHEMA_CLASS": "clawhub.core.openapi.ClawHubAutoSchema",
-    "EXCEPTION_HANDLER": "clawhub.core.api.exception_handler",
-    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
-}
-SPECTACULAR_SETTINGS = {
-    "TITLE": "ClawHub API",
-    "DESCRIPTION": "Accounts, groups, API keys and the rest of ClawHub's web API. Every error has the body "
-                   "{\"error\": {\"code\", \"message\", \"data\"}}; text fields refuse NUL characters.",
-    "VERSION": "0.1.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    # /api/docs/ loads Redoc from our static files (templates/drf_spectacular/redoc.html drops its web fonts).
-    "REDOC_DIST": "SIDECAR",
-    # A PATCH body is described by its serializer as it validates it: fields it requires stay required.
-    "COMPONENT_SPLIT_PATCH": False,
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "clawhub.core.openapi.document_errors",
-        "clawhub.core.openapi.add_links",
-    ],
-}
 
 # Key material is masked in every environment; production switches to one JSON object per line.
 LOGGING = build_logging(level=env.str("CLAWHUB_LOG_LEVEL", default="INFO"), json_format=False)
