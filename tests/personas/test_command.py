@@ -3,7 +3,8 @@ update, the gate's decisions, and one band per method in the plot."""
 
 import json
 
-from django.core.management import call_command
+import pytest
+from django.core.management import CommandError, call_command
 
 import clawhub.devtools.management.commands.bench_personas as command
 
@@ -50,6 +51,35 @@ def test_every_method_runs_with_the_same_seeds_and_is_reported_across_them(monke
     assert (tmp_path / "out" / "compliance-bands.png").read_bytes().startswith(b"\x89PNG")
     assert '"across_seeds"' in out.text
 
+
+
+def test_in_process_runs_each_seed_reports_across_them_and_leaves_the_dashboard_alone(monkeypatch, tmp_path,
+                                                                                     settings):
+    settings.DATA_DIR = tmp_path / "data"
+    monkeypatch.setattr(command, "InProcessBench", FakeBench)
+    FakeBench.runs = []
+    out, err = _Capture(), _Capture()
+    call_command("bench_personas", "--in-process", "--methods", "combine", "--seeds", "0,1", "--noise", "0.1",
+                 "--model", str(tmp_path / "model"), "--out", str(tmp_path / "out"), stdout=out, stderr=err)
+    assert FakeBench.runs == [(0, ("combine",), 0.1), (1, ("combine",), 0.1)]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["combine"]["student"]["compliance"]["mean"] == [0.2, 0.55]
+    assert (tmp_path / "out" / "compliance-bands.png").read_bytes().startswith(b"\x89PNG")
+    assert not (tmp_path / "data" / "bench" / "personas.png").exists()  # a stack's result only
+    assert "(and " not in err.text
+
+
+@pytest.mark.parametrize("in_process", [False, True])
+def test_no_seed_and_bad_overrides_are_refused_before_anything_runs(monkeypatch, in_process):
+    monkeypatch.setattr(command, "InProcessBench", FakeBench)
+    monkeypatch.setattr(command, "Bench", FakeBench)
+    FakeBench.runs = []
+    where = ["--in-process"] if in_process else []
+    with pytest.raises(CommandError, match="--seeds names no seed"):
+        call_command("bench_personas", *where, "--seeds", " ", stdout=_Capture(), stderr=_Capture())
+    with pytest.raises(CommandError, match="Expecting property name"):
+        call_command("bench_personas", *where, "--overrides", "{lr", stdout=_Capture(), stderr=_Capture())
+    assert FakeBench.runs == []
 
 class _Capture:
     def __init__(self):
