@@ -102,39 +102,68 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         if options["in_process"]:
-            return self._in_process(options)
+            return self._run(InProcessBench, self._configs(options, self._in_process_config), options,
+                             dashboard=False)
+        configs = self._configs(options, self._stack_config)
+        # One line per request would bury the progress lines.
+        for name in ("httpx", "httpx2"):  # the openai SDK logs through the latter
+            logging.getLogger(name).setLevel(logging.WARNING)
+        self._run(Bench, configs, options)
+
+    @staticmethod
+    def _configs(options, config_for) -> list:
+        """``config_for(options, seed)`` for each of --seeds; a CommandError for a bad value or no seed."""
         try:
             seeds = [int(s) for s in options["seeds"].split(",") if s.strip()]
-            configs = [
-                BenchConfig(
-                    base_url=options["base_url"],
-                    methods=tuple(m for m in options["methods"].split(",") if m),
-                    seed=seed, noise=options["noise"], max_updates=options["max_updates"],
-                    judge=options["judge"], out_dir=Path(options["out"]) / f"seed-{seed}",
-                    personas=tuple(p for p in options["personas"].split(",") if p),
-                    group=options["group"], group_control=not options["no_group_control"],
-                    phrasings=options["phrasings"], chat_temperature=options["chat_temperature"],
-                    eval_samples=options["eval_samples"], capability=not options["no_capability"],
-                    prompt_only=not options["no_prompt_only"],
-                    batch_size=options["batch_size"], turns_per_session=options["turns_per_session"],
-                    overrides=json.loads(options["overrides"]), eval_temperature=options["eval_temperature"],
-                    target=options["target"], stop_at_target=options["stop_at_target"],
-                    update_timeout=options["update_timeout"], judge_wait=options["judge_wait"],
-                )
-                for seed in seeds
-            ]
+            configs = [config_for(options, seed) for seed in seeds]
         except (ValueError, json.JSONDecodeError) as exc:
             raise CommandError(str(exc)) from exc
         if not configs:
             raise CommandError("--seeds names no seed")
-        # One line per request would bury the progress lines.
-        for name in ("httpx", "httpx2"):  # the openai SDK logs through the latter
-            logging.getLogger(name).setLevel(logging.WARNING)
+        return configs
+
+    @staticmethod
+    def _stack_config(options, seed: int) -> BenchConfig:
+        return BenchConfig(
+            base_url=options["base_url"],
+            methods=tuple(m for m in options["methods"].split(",") if m),
+            seed=seed, noise=options["noise"], max_updates=options["max_updates"],
+            judge=options["judge"], out_dir=Path(options["out"]) / f"seed-{seed}",
+            personas=tuple(p for p in options["personas"].split(",") if p),
+            group=options["group"], group_control=not options["no_group_control"],
+            phrasings=options["phrasings"], chat_temperature=options["chat_temperature"],
+            eval_samples=options["eval_samples"], capability=not options["no_capability"],
+            prompt_only=not options["no_prompt_only"],
+            batch_size=options["batch_size"], turns_per_session=options["turns_per_session"],
+            overrides=json.loads(options["overrides"]), eval_temperature=options["eval_temperature"],
+            target=options["target"], stop_at_target=options["stop_at_target"],
+            update_timeout=options["update_timeout"], judge_wait=options["judge_wait"],
+        )
+
+    @staticmethod
+    def _in_process_config(options, seed: int) -> InProcessConfig:
+        return InProcessConfig(
+            model=Path(options["model"] or base_models.default_model_dir()),
+            methods=tuple(m for m in options["methods"].split(",") if m), seed=seed,
+            noise=options["noise"], max_updates=options["max_updates"],
+            personas=tuple(p for p in options["personas"].split(",") if p),
+            phrasings=options["phrasings"], batch_size=options["batch_size"],
+            turns_per_session=options["turns_per_session"],
+            overrides=json.loads(options["overrides"]), chat_temperature=options["chat_temperature"],
+            eval_temperature=options["eval_temperature"],
+            eval_samples=options["eval_samples"], parallel_sessions=options["parallel_sessions"],
+            capability=not options["no_capability"], prompt_only=not options["no_prompt_only"],
+            target=options["target"], threads=options["threads"],
+            shuffle_rewards=options["shuffle_rewards"], out_dir=Path(options["out"]) / f"seed-{seed}",
+        )
+
+    def _run(self, bench_class, configs: list, options, *, dashboard: bool = True) -> None:
+        """One bench per config in turn; what finished is written and reported, also when a run fails."""
         results: list[dict] = []
         try:
             for config in configs:
-                bench = Bench(config, echo=lambda line: self.stdout.write(line),
-                              log=lambda line: self.stderr.write(line))
+                bench = bench_class(config, echo=lambda line: self.stdout.write(line),
+                                    log=lambda line: self.stderr.write(line))
                 try:
                     bench.run()
                 except BenchError as exc:
@@ -146,46 +175,7 @@ class Command(BaseCommand):
                     bench.close()
         finally:
             if results:
-                self._report(results, out=Path(options["out"]), target=options["target"])
-
-    def _in_process(self, options) -> None:
-        try:
-            seeds = [int(s) for s in options["seeds"].split(",") if s.strip()]
-            configs = [
-                InProcessConfig(
-                    model=Path(options["model"] or base_models.default_model_dir()),
-                    methods=tuple(m for m in options["methods"].split(",") if m), seed=seed,
-                    noise=options["noise"], max_updates=options["max_updates"],
-                    personas=tuple(p for p in options["personas"].split(",") if p),
-                    phrasings=options["phrasings"], batch_size=options["batch_size"],
-                    turns_per_session=options["turns_per_session"],
-                    overrides=json.loads(options["overrides"]), chat_temperature=options["chat_temperature"],
-                    eval_temperature=options["eval_temperature"],
-                    eval_samples=options["eval_samples"], parallel_sessions=options["parallel_sessions"],
-                    capability=not options["no_capability"], prompt_only=not options["no_prompt_only"],
-                    target=options["target"], threads=options["threads"],
-                    shuffle_rewards=options["shuffle_rewards"], out_dir=Path(options["out"]) / f"seed-{seed}",
-                )
-                for seed in seeds
-            ]
-        except (ValueError, json.JSONDecodeError) as exc:
-            raise CommandError(str(exc)) from exc
-        if not configs:
-            raise CommandError("--seeds names no seed")
-        results: list[dict] = []
-        try:
-            for config in configs:
-                bench = InProcessBench(config, echo=lambda line: self.stdout.write(line),
-                                       log=lambda line: self.stderr.write(line))
-                try:
-                    bench.run()
-                finally:
-                    results += bench.results
-                    if bench.tracks:
-                        bench.write_outputs()
-        finally:
-            if results:
-                self._report(results, out=Path(options["out"]), target=options["target"], dashboard=False)
+                self._report(results, out=Path(options["out"]), target=options["target"], dashboard=dashboard)
 
     def _report(self, results: list[dict], *, out: Path, target: float, dashboard: bool = True) -> None:
         summary = across_seeds(results, target=target)
