@@ -16,20 +16,15 @@ from tokenizers import Tokenizer
 from clawhub.groups.models import Role
 from tests.factories import add_member, make_group, make_key, make_user
 from tests.gateway.conftest import activate_adapter, forget_tenant_adapters
+from tests.specs import NAMED_WEATHER as NAMED
+from tests.specs import WEATHER_DESCRIBED as WEATHER
+from tests.specs import WEATHER_MSGS
 from tests.vllm_server import TINY_MODEL_DIR
 
 pytestmark = pytest.mark.vllm
 
 MSGS = [{"role": "user", "content": "Can you help me with my homework? How many pencils in 4 boxes of 7?"}]
 GREEDY = {"temperature": 0, "max_tokens": 12}
-# The tiny model writes a well-formed call for a tool and a question shaped like those of its corpus.
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather in a city.",
-    "parameters": {"type": "object",
-                   "properties": {"city": {"type": "string", "description": "The city name."}},
-                   "required": ["city"]}}}
-WEATHER_MSGS = [{"role": "user", "content": "What is the weather like in Paris today?"}]
-NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 
 @pytest.fixture

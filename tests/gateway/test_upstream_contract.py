@@ -12,15 +12,11 @@ import httpx
 import orjson
 import pytest
 
+from tests.specs import NAMED_WEATHER as NAMED
+from tests.specs import WEATHER_DESCRIBED as WEATHER
+from tests.specs import WEATHER_MSGS
+
 MSGS = [{"role": "user", "content": "Tell me about pencils."}]
-# The tiny model writes a well-formed call for a tool and a question shaped like those of its corpus.
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather in a city.",
-    "parameters": {"type": "object",
-                   "properties": {"city": {"type": "string", "description": "The city name."}},
-                   "required": ["city"]}}}
-WEATHER_MSGS = [{"role": "user", "content": "What is the weather like in Paris today?"}]
-NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 
 @dataclass
