@@ -170,6 +170,10 @@ class SampleDetailApi(TenantRowApi):
         return Response(SampleDetailOutputSerializer(sample).data)
 
 
+# What approving or rejecting one sample answers.
+DECISION_RESPONSES = {200: SampleOutputSerializer, 409: CONFLICT, **REVIEW_ERRORS}
+
+
 class SampleDecisionApi(TenantRowApi):
     # A decision on one sample: the caller's review access to its tenant is resolved before the handler
     # (members and viewers 403, anyone else 404, like a missing sample); the service takes it.
@@ -179,6 +183,13 @@ class SampleDecisionApi(TenantRowApi):
     def get_row(self, pk: int) -> Sample | None:
         return selectors.sample_for_decision(sample_id=pk)
 
+    def decide(self, decision, request, sample: Sample, access: TenantAccess) -> Response:
+        """The body checked by the view's InputSerializer, then ``decision`` (the service) as the caller."""
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        sample = decision(access=access, sample_id=sample.pk, ip=client_ip(request), **data.validated_data)
+        return Response(SampleOutputSerializer(sample).data)
+
 
 class SampleApproveApi(SampleDecisionApi):
     class InputSerializer(serializers.Serializer):
@@ -187,14 +198,9 @@ class SampleApproveApi(SampleDecisionApi):
         class Meta:
             ref_name = "SampleApproveInput"
 
-    @extend_schema(tags=REVIEW_TAGS, request=InputSerializer,
-                   responses={200: SampleOutputSerializer, 409: CONFLICT, **REVIEW_ERRORS})
+    @extend_schema(tags=REVIEW_TAGS, request=InputSerializer, responses=DECISION_RESPONSES)
     def post(self, request, sample: Sample, access: TenantAccess):
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        sample = services.sample_approve(access=access, sample_id=sample.pk, ip=client_ip(request),
-                                         **data.validated_data)
-        return Response(SampleOutputSerializer(sample).data)
+        return self.decide(services.sample_approve, request, sample, access)
 
 
 class SampleRejectApi(SampleDecisionApi):
@@ -205,14 +211,9 @@ class SampleRejectApi(SampleDecisionApi):
         class Meta:
             ref_name = "SampleRejectInput"
 
-    @extend_schema(tags=REVIEW_TAGS, request=InputSerializer,
-                   responses={200: SampleOutputSerializer, 409: CONFLICT, **REVIEW_ERRORS})
+    @extend_schema(tags=REVIEW_TAGS, request=InputSerializer, responses=DECISION_RESPONSES)
     def post(self, request, sample: Sample, access: TenantAccess):
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        sample = services.sample_reject(access=access, sample_id=sample.pk, ip=client_ip(request),
-                                        **data.validated_data)
-        return Response(SampleOutputSerializer(sample).data)
+        return self.decide(services.sample_reject, request, sample, access)
 
 
 class SampleBulkApi(APIView):
