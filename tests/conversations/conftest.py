@@ -41,6 +41,15 @@ def tool(text: str, call_id: str = "call_x") -> dict:
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
+
+def topic_session(name: str) -> tuple[list[dict], list[dict], list[dict]]:
+    """The three requests of an agent's session on topic ``name``: "topic <name>", then each request the one
+    before with its reply ("about <name>", "more about <name>") and the user's next message ("more <name>",
+    "done with <name>")."""
+    first = [user(f"topic {name}")]
+    second = [*first, assistant(f"about {name}"), user(f"more {name}")]
+    return first, second, [*second, assistant(f"more about {name}"), user(f"done with {name}")]
+
 def approved_sample(turn):
     """A judged (+1) and approved sample of ``turn``, as review would leave it."""
     from clawhub.feedback.models import Judgment

@@ -11,7 +11,7 @@ from clawhub.conversations.models import Session, Turn
 from clawhub.conversations.selectors import turn_request
 from clawhub.groups.models import Role
 from clawhub.usage.models import UsageDaily
-from tests.conversations.conftest import assistant, make_record, system, tool, tool_call, user
+from tests.conversations.conftest import assistant, make_record, system, tool, tool_call, topic_session, user
 from tests.factories import add_member, make_group, make_key
 
 pytestmark = pytest.mark.django_db
@@ -163,20 +163,12 @@ def test_a_changed_history_starts_a_new_session(key):
 
 
 def test_interleaved_sessions_link_to_their_own_previous_turn(key):
-    a1 = make_record(key, [user("topic A")], reply="about A")
-    b1 = make_record(key, [user("topic B")], reply="about B")
-    a2 = make_record(key, [user("topic A"), assistant("about A"), user("more A")], reply="more about A")
-    b2 = make_record(key, [user("topic B"), assistant("about B"), user("more B")], reply="more about B")
-    a3 = make_record(
-        key,
-        [
-            user("topic A"),
-            assistant("about A"),
-            user("more A"),
-            assistant("more about A"),
-            user("done with A"),
-        ],
-    )
+    a, b = topic_session("A"), topic_session("B")
+    a1 = make_record(key, a[0], reply="about A")
+    b1 = make_record(key, b[0], reply="about B")
+    a2 = make_record(key, a[1], reply="more about A")
+    b2 = make_record(key, b[1], reply="more about B")
+    a3 = make_record(key, a[2])
     capture_store([a1, b1, a2])
     capture_store([b2, a3])
 

@@ -14,7 +14,7 @@ from clawhub.conversations import hooks
 from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import ConversationSettings, Session, Turn
 from clawhub.conversations.services import session_close_idle
-from tests.conversations.conftest import assistant, make_record, system, tool, tool_call, user
+from tests.conversations.conftest import assistant, make_record, system, tool, tool_call, topic_session, user
 
 pytestmark = pytest.mark.django_db
 
@@ -134,42 +134,13 @@ def test_a_fork_links_to_its_own_parent(key):
 @pytest.mark.parametrize("headers", [False, True])
 def test_two_interleaved_sessions_of_one_user(key, headers):
     sid = {"A": "sess-A", "B": "sess-B"} if headers else {"A": None, "B": None}
-    a1 = make_record(key, [user("topic A")], reply="about A", session_id=sid["A"])
-    b1 = make_record(key, [user("topic B")], reply="about B", session_id=sid["B"])
-    a2 = make_record(
-        key,
-        [user("topic A"), assistant("about A"), user("more A")],
-        reply="more about A",
-        session_id=sid["A"],
-    )
-    b2 = make_record(
-        key,
-        [user("topic B"), assistant("about B"), user("more B")],
-        reply="more about B",
-        session_id=sid["B"],
-    )
-    a3 = make_record(
-        key,
-        [
-            user("topic A"),
-            assistant("about A"),
-            user("more A"),
-            assistant("more about A"),
-            user("done with A"),
-        ],
-        session_id=sid["A"],
-    )
-    b3 = make_record(
-        key,
-        [
-            user("topic B"),
-            assistant("about B"),
-            user("more B"),
-            assistant("more about B"),
-            user("done with B"),
-        ],
-        session_id=sid["B"],
-    )
+    a, b = topic_session("A"), topic_session("B")
+    a1 = make_record(key, a[0], reply="about A", session_id=sid["A"])
+    b1 = make_record(key, b[0], reply="about B", session_id=sid["B"])
+    a2 = make_record(key, a[1], reply="more about A", session_id=sid["A"])
+    b2 = make_record(key, b[1], reply="more about B", session_id=sid["B"])
+    a3 = make_record(key, a[2], session_id=sid["A"])
+    b3 = make_record(key, b[2], session_id=sid["B"])
     capture_store([a1, b1, a2])
     capture_store([b2, a3, b3])
     assert pairs(a1, a2, a3, b1, b2, b3) == {
@@ -197,9 +168,10 @@ def test_two_interleaved_sessions_of_one_user(key, headers):
 def test_inside_a_named_session_linking_follows_the_messages(key):
     """One X-Session-Id for two conversations (an agent that reuses its id): each turn still gets the reply
     to its own messages, not the session's newest waiting turn."""
-    a1 = make_record(key, [user("topic A")], reply="about A", session_id="shared")
-    b1 = make_record(key, [user("topic B")], reply="about B", session_id="shared")
-    a2 = make_record(key, [user("topic A"), assistant("about A"), user("more A")], session_id="shared")
+    a, b = topic_session("A"), topic_session("B")
+    a1 = make_record(key, a[0], reply="about A", session_id="shared")
+    b1 = make_record(key, b[0], reply="about B", session_id="shared")
+    a2 = make_record(key, a[1], session_id="shared")
     capture_store([a1, b1, a2])
     # Before: b1 (the session's newest waiting turn) took "more A".
     assert pairs(a1, b1) == {a1.request_id: [user("more A")], b1.request_id: None}
