@@ -17,7 +17,8 @@ from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.services import adapter_version_create
 from clawhub.devtools.personas import personas as P
 from clawhub.devtools.personas.client import tenant_ids_from_html
-from clawhub.devtools.personas.driver import Bench, BenchConfig
+from clawhub.devtools.personas.config import BenchConfig
+from clawhub.devtools.personas.driver import Bench
 from clawhub.devtools.personas.reviewer import review_decisions
 from clawhub.devtools.personas.tracks import Track, UpdateRecord, adversary_shift, agreement
 from clawhub.feedback.models import JudgeRules

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clawhub.devtools.personas import personas as P
 from clawhub.devtools.personas.client import BenchError, temperature
+from clawhub.devtools.personas.config import BenchConfig
 from clawhub.devtools.personas.tracks import Track, agreement, request_seed
 from workers.trainer import capability as C
-
-if TYPE_CHECKING:
-    from clawhub.devtools.personas.driver import BenchConfig
 
 
 def side_answers(track: Track, requests: list[tuple[list[dict], dict]], *, config: BenchConfig,

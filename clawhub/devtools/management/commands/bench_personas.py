@@ -41,7 +41,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from clawhub.devtools.personas import personas
 from clawhub.devtools.personas.client import BenchError
-from clawhub.devtools.personas.driver import DEFAULT_OVERRIDES, Bench, BenchConfig
+from clawhub.devtools.personas.config import DEFAULT_OVERRIDES, BenchConfig
+from clawhub.devtools.personas.driver import Bench
 from clawhub.devtools.personas.in_process import InProcessBench, InProcessConfig
 from clawhub.devtools.personas.plots import band_chart_png
 from clawhub.devtools.personas.summary import across_seeds, report_lines
