@@ -25,7 +25,7 @@ def test_the_layer_contract_is_kept():
 def test_every_app_has_a_layer():
     """A new app (a package or top-level module of clawhub/ or workers/) must be placed in a layer, or the
     contract would not see its imports."""
-    named = {name.strip() for layer in contract()["layers"] for name in layer.split(":")}
+    named = {name.strip() for layer in contract()["layers"] for name in layer.replace("|", ":").split(":")}
     found = set()
     for package in ("clawhub", "workers"):
         for path in (ROOT / package).iterdir():
