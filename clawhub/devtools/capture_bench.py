@@ -83,7 +83,9 @@ class Records:
         return " ".join(words), words
 
     def record(self, tenant: Tenant, messages: list[dict], *, tools=None, same_reply: bool = False):
-        from clawhub.conversations.capture.records import TurnRecord
+        import orjson
+
+        from clawhub.conversations.capture.records import RawIds, TurnRecord
 
         self.n += 1
         text, words = self.reply(0 if same_reply else self.n)
@@ -101,7 +103,8 @@ class Records:
             choices=[{"index": 0, "finish_reason": "length",
                       "message": {"role": "assistant", "content": text}}],
             token_ids=_ids(words, len(prompt_words)), logprobs=[-0.05 * (i + 1) for i in range(len(words))],
-            prompt_token_ids=_ids(prompt_words), prompt_tokens=len(prompt_words),
+            # As the gateway hands them over: vLLM's JSON text, unparsed.
+            prompt_token_ids=RawIds(orjson.dumps(_ids(prompt_words))), prompt_tokens=len(prompt_words),
             completion_tokens=len(words),
         )
 

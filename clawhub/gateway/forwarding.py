@@ -16,7 +16,7 @@ from clawhub.gateway.bodies import encode_body
 from clawhub.gateway.errors import no_upstream, normalise_upstream_error, upstream_refused, upstream_timeout
 from clawhub.gateway.http import send_json
 from clawhub.gateway.identity import Identity
-from clawhub.gateway.proxy import Wants, relay_stream, rewrite_response, split_prompt_ids
+from clawhub.gateway.proxy import Wants, parse_reply, relay_stream, rewrite_response
 from clawhub.gateway.transport import UpstreamResponse
 from clawhub.gateway.upstreams import ActiveAdapter, Upstream
 from workers.upstream_errors import body_shape
@@ -154,9 +154,8 @@ class Forwarding:
             except httpx.HTTPError:
                 UPSTREAM_ERRORS.labels(kind="cut").inc()
                 raise upstream_refused("The model server stopped in the middle of the response.") from None
-            raw, prompt_ids, _ = split_prompt_ids(raw) if chat else (raw, None, 0)
             try:
-                data = orjson.loads(raw)
+                data, prompt_ids = parse_reply(raw, chat)
             except orjson.JSONDecodeError:
                 UPSTREAM_ERRORS.labels(kind="protocol").inc()
                 raise upstream_refused("The model server sent a malformed response.") from None

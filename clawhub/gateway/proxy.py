@@ -13,11 +13,12 @@ both, so that training sees exactly the served sequence.
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import orjson
 
-from clawhub.conversations.capture.records import TurnRecord
+from clawhub.conversations.capture.records import RawIds, TurnRecord
 from clawhub.core.metrics import UPSTREAM_ERRORS
 from clawhub.gateway import messages, responses, tool_calls
 from clawhub.gateway.errors import GatewayError, normalise_upstream_error, upstream_refused, upstream_timeout
@@ -85,44 +86,46 @@ def _ids(value) -> list[int] | None:
 
 
 _PROMPT_IDS_KEY = b'"prompt_token_ids":'
-_DIGITS_AND_COMMAS = b"0123456789,"
 
 
-def split_prompt_ids(raw: bytes) -> tuple[bytes, orjson.Fragment | None, int]:
-    """A chat reply's body (or stream chunk) without its top-level ``prompt_token_ids``, that list as raw JSON
-    and how many ids it holds.
+def split_prompt_ids(raw: bytes) -> tuple[bytes, RawIds | None]:
+    """A chat reply's body (or stream chunk) without its top-level ``prompt_token_ids``, and that list as the
+    JSON text vLLM wrote (``RawIds``), or ``(raw, None)`` when it has none to cut.
 
-    An agent's prompt is 15k ids and more: parsing them into ints for the record, which writes them out again
-    unchanged, cost more than the rest of the request. Cut out as bytes instead, when the list is plainly one
-    (compact, only digits and commas, no empty element, no leading zero: what vLLM writes); anything else
-    returns the body whole, for the parse to handle. In a chat reply the key appears once, at the top level:
-    inside a string its quotes would be escaped."""
+    An agent's prompt is 15k ids and more: parsing them into ints for the record, which hands them on
+    unchanged, cost more than the rest of the request. The list is cut out as bytes instead (found by its key
+    and the first ``]`` after it) and not looked into: capture parses it once when it stores the turn and
+    drops text that is not a list of ids. In a chat reply the key appears once, at the top level: inside a
+    string its quotes would be escaped. A cut that leaves the rest unparseable (a list holding a string with a
+    ``]``: never vLLM's) is undone by ``parse_reply``."""
     start = raw.find(_PROMPT_IDS_KEY)
     if start < 0 or raw.find(_PROMPT_IDS_KEY, start + 1) >= 0:
-        return raw, None, 0
+        return raw, None
     value = start + len(_PROMPT_IDS_KEY)
     end = raw.find(b"]", value)
     if raw[value:value + 1] != b"[" or end < 0:
-        return raw, None, 0
-    ids = raw[value + 1:end]
-    if (ids.translate(None, _DIGITS_AND_COMMAS) or b",," in ids or ids[:1] == b"," or ids[-1:] == b","
-            or (ids[:1] == b"0" or b",0" in ids) and _leading_zero(ids)):
-        return raw, None, 0
-    fragment, count = orjson.Fragment(raw[value:end + 1]), ids.count(b",") + 1 if ids else 0
+        return raw, None
+    ids = RawIds(raw[value:end + 1])
     if raw[start - 1:start] == b",":
         start -= 1  # the comma before it goes with it
     elif raw[end + 1:end + 2] == b",":
         end += 1  # the first key: the comma after it
-    return raw[:start] + raw[end + 1:], fragment, count
+    return raw[:start] + raw[end + 1:], ids
 
 
-def _leading_zero(ids: bytes) -> bool:
-    # JSON has no 01: such a list would be stored unreadable. Only split when an item starts with 0.
-    return any(len(item) > 1 and item[:1] == b"0" for item in ids.split(b","))
+def parse_reply(raw: bytes, chat: bool) -> tuple[Any, RawIds | None]:
+    """The reply (or chunk) parsed, less its prompt ids when they could be cut out unparsed
+    (split_prompt_ids). Raises orjson.JSONDecodeError when the body is not JSON."""
+    rest, ids = split_prompt_ids(raw) if chat else (raw, None)
+    try:
+        return orjson.loads(rest), ids
+    except orjson.JSONDecodeError:
+        if ids is None:
+            raise
+    return orjson.loads(raw), None
 
 
-def rewrite_response(data: dict, wants: Wants, record: TurnRecord,
-                     prompt_ids: orjson.Fragment | None = None) -> None:
+def rewrite_response(data: dict, wants: Wants, record: TurnRecord, prompt_ids: RawIds | None = None) -> None:
     """Non-streaming: records choice 0's sampled tokens, then makes the body what the client expects.
     ``prompt_ids``: the prompt's ids as split_prompt_ids cut them out of the body (then not in ``data``)."""
     data["model"] = wants.model
@@ -138,9 +141,9 @@ def rewrite_response(data: dict, wants: Wants, record: TurnRecord,
         record.token_ids = first.get("token_ids")
         record.logprobs = _choice0_logprobs(first)
     if prompt_ids is not None:
-        record.prompt_token_ids = prompt_ids  # written into the record as it came
+        record.prompt_token_ids = prompt_ids  # handed to capture as it came
         if wants.token_ids:
-            data["prompt_token_ids"] = prompt_ids
+            data["prompt_token_ids"] = orjson.Fragment(prompt_ids.raw)
     else:
         record.prompt_token_ids = _ids(data.get("prompt_token_ids"))
         if not wants.token_ids:
@@ -175,8 +178,7 @@ class StreamJoiner:
         self.choices: dict[int, _Choice] = {}
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
-        self.prompt_token_ids: list[int] | orjson.Fragment | None = None
-        self.prompt_count = 0  # how many ids prompt_token_ids holds
+        self.prompt_token_ids: list[int] | RawIds | None = None
         self.usage: dict | None = None
         self.content_chunks = 0
 
@@ -276,7 +278,7 @@ async def relay_stream(response: UpstreamResponse, send, wants: Wants, record: T
                     if frames is None:
                         out.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
                     else:
-                        out.append(frames.chunk(chunk, joiner.prompt_count))
+                        out.append(frames.chunk(chunk, len(joiner.prompt_token_ids or ())))
                 if upstream_error is not None:
                     break
             if out:
@@ -311,11 +313,9 @@ async def relay_stream(response: UpstreamResponse, send, wants: Wants, record: T
 
 def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants,
                    tools: tool_calls.ToolCallStream | None = None) -> dict | GatewayError | None:
-    prompt_ids = None
-    if joiner.chat and joiner.prompt_token_ids is None and _PROMPT_IDS_KEY in data:  # the first chunk
-        data, prompt_ids, joiner.prompt_count = split_prompt_ids(data)
     try:
-        chunk = orjson.loads(data)
+        # The first chunk carries the prompt's ids.
+        chunk, prompt_ids = parse_reply(data, joiner.chat and joiner.prompt_token_ids is None)
     except orjson.JSONDecodeError:
         error = upstream_refused("The model server sent a malformed stream chunk.")
         error.upstream_kind = "protocol"
@@ -335,12 +335,11 @@ def _rewrite_chunk(data: bytes, joiner: StreamJoiner, wants: Wants,
     if usage:
         joiner.usage = usage
     if prompt_ids is not None:
-        joiner.prompt_token_ids = prompt_ids  # written into the record as it came
+        joiner.prompt_token_ids = prompt_ids  # handed to capture as it came
         if wants.token_ids:
-            chunk["prompt_token_ids"] = prompt_ids
+            chunk["prompt_token_ids"] = orjson.Fragment(prompt_ids.raw)
     elif joiner.prompt_token_ids is None and chunk.get("prompt_token_ids") is not None:
         joiner.prompt_token_ids = _ids(chunk["prompt_token_ids"])  # the first chunk only
-        joiner.prompt_count = len(joiner.prompt_token_ids or ())
     if not wants.token_ids:
         chunk.pop("prompt_token_ids", None)
     if not choices:

@@ -14,8 +14,9 @@ from prometheus_client import REGISTRY
 from clawhub.conversations.capture import store
 from clawhub.conversations.capture.consumer import CaptureConsumer
 from clawhub.conversations.capture.handoff import HandoffSettings, handoff_state
-from clawhub.conversations.capture.records import decode, encode
+from clawhub.conversations.capture.records import RawIds, decode, encode
 from clawhub.conversations.models import Turn
+from clawhub.conversations.selectors import turn_prompt_token_ids
 from clawhub.usage.models import UsageDaily
 from tests.conversations.conftest import make_record, user
 from tests.factories import make_key
@@ -145,3 +146,43 @@ def test_a_read_that_finds_a_few_records_waits_for_more_and_stores_them_in_one_b
     later.join()
     assert Turn.objects.count() == 5
     assert consumer.stats["batches"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_records_of_the_old_format_and_the_new_store_the_same_prompt_ids(stream):
+    """A record the gateway handed off before prompt ids followed it as text (one JSON object, ids inside it)
+    waits in a stream or spool across the upgrade: it is stored as before. The new format stores the same ids;
+    ids that are not a list of uint32 leave the turn without served prompt ids, never the turn lost."""
+    cfg, client = stream
+    key = make_key()[0]
+    tenant = key.owner.tenant
+    # Byte for byte what the gateway before this format handed off (fields it did not know yet missing).
+    old = (
+        '{"request_id":"old-format","route":"chat","key_id":KEY,"user_id":USER,"tenant_id":TENANT,'
+        '"group_id":null,'
+        '"model":"clawhub-personal","upstream_model":"base","adapter_version_id":null,"upstream":"http://u",'
+        '"status":"complete","http_status":200,"started_at":1700000000.0,"latency_ms":12.0,"ttft_ms":null,'
+        '"stream":false,"session_id":null,"turn_type":null,"session_done":false,"request":{"model":'
+        '"clawhub-personal","messages":[{"role":"user","content":"old"}]},"choices":[{"index":0,'
+        '"finish_reason":"stop","message":{"role":"assistant","content":"Sure."}}],"token_ids":[7,8],'
+        '"logprobs":[-0.1,-0.2],"prompt_token_ids":[101,102,103],"prompt_tokens":3,"completion_tokens":2,'
+        '"usage_estimated":false,"error":null,"trace_id":"t"}'
+    )
+    old = old.replace("KEY", str(key.pk)).replace("USER", str(key.owner_id)).replace("TENANT", str(tenant.pk))
+    new = make_record(key, [user("new")], prompt_token_ids=RawIds(b"[101,102,104]"), token_ids=[7, 8])
+    broken = make_record(key, [user("broken")], prompt_token_ids=RawIds(b"[101,-2]"), token_ids=[7, 8])
+    client.xadd(cfg.stream, {"r": old.encode()})
+    client.incrby(cfg.bytes_key, len(old.encode()))
+    hand_off(cfg, client, [new, broken])
+    assert b"\n[101,102,104]" in encode(new)
+
+    consume(CaptureConsumer(cfg), cfg, client)
+
+    turns = {t.request_id: t for t in Turn.objects.all()}
+    assert turn_prompt_token_ids(turn=turns["old-format"]) == [101, 102, 103]
+    assert turn_prompt_token_ids(turn=turns[new.request_id]) == [101, 102, 104]
+    assert turns[new.request_id].prompt_token_count == 3 and turns[new.request_id].token_ids == [7, 8]
+    assert turn_prompt_token_ids(turn=turns[broken.request_id]) is None
+    assert turns[broken.request_id].prompt_token_count is None
+    state = handoff_state(cfg)
+    assert (state["backlog"], state["stored"], state["dead_letters"]) == (0, 3, 0)

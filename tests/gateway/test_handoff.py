@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 
 from clawhub.conversations.capture.consumer import CaptureConsumer
 from clawhub.conversations.capture.handoff import HandoffSettings, handoff_state
-from clawhub.conversations.capture.records import TurnRecord, decode, encode
+from clawhub.conversations.capture.records import RawIds, TurnRecord, decode, encode
 from clawhub.conversations.capture.spool import FRAME, Spool
 from clawhub.conversations.models import Turn
 from clawhub.gateway.auth import KeyInfo
@@ -43,6 +43,26 @@ def test_records_round_trip_and_survive_fields_added_or_removed():
     assert decode(newer) == original
     older = encode(original).replace(b',"trace_id":""', b"")
     assert decode(older) == original
+
+
+def test_prompt_ids_the_gateway_kept_as_text_follow_the_record_unparsed():
+    """vLLM's prompt ids as the gateway cut them out (RawIds) follow the record's JSON after a newline:
+    neither side parses them with the record; parsed ids (a list) stay inside the JSON, as every record did
+    before."""
+    text = b"[151644,8948,0,4294967295]"
+    kept = record(token_ids=[1, 2], prompt_token_ids=RawIds(text))
+    payload = encode(kept)
+    head, tail = payload.split(b"\n")
+    assert tail == text and b'"prompt_token_ids":null' in head and b"151644" not in head
+    back = decode(payload)
+    assert isinstance(back.prompt_token_ids, RawIds) and back.prompt_token_ids.raw == text
+    assert back == replace(kept, prompt_token_ids=[151644, 8948, 0, 4294967295]) == kept
+    assert len(back.prompt_token_ids) == 4 and list(back.prompt_token_ids) == [151644, 8948, 0, 4294967295]
+    parsed = record(prompt_token_ids=[5, 6])
+    assert b"\n" not in encode(parsed) and decode(encode(parsed)).prompt_token_ids == [5, 6]
+    # The JSON object never holds a raw newline, even when the conversation does.
+    newline = replace(kept, request={"messages": [{"role": "user", "content": "a\nb"}]})
+    assert decode(encode(newline)) == newline
 
 
 def test_the_spool_reader_stops_at_a_torn_frame_and_flags_a_damaged_one(tmp_path):

@@ -212,20 +212,35 @@ def test_the_small_redis_client_pipelines_calls_in_order_and_recovers_from_a_tim
 
 
 def test_a_chat_replys_prompt_ids_are_cut_out_as_bytes_and_written_back_unchanged():
-    """An agent's 15k prompt ids are not parsed: split_prompt_ids cuts the list out of the body as raw JSON
-    (the record writes it as it came); a body it cannot cut plainly is left whole for the parse."""
+    """An agent's 15k prompt ids are not parsed: split_prompt_ids cuts the list out of the body as vLLM's JSON
+    text (RawIds; capture parses it once, and drops text that is not a list of uint32); a body it cannot cut
+    is left whole, and a cut that leaves the rest unparseable is undone by parse_reply."""
     import orjson
 
-    from clawhub.gateway.proxy import split_prompt_ids
+    from clawhub.conversations.storage import pack_ids
+    from clawhub.gateway.proxy import parse_reply, split_prompt_ids
 
     for body in ({"id": "a", "prompt_token_ids": [1, 20, 0], "choices": []},
                  {"prompt_token_ids": [7, 8], "usage": {"prompt_tokens": 2}}, {"prompt_token_ids": []},
                  {"content": '"prompt_token_ids":[9]', "prompt_token_ids": [5]}):
-        rest, ids, count = split_prompt_ids(orjson.dumps(body))
-        assert count == len(body["prompt_token_ids"])
+        rest, ids = split_prompt_ids(orjson.dumps(body))
+        assert len(ids) == len(body["prompt_token_ids"]) and ids == body["prompt_token_ids"]
+        assert ids.packed() == pack_ids(body["prompt_token_ids"])
         assert b"prompt_token_ids\":[" not in rest.replace(b'\\"', b"")
-        assert orjson.loads(orjson.dumps({**orjson.loads(rest), "prompt_token_ids": ids})) == body
-    for raw in (b'{"prompt_token_ids":[01,2]}', b'{"prompt_token_ids":[1,,2]}',
-                b'{"prompt_token_ids":[1, 2]}', b'{"prompt_token_ids":null}',
-                b'{"prompt_token_ids":[1],"x":{"prompt_token_ids":[1]}}'):
-        assert split_prompt_ids(raw) == (raw, None, 0)
+        given_back = {**orjson.loads(rest), "prompt_token_ids": orjson.Fragment(ids.raw)}
+        assert orjson.loads(orjson.dumps(given_back)) == body
+        assert parse_reply(orjson.dumps(body), True) == (orjson.loads(rest), ids)
+        assert parse_reply(orjson.dumps(body), False) == (body, None)  # completions: ids are in the choice
+    # Not checked when cut: capture's one parse finds what is not a list of uint32, and stores no ids.
+    for raw, packed in ((b'{"prompt_token_ids":[1, 2]}', pack_ids([1, 2])),
+                        (b'{"prompt_token_ids":[01,2]}', None), (b'{"prompt_token_ids":[1,,2]}', None),
+                        (b'{"prompt_token_ids":[-1,2]}', None), (b'{"prompt_token_ids":[4294967296]}', None),
+                        (b'{"prompt_token_ids":[1.5]}', None), (b'{"prompt_token_ids":[{"a":1}]}', None)):
+        rest, ids = split_prompt_ids(raw)
+        assert rest == b"{}" and ids.packed() == packed, raw
+    for raw in (b'{"prompt_token_ids":null}', b'{"prompt_token_ids":[1],"x":{"prompt_token_ids":[1]}}'):
+        assert split_prompt_ids(raw) == (raw, None)
+    # A list holding a "]" in a string (never vLLM's): the cut breaks the rest, so the whole body is parsed.
+    odd = b'{"prompt_token_ids":["a]"],"x":1}'
+    assert split_prompt_ids(odd)[1] is not None
+    assert parse_reply(odd, True) == ({"prompt_token_ids": ["a]"], "x": 1}, None)

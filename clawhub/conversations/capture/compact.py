@@ -6,7 +6,8 @@ import threading
 from collections import OrderedDict
 
 from clawhub.conversations.capture.graph import Graph
-from clawhub.conversations.capture.items import Item
+from clawhub.conversations.capture.items import UNPACKED, Item
+from clawhub.conversations.capture.records import RawIds
 from clawhub.conversations.identity import (
     MAIN,
 )
@@ -26,25 +27,24 @@ def compact(items: list[Item], graph: Graph) -> None:
     known = _prompts_of(stored_bases, graph)
     by_turn = {id(it.turn): it for it in items}
     for it in items:
-        turn, record = it.turn, it.record
+        turn = it.turn
         base = getattr(turn, "base_ref", None)
         base_messages = base_ids = None
         if base is not None:
             if base.pk is None:
                 source = by_turn[id(base)]
                 base_messages = source.messages
-                if source.record.prompt_token_ids is not None:
-                    base_ids = _packed_context(source)
+                base_ids = _packed_context(source)
             else:
                 base_messages, base_ids = known.get(base.pk, (None, None))
         if it.messages is not None:
             turn.messages_shared, turn.messages_added = split_messages(it.messages, base_messages)
         else:
             turn.messages_shared, turn.messages_added = 0, ""
-        ids = record.prompt_token_ids
-        if ids is not None:
-            turn.prompt_token_count = len(ids)
-            turn.prompt_token_ids_shared, turn.prompt_token_ids_added = split_ids(_packed(it), base_ids)
+        packed = _packed(it)
+        if packed is not None:
+            turn.prompt_token_count = len(packed) // 4
+            turn.prompt_token_ids_shared, turn.prompt_token_ids_added = split_ids(packed, base_ids)
         if not (turn.messages_shared or turn.prompt_token_ids_shared):
             turn.base_ref = None
 
@@ -63,22 +63,28 @@ def forget_recent_prompts() -> None:
         _RECENT.clear()
 
 
-def _packed(it: Item) -> bytes:
-    """The record's prompt ids, packed once (a 32 KB agent prompt has thousands)."""
-    if it.packed_ids is None:
-        it.packed_ids = pack_ids(it.record.prompt_token_ids or ())
+def _packed(it: Item) -> bytes | None:
+    """The record's prompt ids, packed once (a 32 KB agent prompt has thousands); None without any (or when
+    the gateway's RawIds are not a list of uint32)."""
+    if it.packed_ids is UNPACKED:
+        ids = it.record.prompt_token_ids
+        if isinstance(ids, RawIds):
+            it.packed_ids = ids.packed()  # the one parse of vLLM's text
+        else:
+            it.packed_ids = pack_ids(ids) if ids is not None else None
     return it.packed_ids
 
 
-def _packed_context(it: Item) -> bytes:
+def _packed_context(it: Item) -> bytes | None:
     """Prompt ids then reply ids, packed: what the next turn's prompt ids start with."""
-    return _packed(it) + pack_ids(it.record.token_ids or ())
+    packed = _packed(it)
+    return None if packed is None else packed + pack_ids(it.record.token_ids or ())
 
 
 def remember(it: Item) -> None:
     if it.turn is None or it.turn.pk is None or it.messages is None or it.turn_type != MAIN:
         return
-    context = _packed_context(it) if it.record.prompt_token_ids is not None else None
+    context = _packed_context(it)
     with _recent_lock:
         _RECENT[it.turn.pk] = (it.messages, context)
         while len(_RECENT) > _RECENT_MAX:

@@ -27,6 +27,9 @@ from clawhub.conversations.sampling import turn_sampling
 _EXTERNAL_ID_MAX = Session._meta.get_field("external_id").max_length
 
 
+UNPACKED = b"not packed yet"  # Item.packed_ids before compact packs it (compared by identity)
+
+
 @dataclass(eq=False)
 class Item:
     """One record on its way to becoming a turn."""
@@ -44,7 +47,8 @@ class Item:
     session_ref: int | Session | None = None  # an existing session's id, or a new Session
     session: Session | None = None
     turn: Turn | None = None
-    packed_ids: bytes | None = None  # record.prompt_token_ids packed (storage.pack_ids), once
+    # record.prompt_token_ids packed (storage.pack_ids), once, by capture.compact; None: it has none.
+    packed_ids: bytes | None = UNPACKED
 
     @property
     def continuations(self) -> tuple[str, ...]:

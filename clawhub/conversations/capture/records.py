@@ -5,13 +5,73 @@ them (``capture.store``, and ``clawhub.usage`` for the metering) off the event l
 
 The hand-off's record format is a TurnRecord as orjson, field by field, so fields added to TurnRecord flow
 through without the hand-off changing; unknown fields are ignored on the way back, missing ones take their
-defaults.
+defaults. When the prompt's token ids came as vLLM's own JSON text (``RawIds``: the gateway cuts them out of
+the reply unparsed), that text follows the object after a newline, ``{...}\n[1,2,...]``, and the object has
+``"prompt_token_ids": null``: an agent's prompt is 15k ids, which neither side then parses as part of the
+record (orjson never writes a raw newline, so the first one ends the object). A record that is the object
+alone (every record handed off before this format, and any whose ids were parsed) reads as before. A consumer
+older than this format dead-letters records that carry the text as undecodable: roll consumers out first.
 """
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import orjson
+
+from clawhub.conversations.storage import pack_ids, unpack_ids
+
+
+class RawIds(Sequence[int]):
+    """Token ids kept as the JSON array text vLLM wrote (``b"[1,2,3]"``), unparsed until someone reads them:
+    the gateway hands them to capture and, when the client asked, back to the client as they came; the
+    consumer parses them once, to pack them (``capture.compact``). The text is vLLM's and is checked only
+    there: ``packed()`` is None unless it is a list of ints from 0 to 2**32 - 1."""
+
+    __slots__ = ("raw", "_count", "_ints")
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+        self._count: int | None = None
+        self._ints: list[int] | None = None
+
+    def ints(self) -> list[int] | None:
+        """The ids, parsed once; None when the text is not a list of uint32."""
+        if self._ints is None:
+            packed = self.packed()
+            self._ints = unpack_ids(packed) if packed is not None else None
+        return self._ints
+
+    def packed(self) -> bytes | None:
+        """The ids as storage packs them (one parse); None when the text is not a list of uint32 (the turn is
+        then stored without served prompt ids)."""
+        try:
+            value = orjson.loads(self.raw)
+            return pack_ids(value) if type(value) is list else None
+        except (orjson.JSONDecodeError, TypeError, OverflowError):
+            return None
+
+    def __len__(self) -> int:
+        # Counted without parsing (the Messages and Responses streams report it as input tokens at once).
+        if self._count is None:
+            self._count = self.raw.count(b",") + 1 if self.raw.strip(b"[] \t\r\n") else 0
+        return self._count
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ints() or ())
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return (self.ints() or [])[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RawIds):
+            return self.raw == other.raw or self.ints() == other.ints()
+        return isinstance(other, list) and self.ints() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RawIds({len(self.raw)} bytes)"
 
 
 @dataclass
@@ -46,7 +106,8 @@ class TurnRecord:
     logprobs: list[float] | None = None
     # The prompt's token ids as vLLM rendered them (chat: the template applied to messages, tools and
     # chat_template_kwargs), so a training sample is exactly the sequence that was served.
-    prompt_token_ids: list[int] | None = None
+    # A list when it was parsed (or in a record handed off before RawIds), else RawIds.
+    prompt_token_ids: list[int] | RawIds | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     usage_estimated: bool = False  # True when a cut stream had no usage chunk and tokens were estimated
@@ -67,9 +128,17 @@ class TurnRecord:
 _FIELDS = tuple(f.name for f in fields(TurnRecord))
 
 
+def _null(value: Any) -> None:
+    if isinstance(value, RawIds):
+        return None  # written after the object instead
+    raise TypeError
+
+
 def encode(record: TurnRecord) -> bytes:
     # orjson serialises dataclasses natively, every field, in a few microseconds per KB.
     try:
+        if isinstance(record.prompt_token_ids, RawIds):
+            return orjson.dumps(record, default=_null) + b"\n" + record.prompt_token_ids.raw
         return orjson.dumps(record)
     except orjson.JSONEncodeError:
         # A request nested deeper than orjson writes (254 levels, the record's own included) that the gateway
@@ -81,8 +150,12 @@ def encode(record: TurnRecord) -> bytes:
 
 
 def decode(payload: bytes) -> TurnRecord:
-    data = orjson.loads(payload)
-    return TurnRecord(**{name: data[name] for name in _FIELDS if name in data})
+    end = payload.find(b"\n")
+    data = orjson.loads(payload if end < 0 else memoryview(payload)[:end])
+    record = TurnRecord(**{name: data[name] for name in _FIELDS if name in data})
+    if end >= 0:
+        record.prompt_token_ids = RawIds(payload[end + 1:])
+    return record
 
 
 def without_content(record: TurnRecord) -> TurnRecord:
