@@ -42,10 +42,10 @@ __all__ = [
 
 
 def enqueue(task_name: str, *ids: int, queue: str | None = None, countdown: float | None = None,
-            **kwargs: Any) -> Any:
+            producer: Any = None, **kwargs: Any) -> Any:
     """Sends the task now and returns Celery's AsyncResult. Tasks take ids (and plain keyword values) and
     re-read their rows. Without ``queue`` the task goes to its queue in TASK_QUEUES (the Celery app's
-    routes)."""
+    routes). ``producer``: the kombu producer to send through, one for many sends (a fan-out)."""
     if task_name not in TASK_QUEUES:
         raise ValueError(f"unknown task {task_name!r}: add it to clawhub.core.tasks.TASK_QUEUES")
     from clawhub.core.celery_app import app  # the Celery app loads only when a task is sent
@@ -55,6 +55,8 @@ def enqueue(task_name: str, *ids: int, queue: str | None = None, countdown: floa
         options["countdown"] = countdown
     if queue:
         options["queue"] = queue
+    if producer is not None:
+        options["producer"] = producer
     return app.send_task(task_name, args=list(ids), kwargs=kwargs, **options)
 
 

@@ -15,6 +15,7 @@ from celery import Task
 from django.conf import settings
 from django.core.cache import cache
 
+from clawhub.core.tasks import enqueue
 from clawhub.feedback.selectors import turn_tenant_id
 
 
@@ -53,6 +54,5 @@ class TenantCappedJudgeTask(Task):
         with judge_slot(tenant_id=tenant_id) as held:
             if held:
                 return super().__call__(turn_id, *args, **kwargs)
-        self.apply_async(args=(turn_id, *args), kwargs=kwargs,
-                         countdown=settings.CLAWHUB_JUDGE_TENANT_BUSY_DELAY)
+        enqueue(self.name, turn_id, *args, countdown=settings.CLAWHUB_JUDGE_TENANT_BUSY_DELAY, **kwargs)
         return {"turn": turn_id, "outcome": "deferred", "tenant": tenant_id}

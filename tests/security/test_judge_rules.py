@@ -10,6 +10,7 @@ import time
 import pytest
 from django.conf import settings
 
+from clawhub.core.celery_app import app
 from clawhub.feedback.concurrency import judge_slot
 from clawhub.feedback.models import JudgeRules, Judgment
 from tests.factories import make_key, make_user
@@ -131,15 +132,16 @@ def test_one_tenant_holds_at_most_its_share_of_judge_workers(settings, monkeypat
     busy_turn = capture_exchange(busy_key, "That's wrong.")[0]
     calm_turn = capture_exchange(calm_key, "Thanks, perfect.")[0]
     requeued = []
-    monkeypatch.setattr(judge_turn, "apply_async", lambda **kw: requeued.append(kw))
+    monkeypatch.setattr(app, "send_task", lambda name, args, kwargs, **options: requeued.append(
+        (name, args, kwargs, app.amqp.router.route(options, name)["queue"].name, options["countdown"])))
 
     busy = busy_key.owner.tenant.pk
     with judge_slot(tenant_id=busy) as first, judge_slot(tenant_id=busy) as second:
         assert first and second
         # The busy tenant's third turn goes back on the queue instead of taking a worker ...
         assert judge_turn(busy_turn.pk)["outcome"] == "deferred"
-        assert requeued == [{"args": (busy_turn.pk,), "kwargs": {},
-                             "countdown": settings.CLAWHUB_JUDGE_TENANT_BUSY_DELAY}]
+        assert requeued == [(judge_turn.name, [busy_turn.pk], {}, "judge",
+                             settings.CLAWHUB_JUDGE_TENANT_BUSY_DELAY)]
         assert not Judgment.objects.filter(turn=busy_turn).exists()
         # ... while another tenant's turn is judged at once.
         assert judge_turn(calm_turn.pk)["outcome"] == "judged"

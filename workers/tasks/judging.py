@@ -112,7 +112,7 @@ def judge_turns(*turn_ids: int) -> int:
     absorbs; a lost one is re-driven by sweep_unjudged. Returns how many it sent."""
     with app.producer_or_acquire() as producer:
         for turn_id in turn_ids:
-            judge_turn.apply_async(args=[turn_id], queue=JUDGE_QUEUE, producer=producer)
+            tasks.enqueue(tasks.JUDGE_TURN, turn_id, producer=producer)
     return len(turn_ids)
 
 
