@@ -4,6 +4,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import openai
 import pytest
 from django.conf import settings
 
@@ -57,6 +58,16 @@ class Site:
     @property
     def v1(self) -> str:
         return f"{self.url}/v1"
+
+    def agent_chat(self, secret: str, ask: str, thanks: str) -> None:
+        """The user's agent talks through the openai SDK with the key ``secret``: ``ask``, then ``thanks``
+        after the reply, so that the second request carries the first turn's next state."""
+        client = openai.OpenAI(base_url=self.v1, api_key=secret, max_retries=0)
+        history = [{"role": "user", "content": ask}]
+        reply = client.chat.completions.create(model="clawhub-personal", messages=history)
+        history += [{"role": "assistant", "content": reply.choices[0].message.content},
+                    {"role": "user", "content": thanks}]
+        client.chat.completions.create(model="clawhub-personal", messages=history)
 
 
 @pytest.fixture

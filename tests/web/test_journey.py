@@ -10,7 +10,6 @@ step while the page polls: the trainer itself is tested in tests/trainer and tes
 
 import time
 
-import openai
 import pytest
 
 from clawhub.adapters import services as adapter_services
@@ -61,12 +60,7 @@ def test_from_sign_up_to_a_better_model(site, laptop_page, output_dir, monkeypat
     shot(page, output_dir, "1-onboarding")
 
     # The agent chats through the SDK; its second request is the first turn's next state.
-    client = openai.OpenAI(base_url=site.v1, api_key=secret, max_retries=0)
-    history = [{"role": "user", "content": "list three fruits"}]
-    reply = client.chat.completions.create(model="clawhub-personal", messages=history)
-    history += [{"role": "assistant", "content": reply.choices[0].message.content},
-                {"role": "user", "content": "thanks, that works"}]
-    client.chat.completions.create(model="clawhub-personal", messages=history)
+    site.agent_chat(secret, "list three fruits", "thanks, that works")
     first = wait_until(lambda: Turn.objects.filter(user__email=EMAIL, turn_type="main",
                                                    next_state__isnull=False).first(), timeout=WAIT_MS / 1000)
     assert judge_turn.apply(args=[first.pk]).get()["outcome"] == "judged"

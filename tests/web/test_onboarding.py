@@ -5,7 +5,6 @@ run."""
 
 import json
 
-import openai
 import pytest
 
 from clawhub.conversations.models import Turn
@@ -66,12 +65,7 @@ def test_signup_onboarding_test_request_and_a_checklist_that_ticks(site, chromiu
 
     # The user's agent talks through the SDK with the key from the page; the second request is the first
     # turn's next state.
-    client = openai.OpenAI(base_url=site.v1, api_key=secret, max_retries=0)
-    history = [{"role": "user", "content": "rename notes.txt to todo.txt"}]
-    reply = client.chat.completions.create(model="clawhub-personal", messages=history)
-    history += [{"role": "assistant", "content": reply.choices[0].message.content},
-                {"role": "user", "content": "thanks, that worked"}]
-    client.chat.completions.create(model="clawhub-personal", messages=history)
+    site.agent_chat(secret, "rename notes.txt to todo.txt", "thanks, that worked")
     expect(_done(page, "turn")).to_have_attribute("data-done", "true", timeout=TICK_MS)
     page.screenshot(path=str(output_dir / "3-first-turn.png"), full_page=True)
 
