@@ -4,12 +4,16 @@ import asyncio
 
 import httpx
 
-from clawhub.gateway.upstreams import HEALTH_MISSES, UpstreamPool
+from clawhub.gateway.upstreams import HEALTH_MISSES, Upstream, UpstreamPool
 
 URL = "http://upstream.test"
 
 
-def _pool(behaviour: dict) -> UpstreamPool:
+def _watched() -> tuple[dict, UpstreamPool, Upstream]:
+    """A pool of one upstream whose answers follow ``behaviour["mode"]`` ("ok" to start, "slow", "refused"):
+    (behaviour, pool, upstream)."""
+    behaviour = {"mode": "ok"}
+
     def handler(request: httpx.Request) -> httpx.Response:
         if behaviour["mode"] == "slow":
             raise httpx.ReadTimeout("slow", request=request)
@@ -20,13 +24,12 @@ def _pool(behaviour: dict) -> UpstreamPool:
         return httpx.Response(200)
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    return UpstreamPool([{"url": URL, "base_model": "tiny"}], client, health_interval=5.0)
+    pool = UpstreamPool([{"url": URL, "base_model": "tiny"}], client, health_interval=5.0)
+    return behaviour, pool, pool.upstreams[0]
 
 
 def test_slow_checks_take_an_upstream_out_only_after_several_in_a_row():
-    behaviour = {"mode": "ok"}
-    pool = _pool(behaviour)
-    up = pool.upstreams[0]
+    behaviour, pool, up = _watched()
 
     async def scenario():
         assert await pool.check(up)
@@ -45,9 +48,7 @@ def test_slow_checks_take_an_upstream_out_only_after_several_in_a_row():
 
 
 def test_a_refused_connection_takes_it_out_at_once():
-    behaviour = {"mode": "ok"}
-    pool = _pool(behaviour)
-    up = pool.upstreams[0]
+    behaviour, pool, up = _watched()
 
     async def scenario():
         assert await pool.check(up)
