@@ -1,5 +1,6 @@
 """Literal specs several test modules check against or send, written once: a function tool as the OpenAI chat
-API takes it, and the layers a LoRA adapter of the Qwen2 models must cover."""
+API takes it, a chat-completions stream chunk as vLLM sends it, and the layers a LoRA adapter of the Qwen2
+models must cover."""
 
 
 def function_tool(name: str, description: str, argument: str, argument_description: str = "") -> dict:
@@ -14,6 +15,17 @@ def function_tool(name: str, description: str, argument: str, argument_descripti
         },
     }
 
+
+
+def chat_chunk(delta: dict | None = None, finish_reason: str | None = None, usage: dict | None = None,
+               **fields) -> dict:
+    """A chat-completions stream chunk as vLLM sends it: ``fields`` (id, model), one choice with ``delta``
+    (none for ``delta=None``: the closing usage chunk) and ``usage`` when given."""
+    chunk = {**fields, "choices": [] if delta is None else [
+        {"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+    if usage:
+        chunk["usage"] = usage
+    return chunk
 
 WEATHER_TOOL = function_tool("get_weather", "Get the current weather in a city.", "city")
 # The gateway's tool-call tests (the fake upstream and real vLLM): the tiny model writes a well-formed call of

@@ -1,10 +1,13 @@
 """Anthropic Messages <-> chat completions translation (clawhub.gateway.messages), without a server."""
 
+from functools import partial
+
 import orjson
 import pytest
 
 from clawhub.gateway import messages
 from clawhub.gateway.errors import GatewayError, invalid_key, no_upstream
+from tests.specs import chat_chunk
 
 TOOLS = [{"name": "read", "description": "Read a file", "input_schema": {
     "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]
@@ -167,12 +170,7 @@ def _events(raw: bytes) -> list[tuple[str, dict]]:
     return out
 
 
-def _chunk(delta: dict | None = None, finish_reason=None, usage=None) -> dict:
-    chunk = {"id": "msg_1", "model": "m", "choices": [] if delta is None else [
-        {"index": 0, "delta": delta, "finish_reason": finish_reason}]}
-    if usage:
-        chunk["usage"] = usage
-    return chunk
+_chunk = partial(chat_chunk, id="msg_1", model="m")
 
 
 def test_a_stream_of_text_then_a_tool_call_becomes_anthropic_events():

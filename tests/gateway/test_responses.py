@@ -1,10 +1,13 @@
 """OpenAI Responses <-> chat completions translation (clawhub.gateway.responses), without a server."""
 
+from functools import partial
+
 import orjson
 import pytest
 
 from clawhub.gateway import responses
 from clawhub.gateway.errors import GatewayError, no_upstream
+from tests.specs import chat_chunk
 
 LS = '{"command": ["ls"]}'
 SHELL = {"type": "function", "name": "shell", "description": "Run a command", "strict": False,
@@ -121,12 +124,7 @@ def _events(raw: bytes) -> list[dict]:
     return out
 
 
-def _chunk(delta=None, finish_reason=None, usage=None) -> dict:
-    chunk = {"id": "resp_s1", "choices": [] if delta is None else [
-        {"index": 0, "delta": delta, "finish_reason": finish_reason}]}
-    if usage:
-        chunk["usage"] = usage
-    return chunk
+_chunk = partial(chat_chunk, id="resp_s1")
 
 
 def test_a_stream_of_text_then_a_call_becomes_responses_events():
