@@ -1,10 +1,10 @@
 """A small Redis client for the gateway's per-request calls: one connection, commands pipelined in order.
 
-redis-py (without hiredis, which the images do not carry) parses replies in Python and takes a connection from
-a pool per call: measured in one run, the gateway's admission plus release scripts cost about 340 us of CPU
-through it and 22-35 us written to a socket directly. This client writes each command to one connection as it
-comes (concurrent callers share it; Redis answers in order) and parses replies in one pass over what arrived.
-Only what the hot path needs: commands in, replies out, EVALSHA with its NOSCRIPT fallback.
+redis-py (then without hiredis, which parses replies in C) parsed replies in Python, and it takes a connection
+from a pool per call: measured in one run, the gateway's admission plus release scripts cost about 340 us of
+CPU through it and 22-35 us written to a socket directly. This client writes each command to one connection as
+it comes (concurrent callers share it; Redis answers in order) and parses replies in one pass over what
+arrived. Only what the hot path needs: commands in, replies out, EVALSHA with its NOSCRIPT fallback.
 
 Errors are redis-py's, so callers handle one family: a reply error is ``redis.ResponseError``, a lost or
 refused connection ``redis.ConnectionError``, a call that waited longer than ``timeout``
