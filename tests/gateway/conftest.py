@@ -206,13 +206,18 @@ def activate_adapter(tenant, version: int = 1, path: str | None = None, *, tell_
     return row
 
 
+def user_with_adapter() -> tuple:
+    """A new user, a key of theirs and its secret, and an active adapter version of the user's tenant: (user,
+    key, secret, version)."""
+    user = make_user()
+    key, secret = make_key(user)
+    return user, key, secret, activate_adapter(user.tenant)
+
+
 @pytest.fixture
 def secret() -> str:
     """The secret of a new user's key whose tenant has an active adapter."""
-    user = make_user()
-    _, secret = make_key(user)
-    activate_adapter(user.tenant)
-    return secret
+    return user_with_adapter()[2]
 
 
 # The tiny model and its two random LoRA adapters (seeds 1 and 2), shared with tests/model; imported, not

@@ -9,7 +9,7 @@ import pytest
 from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
 from tests.factories import make_key, make_user
-from tests.gateway.conftest import activate_adapter, inside_one_minute
+from tests.gateway.conftest import inside_one_minute, user_with_adapter
 
 SEARCH = {"name": "search", "description": "Search the notes",
           "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}
@@ -23,10 +23,7 @@ def client(gateway, secret: str, *, bearer: bool = False) -> anthropic.Anthropic
 
 @pytest.fixture
 def bob():
-    user = make_user()
-    key, secret = make_key(user)
-    version = activate_adapter(user.tenant)
-    return user, key, secret, version
+    return user_with_adapter()
 
 
 def test_a_turn_is_served_by_the_tenants_adapter_through_chat_and_captured_with_token_ids(gateway, fake, bob):

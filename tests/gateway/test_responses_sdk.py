@@ -7,8 +7,7 @@ import pytest
 
 from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
-from tests.factories import make_key, make_user
-from tests.gateway.conftest import activate_adapter
+from tests.gateway.conftest import user_with_adapter
 
 SEARCH = {"type": "function", "name": "search", "description": "Search the notes",
           "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
@@ -20,9 +19,7 @@ def client(gateway, secret: str) -> openai.OpenAI:
 
 @pytest.fixture
 def carol():
-    user = make_user()
-    _, secret = make_key(user)
-    version = activate_adapter(user.tenant)
+    user, _, secret, version = user_with_adapter()
     return user, secret, version
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from clawhub.groups.models import Role
 from tests.factories import add_member, make_group, make_key, make_user
-from tests.gateway.conftest import activate_adapter
+from tests.gateway.conftest import activate_adapter, user_with_adapter
 
 MSGS = [{"role": "user", "content": "hi there"}]
 
@@ -19,10 +19,7 @@ def client(gateway, secret) -> openai.OpenAI:
 
 @pytest.fixture
 def alice():
-    user = make_user()
-    key, secret = make_key(user)
-    version = activate_adapter(user.tenant)
-    return user, key, secret, version
+    return user_with_adapter()
 
 
 def test_sync_chat_uses_the_tenants_active_adapter_and_rewrites_model(gateway, fake, alice):
