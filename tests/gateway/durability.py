@@ -212,6 +212,14 @@ class Process:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def children(self) -> list[int]:
+        """The pids this process started (gunicorn's master: its workers)."""
+        pid = self.process.pid
+        try:
+            return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except FileNotFoundError:
+            return []
+
 
 def gateway_process(env: dict[str, str], folder: Path, *, graceful: int = 20) -> tuple[Process, str]:
     port = free_port()
