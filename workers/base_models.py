@@ -51,6 +51,11 @@ class BaseModelSpec:
         default).
     temperature: the sampling temperature vLLM uses when a request sets none (--override-generation-config);
         None = the model's own generation_config.json, or vLLM's 1.0.
+    max_tokens: the output limit clients are told (their configs' ``maxTokens``); None: a quarter of the
+        context (clawhub/core/model_limits.py).
+    calls_tools: False where the chat template has no tool format: clients are told to send no tool
+        schemas (OpenClaw's ``compat.supportsTools: false``); the gateway still passes on calls to declared
+        tools only.
     lora_lr: the learning rate of a tenant's LoRA runs unless the operator (CLAWHUB_TRAIN_DEFAULTS) or the
         tenant sets one; None: TrainConfig's own (1e-4).
     canaries: what the promotion gate asks every version whatever the tenant sent (workers/trainer/gate.py):
@@ -71,6 +76,8 @@ class BaseModelSpec:
     temperature: float | None = None
     canaries: str = "capability"
     lora_lr: float | None = None
+    max_tokens: int | None = None
+    calls_tools: bool = True
     rope: dict | None = None
     # (layers, KV heads, head size): for the KV cache figures in this file and the README.
     kv_shape: tuple[int, int, int] | None = None
@@ -102,6 +109,12 @@ SMOLLM2 = BaseModelSpec(
     # From a sweep on the persona benchmark (brief persona, batches of 16, Combine, 12 updates): at 1e-4
     # held-out compliance stayed near the base's (0.06 on 2 seeds); at 3e-4 it reached 0.91-1.00 on 3 seeds.
     lora_lr=3e-4,
+    # Its ChatML template has no tool format, and OpenClaw's 12 tool schemas are 4,000 of the 11,000 tokens of
+    # its first request: told the model calls no tools, OpenClaw sends none (6,800 tokens).
+    calls_tools=False,
+    # Inside OpenClaw's system prompt this model seldom stops: one reply ran past 2,000 tokens (16 minutes at
+    # 1.5-5 tokens/s on 2 busy cores) before it was stopped. 512 tokens bound a turn to about 1-2 minutes.
+    max_tokens=512,
 )
 
 TINY = BaseModelSpec(

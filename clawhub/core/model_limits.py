@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from workers import vllm_cpu
+from workers import base_models, vllm_cpu
 
 
 def max_model_len_of(models: list, base_model: str) -> int | None:
@@ -35,6 +35,7 @@ class ModelLimits:
     context_window: int
     max_tokens: int
     source: str  # "settings" (CLAWHUB_MODEL_CONTEXT_WINDOW) or "model" (the base model's description)
+    calls_tools: bool = True  # False: clients are told to send no tool schemas
 
 
 def max_tokens_for(context_window: int) -> int:
@@ -57,14 +58,17 @@ def described_context_window() -> int:
 
 
 def served_limits() -> ModelLimits:
-    """contextWindow and maxTokens for client configs: the served model's; the settings
-    CLAWHUB_MODEL_CONTEXT_WINDOW / CLAWHUB_MODEL_MAX_TOKENS override either. Web process only (Django)."""
+    """contextWindow and maxTokens for client configs: the served model's (maxTokens its description's, or a
+    quarter of the context); the settings CLAWHUB_MODEL_CONTEXT_WINDOW / CLAWHUB_MODEL_MAX_TOKENS override
+    either. And whether the model calls tools (its description). Web process only (Django)."""
     from django.conf import settings
 
     context, source = settings.MODEL_CONTEXT_WINDOW, "settings"
     if context is None:
         context, source = described_context_window(), "model"
+    description = base_models.describe(settings.CLAWHUB_BASE_MODEL)
     max_tokens = settings.MODEL_MAX_TOKENS
     if max_tokens is None:
-        max_tokens = max_tokens_for(context)
-    return ModelLimits(context_window=context, max_tokens=min(max_tokens, context), source=source)
+        max_tokens = description.max_tokens or max_tokens_for(context)
+    return ModelLimits(context_window=context, max_tokens=min(max_tokens, context), source=source,
+                       calls_tools=description.calls_tools)

@@ -1,10 +1,12 @@
 """What a user pastes into OpenClaw to use a key: the ``models.providers`` block of
 ``~/.openclaw/openclaw.json``, or the equivalent commands: ``openclaw onboard`` and two ``openclaw config
-set`` lines.
+set`` lines (three for a model that calls no tools).
 
 Both carry the served model's real limits (``contextWindow`` from vLLM's ``max_model_len``, ``maxTokens``
-derived from it; see clawhub/core/model_limits.py). Onboarding cannot set them: OpenClaw 2026.9's onboard has
-no such flags and writes 128000 / 4096 whatever the model, so the config lines follow it. The onboard line
+from its description or derived from the context; see clawhub/core/model_limits.py), and, for a model whose
+chat template has no tool format, ``compat.supportsTools: false``: OpenClaw then sends no tool schemas.
+Onboarding cannot set them: OpenClaw 2026.9's onboard has no such flags and writes 128000 / 4096 whatever
+the model, so the config lines follow it. The onboard line
 also carries what a first non-interactive run needs: ``--accept-risk`` (it refuses to run without the
 acknowledgement) and ``--skip-health`` (otherwise it waits for an OpenClaw gateway daemon a new user does not
 run yet).
@@ -61,6 +63,7 @@ def openclaw_provider_config(*, key: ApiKey, secret: str | None = None, base_url
             "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
             "contextWindow": limits.context_window,
             "maxTokens": limits.max_tokens,
+            **({} if limits.calls_tools else {"compat": {"supportsTools": False}}),
         }
         for model_id in models_for_key(key, tenant=tenant)
     ]
@@ -98,8 +101,11 @@ def openclaw_onboard_command(*, key: ApiKey, secret: str | None = None, base_url
         f"--custom-provider-id {PROVIDER_ID} --custom-compatibility openai",
     ])
     model = f"models.providers.{PROVIDER_ID}.models[0]"  # onboarding writes the one model it was given
-    return "\n".join([
+    lines = [
         onboard,
         f"openclaw config set {shlex.quote(model + '.contextWindow')} {limits.context_window}",
         f"openclaw config set {shlex.quote(model + '.maxTokens')} {limits.max_tokens}",
-    ])
+    ]
+    if not limits.calls_tools:
+        lines.append(f"openclaw config set {shlex.quote(model + '.compat.supportsTools')} false")
+    return "\n".join(lines)

@@ -11,7 +11,7 @@ from clawhub.keys.openclaw import (
     openclaw_provider_config,
 )
 from tests.factories import make_group, make_key, make_user
-from workers.base_models import TINY, TINY_MODEL_DIR
+from workers.base_models import MARKER_FILE, SMOLLM2, TINY, TINY_MODEL_DIR
 
 pytestmark = pytest.mark.django_db
 
@@ -154,6 +154,29 @@ def test_the_key_page_and_onboarding_connect_to_no_upstream(listener, client):
     page = client.get(created["Location"])
     assert page.status_code == 200 and b"contextWindow" in page.content
     assert not _connected(listener)
+
+
+def test_a_model_without_a_tool_format_is_configured_to_send_no_tools_and_a_bounded_output(listener, settings,
+                                                                                         tmp_path):
+    """SmolLM2's description: no tool format in its template (OpenClaw then sends no tool schemas) and the
+    output limit it was measured to need; the tiny model keeps its tools and a quarter of its context."""
+    (tmp_path / MARKER_FILE).write_text(json.dumps({"model": SMOLLM2.key}))
+    settings.CLAWHUB_BASE_MODEL, settings.CLAWHUB_START_VLLM = str(tmp_path), True
+    settings.CLAWHUB_VLLM_ARGS = ""
+    key, secret = make_key(make_user())
+    first = provider(openclaw_provider_config(key=key, secret=secret))["models"][0]
+    assert (first["contextWindow"], first["maxTokens"]) == (SMOLLM2.max_model_len, 512)
+    assert first["compat"] == {"supportsTools": False}
+    lines = openclaw_onboard_command(key=key, secret=secret).splitlines()
+    assert len(lines) == 4 and lines[2].endswith(" 512")
+    assert shlex.split(lines[3])[3:] == ["models.providers.clawhub.models[0].compat.supportsTools", "false"]
+    settings.MODEL_MAX_TOKENS = 100  # the operator's setting still wins
+    assert provider(openclaw_provider_config(key=key))["models"][0]["maxTokens"] == 100
+
+    settings.CLAWHUB_BASE_MODEL, settings.MODEL_MAX_TOKENS = str(TINY_MODEL_DIR), None
+    first = provider(openclaw_provider_config(key=key))["models"][0]
+    assert "compat" not in first and first["maxTokens"] == 8192
+    assert len(openclaw_onboard_command(key=key).splitlines()) == 3
 
 
 def test_a_setting_overrides_the_model_description(settings):
