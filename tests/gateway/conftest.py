@@ -130,11 +130,12 @@ class GatewayServer:
 
 
 def serve_gateway(upstream_urls: list[str], *, max_adapters: int = 8, real_capture: bool = False,
-                  with_web: bool = False, wrap=None, **overrides):
-    """``wrap``: given the ASGI app, returns the app to serve in its place (one that records traffic)."""
+                  with_web: bool = False, wrap=None, base_model: str = "tiny", **overrides):
+    """``wrap``: given the ASGI app, returns the app to serve in its place (one that records traffic).
+    ``base_model``: the name the upstreams serve their base model under."""
     spy = CaptureSpy()
     config = GatewayConfig.from_settings(
-        upstreams=[{"url": u, "base_model": "tiny", "max_adapters": max_adapters, "api_key": ""}
+        upstreams=[{"url": u, "base_model": base_model, "max_adapters": max_adapters, "api_key": ""}
                    for u in upstream_urls],
         health_interval=overrides.pop("health_interval", 0.5),
         redis_url=overrides.pop("redis_url", settings.REDIS_URL),  # "": quotas in the process, as embedded
