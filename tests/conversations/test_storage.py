@@ -6,6 +6,7 @@ import orjson
 import pytest
 
 from clawhub.conversations.capture.compact import forget_recent_prompts
+from clawhub.conversations.capture.records import RawIds
 from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import Turn
 from clawhub.conversations.privacy import _detach_from
@@ -81,6 +82,64 @@ def test_a_100_turn_session_through_the_gateway_stores_linearly_and_rebuilds_exa
     # Every turn linked to the one before.
     assert [t.parent_id for t in turns[1:]] == [t.pk for t in turns[:-1]]
     assert turn_request(turn=turns[-1])["temperature"] == 0.5
+
+
+@pytest.mark.django_db
+def test_prompt_ids_sent_as_text_are_parsed_only_past_the_text_of_their_base(key, monkeypatch):
+    """An agent resends its whole conversation: when the gateway handed the prompt ids over as vLLM's text
+    (RawIds) and it starts with the base prompt's text, capture parses only the ids after it, and stores the
+    same rows as when it parses them all."""
+    parsed = []
+    packed = RawIds.packed
+    monkeypatch.setattr(RawIds, "packed", lambda self: parsed.append(len(self.raw)) or packed(self))
+
+    def text(ids):
+        return RawIds(orjson.dumps(ids))
+
+    history = list(range(1000, 4000))  # an agent's 3,000-id system prompt and tools
+    one = [system(), user("one")]
+    two = [*one, assistant("1"), user("two")]
+    three = [*two, assistant("2"), user("three")]
+    records = [
+        make_record(key, one, reply="1", prompt_token_ids=text([*history, 5]), token_ids=[91, 92]),
+        # The reply's ids come back partly re-rendered (92 -> 93), as a chat template may.
+        make_record(key, two, reply="2", prompt_token_ids=text([*history, 5, 91, 93, 6]), token_ids=[81]),
+        make_record(key, three, reply="3", prompt_token_ids=text([*history, 5, 91, 93, 6, 81, 7, 8]),
+                    token_ids=[71]),
+    ]
+    forget_recent_prompts()
+    capture_store(records[:1])
+    capture_store(records[1:])  # the second's base from this process's memory, the third's from its batch
+    turns = [Turn.objects.get(request_id=r.request_id) for r in records]
+    assert [turn_prompt_token_ids(turn=t) for t in turns] == [list(r.prompt_token_ids) for r in records]
+    assert [(t.prompt_token_ids_shared, t.prompt_token_count) for t in turns] == [(0, 3001), (3002, 3004),
+                                                                                  (3005, 3007)]
+    assert [len(bytes(t.prompt_token_ids_added)) // 4 for t in turns] == [3001, 2, 2]
+    # The first prompt whole; after it, only what follows each base prompt's text: "[91,93,6]", "[81,7,8]".
+    assert parsed[0] == len(records[0].prompt_token_ids.raw) and sorted(parsed[1:3]) == [8, 9]
+    # The memory of recent prompts forgotten (bases rebuilt from the database) or text that does not extend
+    # the base's ("[1000,2" is no prefix of "[1000,23"): every id parsed, the same rows.
+    forget_recent_prompts()
+    four = [*three, assistant("3"), user("four")]
+    again = make_record(key, four, reply="4", token_ids=[61],
+                        prompt_token_ids=text([*history, 5, 91, 93, 6, 81, 7, 8, 71, 9]))
+    capture_store([again])
+    stored = Turn.objects.get(request_id=again.request_id)
+    assert (stored.prompt_token_ids_shared, stored.prompt_token_count) == (3008, 3009)
+    assert turn_prompt_token_ids(turn=stored) == list(again.prompt_token_ids)
+    short = make_record(key, [user("a")], reply="b", prompt_token_ids=text([1000, 2]), token_ids=[3])
+    capture_store([short])
+    longer = make_record(key, [user("a"), assistant("b"), user("c")], reply="d",
+                         prompt_token_ids=text([1000, 23, 3]), token_ids=[4])
+    capture_store([longer])
+    stored = Turn.objects.get(request_id=longer.request_id)
+    assert stored.prompt_token_ids_shared == 1 and turn_prompt_token_ids(turn=stored) == [1000, 23, 3]
+    # Text past the base's that is not ids: the turn is stored without served prompt ids.
+    bad = make_record(key, [*four, assistant("4"), user("five")], reply="5",
+                      prompt_token_ids=RawIds(again.prompt_token_ids.raw[:-1] + b",61,-1]"), token_ids=[1])
+    capture_store([bad])
+    stored = Turn.objects.get(request_id=bad.request_id)
+    assert stored.prompt_token_count is None and turn_prompt_token_ids(turn=stored) is None
 
 
 @pytest.mark.django_db

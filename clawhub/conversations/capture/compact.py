@@ -4,6 +4,7 @@ conversation finds its base without reading it back."""
 
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from clawhub.conversations.capture.graph import Graph
 from clawhub.conversations.capture.items import UNPACKED, Item
@@ -29,30 +30,71 @@ def compact(items: list[Item], graph: Graph) -> None:
     for it in items:
         turn = it.turn
         base = getattr(turn, "base_ref", None)
-        base_messages = base_ids = None
+        base_messages, base_context = None, None
         if base is not None:
             if base.pk is None:
                 source = by_turn[id(base)]
-                base_messages = source.messages
-                base_ids = _packed_context(source)
+                base_messages, base_context = source.messages, _context(source)
             else:
-                base_messages, base_ids = known.get(base.pk, (None, None))
+                base_messages, base_context = known.get(base.pk, (None, None))
         if it.messages is not None:
             turn.messages_shared, turn.messages_added = split_messages(it.messages, base_messages)
         else:
             turn.messages_shared, turn.messages_added = 0, ""
-        packed = _packed(it)
-        if packed is not None:
-            turn.prompt_token_count = len(packed) // 4
-            turn.prompt_token_ids_shared, turn.prompt_token_ids_added = split_ids(packed, base_ids)
+        split = _split_past(it, base_context)
+        if split is None:  # not text that extends the base's: every id parsed and compared
+            packed = _packed(it)
+            if packed is not None:
+                shared, added = split_ids(packed, base_context.ids() if base_context else None)
+                split = (shared, added, len(packed) // 4)
+        if split is not None:
+            turn.prompt_token_ids_shared, turn.prompt_token_ids_added, turn.prompt_token_count = split
         if not (turn.messages_shared or turn.prompt_token_ids_shared):
             turn.base_ref = None
 
 
+@dataclass(slots=True)
+class Context:
+    """What the prompt ids of a turn's next state start with: the turn's prompt ids, then its reply's.
+
+    When the prompt's ids came as vLLM's text (RawIds), the text is kept: the next turn's text usually starts
+    with it (an agent resends its whole conversation, 15k ids and more), so only what follows it is parsed.
+    ``text`` is set only once the ids in it are known to be a list of uint32 (they were parsed once)."""
+
+    reply: bytes  # the reply's ids, packed
+    packed: bytes | None = None  # the prompt's ids, packed; None until needed when ``text`` is set
+    text: bytes | None = None
+    count: int = 0  # how many ids ``text`` holds
+
+    def ids(self) -> bytes:
+        """Prompt then reply ids, packed."""
+        if self.packed is None:
+            self.packed = RawIds(self.text or b"[]").packed() or b""
+        return self.packed + self.reply
+
+
+def _split_past(it: Item, base: "Context | None") -> tuple[int, bytes, int] | None:
+    """(ids shared with the base's context, the rest packed, the prompt's id count) when the record's ids are
+    text that starts with the base prompt's text: only the ids after it are parsed. None otherwise."""
+    ids = it.record.prompt_token_ids
+    if not isinstance(ids, RawIds) or base is None or base.text is None or not base.count:
+        return None
+    head = len(base.text) - 1  # the base's text without its "]"
+    raw = ids.raw
+    if not raw.startswith(base.text[:head]) or raw[head:head + 1] not in (b",", b"]"):
+        return None  # "[1,2" is no prefix of "[1,23": an id must end where the base's text ends
+    rest = RawIds(b"[" + raw[head + 1:]).packed() if raw[head:head + 1] == b"," else b""
+    if rest is None:
+        return None  # not ids after all: the full parse says so for the whole text
+    shared, added = split_ids(rest, base.reply)
+    count = base.count + len(rest) // 4
+    it.context = Context(reply=pack_ids(it.record.token_ids or ()), text=raw, count=count)
+    return base.count + shared, added, count
+
+
 # Prompts of turns this process wrote lately, so that the next turn of a conversation finds its base here
-# instead of rebuilding it from the database: turn id -> (messages, prompt ids + reply ids).
-# (The ids are packed, as split_ids compares them.)
-_RECENT: "OrderedDict[int, tuple[list | None, bytes | list[int] | None]]" = OrderedDict()
+# instead of rebuilding it from the database: turn id -> (messages, its Context).
+_RECENT: "OrderedDict[int, tuple[list | None, Context | None]]" = OrderedDict()
 _RECENT_MAX = 128
 _recent_lock = threading.Lock()
 
@@ -75,24 +117,31 @@ def _packed(it: Item) -> bytes | None:
     return it.packed_ids
 
 
-def _packed_context(it: Item) -> bytes | None:
-    """Prompt ids then reply ids, packed: what the next turn's prompt ids start with."""
-    packed = _packed(it)
-    return None if packed is None else packed + pack_ids(it.record.token_ids or ())
+def _context(it: Item) -> Context | None:
+    """The item's Context (None without valid prompt ids), made once."""
+    if it.context is None:
+        packed = _packed(it)
+        if packed is None:
+            return None
+        ids = it.record.prompt_token_ids
+        text = ids.raw if isinstance(ids, RawIds) else None
+        it.context = Context(reply=pack_ids(it.record.token_ids or ()), packed=packed, text=text,
+                             count=len(packed) // 4)
+    return it.context
 
 
 def remember(it: Item) -> None:
     if it.turn is None or it.turn.pk is None or it.messages is None or it.turn_type != MAIN:
         return
-    context = _packed_context(it)
+    context = _context(it)
     with _recent_lock:
         _RECENT[it.turn.pk] = (it.messages, context)
         while len(_RECENT) > _RECENT_MAX:
             _RECENT.popitem(last=False)
 
 
-def _prompts_of(turn_ids: set[int], graph: Graph) -> dict[int, tuple[list | None, list[int] | None]]:
-    out: dict[int, tuple[list | None, list[int] | None]] = {}
+def _prompts_of(turn_ids: set[int], graph: Graph) -> dict[int, tuple[list | None, Context | None]]:
+    out: dict[int, tuple[list | None, Context | None]] = {}
     missing = set()
     with _recent_lock:
         for pk in turn_ids:
@@ -107,7 +156,9 @@ def _prompts_of(turn_ids: set[int], graph: Graph) -> dict[int, tuple[list | None
         with _recent_lock:
             for pk in missing:
                 messages, ids, response = rebuilt.get(pk, (None, None, None))
-                out[pk] = (messages, ids + list(response or ()) if ids is not None else None)
+                context = Context(reply=pack_ids(response or ()), packed=pack_ids(ids)) if ids is not None \
+                    else None
+                out[pk] = (messages, context)
                 if messages is not None:
                     _RECENT[pk] = out[pk]  # a base read once (a repeated prompt's first turn) is read again
             while len(_RECENT) > _RECENT_MAX:

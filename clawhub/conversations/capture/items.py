@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
@@ -49,6 +50,7 @@ class Item:
     turn: Turn | None = None
     # record.prompt_token_ids packed (storage.pack_ids), once, by capture.compact; None: it has none.
     packed_ids: bytes | None = UNPACKED
+    context: Any = None  # capture.compact.Context: what its next state's prompt ids start with, made once
 
     @property
     def continuations(self) -> tuple[str, ...]:
