@@ -188,9 +188,40 @@ def test_records_of_the_old_format_and_the_new_store_the_same_prompt_ids(stream)
     assert (state["backlog"], state["stored"], state["dead_letters"]) == (0, 3, 0)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_dead_letters_an_older_consumer_could_not_decode_are_requeued_and_stored(stream, settings):
+    """During an upgrade a consumer older than the gateway dead-letters records in the new format as
+    undecodable; ``capture_consumer --requeue-undecodable`` puts those this consumer reads back on the
+    stream. Letters of records that failed to store, and what still does not decode, stay where they are."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    cfg, client = stream
+    settings.CAPTURE_STREAM = cfg.stream
+    key = make_key()[0]
+    new = make_record(key, [user("after the upgrade")], prompt_token_ids=RawIds(b"[5,6,7]"), token_ids=[1])
+    failed = make_record(key, [user("refused")])
+    letters = [(encode(new), "undecodable: JSONDecodeError: trailing characters at line 1 column 900"),
+               (encode(failed), "failed 5 times: DataError: value too long"),
+               (b"\x00not a record", "undecodable: JSONDecodeError: unexpected character")]
+    for i, (payload, reason) in enumerate(letters):
+        client.xadd(cfg.dead_stream, {"r": payload, "reason": reason, "id": f"{i}-0"})
+
+    out = StringIO()
+    call_command("capture_consumer", "--requeue-undecodable", stdout=out)
+
+    assert "requeued 1 dead letters" in out.getvalue() and "1 still undecodable" in out.getvalue()
+    assert [fields[b"reason"][:6] for _, fields in client.xrange(cfg.dead_stream)] == [b"failed", b"undeco"]
+    consume(CaptureConsumer(cfg), cfg, client)
+    assert turn_prompt_token_ids(turn=Turn.objects.get(request_id=new.request_id)) == [5, 6, 7]
+    assert not Turn.objects.filter(request_id=failed.request_id).exists()
+    state = handoff_state(cfg)
+    assert (state["backlog"], state["backlog_bytes"], state["stored"]) == (0, 0, 1)
+
 def test_redis_replies_are_parsed_by_hiredis_wherever_the_project_installs():
     """hiredis parses Redis replies in C: a 64 KB record read off the capture stream cost 61 us of CPU in
-    redis-py's Python parser and 17-20 us with it (issue 30). Every lock file carries it."""
+    redis-py's Python parser and 17-20 us with it. Every lock file carries it."""
     from pathlib import Path
 
     from redis.utils import HIREDIS_AVAILABLE

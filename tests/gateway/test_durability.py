@@ -32,7 +32,7 @@ from tests.gateway.durability import (
     wait_serving,
 )
 
-# Seconds, as issue 30 asks: the database past every cache lifetime and the consumer's longest backoff.
+# Seconds: the database away past every cache lifetime and the consumer's longest backoff.
 DATABASE_OUTAGE = 60
 REDIS_OUTAGE = 30
 

@@ -274,6 +274,43 @@ def report_lost(instance: str, lost: list[str]) -> None:
                    "%s", instance, len(lost), " ".join(lost[:50]))
 
 
+def requeue_undecodable(cfg: HandoffSettings) -> tuple[int, int]:
+    """Puts dead letters that were dead-lettered as undecodable, and that this consumer decodes, back on the
+    stream; returns (requeued, left undecodable). For an upgrade that changed the record format: a consumer
+    older than the gateway that wrote a record dead-letters it (``records``: prompt ids after the object).
+    Storing is idempotent by request id, and undecodable records were never metered, so nothing counts twice.
+    Letters of records that failed to store are left alone (their usage was metered when they went there)."""
+    import redis
+
+    client = redis.Redis.from_url(cfg.redis_url, socket_timeout=CALL_TIMEOUT,
+                                  socket_connect_timeout=CALL_TIMEOUT)
+    requeued = left = 0
+    start = "-"
+    try:
+        while True:
+            page = client.xrange(cfg.dead_stream, min=start, count=500)
+            for eid, fields in page:
+                if not fields.get(b"reason", b"").startswith(b"undecodable"):
+                    continue
+                payload = fields.get(b"r") or b""
+                try:
+                    decode(payload)
+                except Exception:
+                    left += 1
+                    continue
+                pipe = client.pipeline(transaction=True)
+                pipe.xadd(cfg.stream, {"r": payload})
+                pipe.incrby(cfg.bytes_key, len(payload))
+                pipe.xdel(cfg.dead_stream, eid)
+                pipe.execute()
+                requeued += 1
+            if len(page) < 500:
+                return requeued, left
+            start = "(" + page[-1][0].decode()
+    finally:
+        client.close()
+
+
 # --- the consumer -------------------------------------------------------------------------------------------
 
 

@@ -10,7 +10,8 @@ the reply unparsed), that text follows the object after a newline, ``{...}\n[1,2
 ``"prompt_token_ids": null``: an agent's prompt is 15k ids, which neither side then parses as part of the
 record (orjson never writes a raw newline, so the first one ends the object). A record that is the object
 alone (every record handed off before this format, and any whose ids were parsed) reads as before. A consumer
-older than this format dead-letters records that carry the text as undecodable: roll consumers out first.
+older than this format dead-letters records that carry the text as undecodable: roll consumers out first, or
+requeue them afterwards (``capture_consumer --requeue-undecodable``).
 """
 
 from collections.abc import Iterator, Sequence
