@@ -1,10 +1,8 @@
 """The real OpenClaw CLI (pinned, from npm, with Node 24 from npm; cached outside the checkout by
 tests/openclaw/install.py) against the shared `./dev run`, set up exactly as a new user would from what
-ClawHub shows: sign up, create a key, then either run the commands the key shows (onboard + config set) or
-write openclaw.json from the block it shows; then `openclaw agent --local --json` turns in one OpenClaw
-session: three after onboarding (the session, its links and judgments), one after the JSON block (that
-OpenClaw configured from it is served and captured; the rest of what the turns show is the same OpenClaw
-code either way, so two more CLI runs there would only repeat it).
+ClawHub shows: sign up, create a key, run the commands the key shows (onboard + config set), then three
+`openclaw agent --local --json` turns in one OpenClaw session (the session, its links and judgments). The
+JSON block a key shows is driven on the default model instead (tests/model/test_real_openclaw.py).
 
 Asserted on ClawHub's side, over HTTP only: every request OpenClaw made got 200 and was streamed; the
 turns are main turns of one ClawHub session keyed by OpenClaw's own sessionId (OpenClaw sends no session
@@ -23,7 +21,6 @@ import re
 import shutil
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +30,7 @@ import pytest
 from tests.embedded.conftest import post, signed_in_client, wait_for
 from tests.openclaw.install import OpenClaw, ensure_openclaw
 
-pytestmark = [pytest.mark.embedded, pytest.mark.timeout(2400)]  # the stack, then both paths at once
+pytestmark = [pytest.mark.embedded, pytest.mark.timeout(2400)]  # the stack, then the agent turns
 
 PASSWORD = "a long and unusual passphrase"
 MESSAGES = (
@@ -103,8 +100,9 @@ def _turns(http: httpx.Client) -> list[dict]:
     return turns
 
 
-SETUPS = ("onboard", "json-block")
-TURNS = {"onboard": MESSAGES, "json-block": MESSAGES[:1]}  # what each setup path says (module docstring)
+# The JSON block a key shows is driven on the default model (tests/model/test_real_openclaw.py).
+SETUPS = ("onboard",)
+TURNS = {"onboard": MESSAGES}
 
 
 def _said(turn: dict) -> list[str]:
@@ -156,17 +154,13 @@ def _drive(setup: str, stack, claw: OpenClaw, out: Path, home: Path) -> Driven:
     assert created.status_code == 201, created.text
     secret, shown = created.json()["secret"], created.json()["openclaw"]
     timings: dict = {"setup": setup}
-    if setup == "onboard":
-        commands = shown["onboard_command"]
-        (out / "commands.sh").write_text(commands.replace(secret, "<secret>") + "\n")
-        for index, line in enumerate(commands.splitlines()):  # as shown, one after the other, as pasted
-            ran = _run(claw, home, out, f"setup-{index}", ["bash", "-c", line])
-            assert ran["rc"] == 0, (line.replace(secret, "<secret>"), ran["stdout"][-2000:],
-                                    ran["stderr"][-2000:])
-            timings[f"setup_{index}_wall_s"] = ran["wall_s"]
-    else:
-        (home / ".openclaw").mkdir()
-        (home / ".openclaw" / "openclaw.json").write_text(json.dumps(shown["config"], indent=2))
+    commands = shown["onboard_command"]
+    (out / "commands.sh").write_text(commands.replace(secret, "<secret>") + "\n")
+    for index, line in enumerate(commands.splitlines()):  # as shown, one after the other, as pasted
+        ran = _run(claw, home, out, f"setup-{index}", ["bash", "-c", line])
+        assert ran["rc"] == 0, (line.replace(secret, "<secret>"), ran["stdout"][-2000:],
+                                ran["stderr"][-2000:])
+        timings[f"setup_{index}_wall_s"] = ran["wall_s"]
     runs = []
     for index, message in enumerate(TURNS[setup]):
         ran = _run(claw, home, out, f"agent-{index}", ["openclaw", "agent", "--local", "--json", "--message",
@@ -183,29 +177,29 @@ def _drive(setup: str, stack, claw: OpenClaw, out: Path, home: Path) -> Driven:
 
 @pytest.fixture(scope="session")
 def driven(_shared_stack, openclaw, tmp_path_factory) -> dict[str, Driven | BaseException]:
-    """Both setups at once: the CLI spends most of its time in single-threaded Node, so two of them share
-    two cores far better than they take turns (and vLLM's prefix cache serves the second system prompt).
-    Once per session: a module-scoped fixture was set up again for the second parameter in a full run (the
-    first one's output folder then still existed: FileExistsError), which would drive OpenClaw twice."""
+    """Each setup driven once per session: a module-scoped fixture was set up again for a second parameter in
+    a full run (the first one's output folder then still existed: FileExistsError), which would drive
+    OpenClaw twice."""
     from django.conf import settings
 
-    outs, homes = {}, {}
+    outcomes: dict[str, Driven | BaseException] = {}
     for setup in SETUPS:
-        outs[setup] = settings.TEST_OUTPUT_DIR / f"test_real_openclaw_through_what_the_key_shows[{setup}]"
-        shutil.rmtree(outs[setup], ignore_errors=True)
-        outs[setup].mkdir(parents=True, exist_ok=True)
-        homes[setup] = tmp_path_factory.mktemp(f"openclaw-{setup}")  # its state holds the key: no artifact
-    with ThreadPoolExecutor(len(SETUPS)) as pool:
-        futures = {setup: pool.submit(_drive, setup, _shared_stack.stack, openclaw, outs[setup], homes[setup])
-                   for setup in SETUPS}
-        return {setup: future.exception() or future.result() for setup, future in futures.items()}
+        out = settings.TEST_OUTPUT_DIR / f"test_real_openclaw_through_what_the_key_shows[{setup}]"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True, exist_ok=True)
+        home = tmp_path_factory.mktemp(f"openclaw-{setup}")  # its state holds the key: no artifact
+        try:
+            outcomes[setup] = _drive(setup, _shared_stack.stack, openclaw, out, home)
+        except Exception as error:  # noqa: BLE001 - reported by the test of that setup
+            outcomes[setup] = error
+    return outcomes
 
 
 @pytest.mark.parametrize("setup", SETUPS)
 def test_real_openclaw_through_what_the_key_shows(shared_stack, driven, setup):
     """Minutes in setup: the shared `./dev run` stack starts (vLLM included), OpenClaw and its Node are
     installed into the cache on a machine's first run (548 s in all on a cold cache), and the real CLI
-    drives several agent turns for each way of configuring it."""
+    drives several agent turns."""
     outcome = driven[setup]
     if isinstance(outcome, BaseException):
         raise outcome
@@ -213,15 +207,12 @@ def test_real_openclaw_through_what_the_key_shows(shared_stack, driven, setup):
                                                    outcome.context, outcome.runs, outcome.timings)
     output_dir = outcome.out
     started = time.monotonic()
-    if setup == "onboard":
-        lines = shown["onboard_command"].splitlines()
-        assert lines[0].startswith("openclaw onboard ") and "--accept-risk" in lines[0]
-        assert "--skip-health" in lines[0] and len(lines) == 3
-    else:
-        assert shown["config"]["models"]["providers"]["clawhub"]["apiKey"] == secret
+    lines = shown["onboard_command"].splitlines()
+    assert lines[0].startswith("openclaw onboard ") and "--accept-risk" in lines[0]
+    assert "--skip-health" in lines[0] and len(lines) == 3
     model = timings["config"]
     assert model["id"] == "clawhub-personal"
-    # What OpenClaw uses is what the model really serves (not onboarding's 128000 / 4096), on both paths.
+    # What OpenClaw uses is what the model really serves (not onboarding's 128000 / 4096).
     shown_model = shown["config"]["models"]["providers"]["clawhub"]["models"][0]
     assert (model["contextWindow"], model["maxTokens"]) == (context, shown_model["maxTokens"])
     assert model["maxTokens"] < context
