@@ -1,6 +1,7 @@
 """The gateway's chat contract on the default model (SmolLM2-135M-Instruct, the shared ``real_vllm_server``),
 through the real openai SDK: a plain question answered and captured with the served token ids and
-log-probs, streamed and not; a named tool call (vLLM's structured output) relayed whole, streamed and not;
+log-probs, streamed and not; a named tool call (vLLM's structured output) relayed whole, streamed and not,
+and the tool's result sent back answered in text;
 and, with a declared tool and ``tool_choice: "auto"``, no call to a tool the request did not declare.
 
 A few short greedy requests (about 20 s on two busy cores) beside the real model's other tests.
@@ -52,6 +53,17 @@ def test_a_named_tool_call_is_relayed_whole(client):
     assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
     joined = spy.wait_for(2)[-1].choices[0]["message"]["tool_calls"][0]
     assert joined["function"] == {"name": "get_weather", "arguments": call.function.arguments}
+
+    # The round's second half: the tool's result goes back and the model answers in text.
+    result = [{"role": "assistant", "content": None, "tool_calls": [
+                  {"id": call.id, "type": "function",
+                   "function": {"name": "get_weather", "arguments": call.function.arguments}}]},
+              {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 24 degrees Celsius."}]
+    answer = sdk.chat.completions.create(**{**common, "messages": WEATHER_MSGS + result,
+                                            "tool_choice": "none"})
+    assert answer.choices[0].message.content and not answer.choices[0].message.tool_calls
+    record = spy.wait_for(3)[-1]
+    assert record.request["messages"][-1]["role"] == "tool" and record.token_ids
 
 
 @pytest.mark.parametrize("ask", ["What is 17 times 23? Use a calculator tool.",
