@@ -7,6 +7,7 @@ import os
 from dataclasses import replace
 
 import httpx
+import orjson
 import pytest
 from prometheus_client import REGISTRY
 
@@ -104,6 +105,25 @@ def test_a_crashed_writer_is_consumed_and_its_in_flight_requests_counted(tmp_pat
     state = handoff_state(cfg)
     assert state["lost_in_flight"] == 1 and state["stored"] == 2 and state["backlog_bytes"] == 0
     assert not list(tmp_path.glob("dead.*")), "the dead writer's files are gone once consumed"
+
+
+def test_a_spool_written_before_prompt_ids_followed_the_record_is_read_after_the_upgrade(tmp_path):
+    """A gateway's spool outlives an upgrade (a pod's volume, the embedded data folder): records spooled in
+    the old format (one JSON object, ids inside it) and in the new one, side by side, are read alike."""
+    cfg = HandoffSettings.from_settings(redis_url="", spool_dir=tmp_path)
+    spool = Spool(tmp_path, max_bytes=10**6)
+    spool.open_writer("upgraded")
+    old = {**orjson.loads(encode(record("old"))), "prompt_token_ids": [7, 8, 9]}
+    del old["api"], old["clamped_max_tokens"]  # fields older gateways did not write yet
+    assert spool.append(orjson.dumps(old))
+    assert spool.append(encode(record("new", prompt_token_ids=RawIds(b"[7,8,10]"))))
+    stored: list[TurnRecord] = []
+    consumer = CaptureConsumer(cfg, store=stored.extend)
+    for _ in range(3):
+        consumer.run_once()
+    assert [(r.request_id, list(r.prompt_token_ids)) for r in stored] == [("old", [7, 8, 9]),
+                                                                           ("new", [7, 8, 10])]
+    assert handoff_state(cfg)["dead_letters"] == 0
 
 
 @pytest.mark.django_db(transaction=True)
