@@ -69,27 +69,6 @@ def adapters_to_unload(*, now) -> QuerySet[AdapterVersion]:
     )
 
 
-def heldout_samples(*, tenant: Tenant, limit: int) -> list:
-    """The eval gate's held-out set: the tenant's judged turns that runs held back from their batches (never
-    trained on), still approved and not deleted by their users, newest first."""
-    from clawhub.review.models import Sample
-    from clawhub.training.models import TrainingRun
-
-    # Only the slice of runs that succeeded, and only samples still claimed by that run: a failed run's
-    # held-out samples went back to the pool and may have been trained since.
-    held = Q(pk__in=[])
-    for run_id, heldout in TrainingRun.objects.filter(
-        tenant=tenant, state=TrainingRun.State.SUCCEEDED
-    ).values_list("pk", "heldout_ids"):
-        if heldout:
-            held |= Q(training_run_id=run_id, pk__in=heldout)
-    return list(
-        Sample.objects.filter(held, tenant=tenant, state=Sample.State.APPROVED)
-        .select_related("turn", "judgment")
-        .order_by("-created_at", "-id")[: max(limit, 0)]
-    )
-
-
 def version_lineage(*, version: AdapterVersion | None) -> list[int]:
     """The ids of `version` and its ancestors, newest first ([] for the base model). Parents are older
     versions of the same tenant, so the walk ends; the bound only guards against a corrupted cycle."""

@@ -1,12 +1,13 @@
-"""Reads for training: a tenant's settings and effective config, runs, a run's claimed samples, what each turn
-taught (the conversation page) and each member's weight in a group's adapter (the group page)."""
+"""Reads for training: a tenant's settings and effective config, runs, a run's claimed samples and the eval
+gate's held-out set, what each turn taught (the conversation page) and each member's weight in a group's
+adapter (the group page)."""
 
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from clawhub.conversations.models import Turn
@@ -126,6 +127,24 @@ def samples_of_run(*, run: TrainingRun) -> list[Sample]:
         .select_related("turn", "judgment")
     }
     return [by_id[i] for i in run.sample_ids if i in by_id]
+
+
+def heldout_samples(*, tenant: Tenant, limit: int) -> list:
+    """The eval gate's held-out set: the tenant's judged turns that runs held back from their batches (never
+    trained on), still approved and not deleted by their users, newest first."""
+    # Only the slice of runs that succeeded, and only samples still claimed by that run: a failed run's
+    # held-out samples went back to the pool and may have been trained since.
+    held = Q(pk__in=[])
+    for run_id, heldout in TrainingRun.objects.filter(
+        tenant=tenant, state=TrainingRun.State.SUCCEEDED
+    ).values_list("pk", "heldout_ids"):
+        if heldout:
+            held |= Q(training_run_id=run_id, pk__in=heldout)
+    return list(
+        Sample.objects.filter(held, tenant=tenant, state=Sample.State.APPROVED)
+        .select_related("turn", "judgment")
+        .order_by("-created_at", "-id")[: max(limit, 0)]
+    )
 
 
 # --- lineage: what blocks a tenant's next run, and where every approved sample stands ---------------------

@@ -85,8 +85,8 @@ def test_a_rejecting_decision_ends_the_candidate(db, fake):
 
 
 def test_the_held_out_set_is_the_held_back_slice_of_succeeded_runs(db, sent, settings):
-    from clawhub.adapters.selectors import heldout_samples
     from clawhub.training import services as training
+    from clawhub.training.selectors import heldout_samples
 
     settings.CLAWHUB_GATE_HOLDOUT_EVERY = 2
     user = make_user()

@@ -11,16 +11,11 @@ from clawhub.accounts.selectors import user_by_id
 from clawhub.adapters import lineage_services
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.models import AdapterVersion
-from clawhub.adapters.selectors import (
-    active_adapter_for_tenant,
-    adapter_is_pinned,
-    adapter_version_by_id,
-    heldout_samples,
-)
+from clawhub.adapters.selectors import active_adapter_for_tenant, adapter_is_pinned, adapter_version_by_id
 from clawhub.adapters.serving import UpstreamUnavailable
 from clawhub.core import tasks
 from clawhub.training import services
-from clawhub.training.selectors import run_for_version
+from clawhub.training.selectors import heldout_samples, run_for_version
 from workers.celery import app
 from workers.tasks.training import train_sample
 from workers.trainer.backend import TrainConfig
