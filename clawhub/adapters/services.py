@@ -45,7 +45,7 @@ from clawhub.accounts.audit import audit_record_for_tenant
 from clawhub.accounts.models import User
 from clawhub.adapters import evaluation, serving
 from clawhub.adapters.cache import adapter_cache_invalidate
-from clawhub.adapters.lineage_services import adapter_reject_stale_parent, adapter_unload_everywhere
+from clawhub.adapters.lineage_services import adapter_unload_everywhere
 from clawhub.adapters.models import AdapterPin, AdapterVersion
 from clawhub.adapters.registry import loaded_adapter_record, loaded_adapters_forget
 from clawhub.adapters.selectors import adapter_in_flight, adapters_to_unload
@@ -180,6 +180,16 @@ def adapter_hold(*, version: AdapterVersion) -> AdapterVersion:
 # --- activation (promotion and rollback) -------------------------------------------------------------------
 
 
+class ParentRetired(Exception):
+    """A promotion refused at the switch: the candidate's parent is no longer the tenant's active version
+    (``active``, read under the tenant's lock). Nothing switched; the candidate's pre-loads are still on the
+    upstreams until the caller rejects it (adapter_reject_stale_parent)."""
+
+    def __init__(self, *, version: AdapterVersion, active: AdapterVersion | None):
+        super().__init__(f"the parent of {version.upstream_name} is no longer the active version")
+        self.version, self.active = version, active
+
+
 def adapter_activate(
     *,
     version: AdapterVersion,
@@ -192,9 +202,10 @@ def adapter_activate(
 
     A promotion (``reason="promote"``) re-checks the lineage under the tenant's lock at the switch, because
     its gate ran for minutes on a parent read without one: a rollback or a promotion by hand made meanwhile
-    (the parent is no longer active) rejects it with its samples back in the pool, a pin made meanwhile holds
-    it; either way its pre-loads are removed and the returned version says which (state rejected, or
-    candidate with ``held_at``). A rollback is an explicit choice and is not re-checked."""
+    (the parent is no longer active) raises ParentRetired with nothing switched, for the caller to reject the
+    version with its samples back in the pool (the samples are training's); a pin made meanwhile holds it, its
+    pre-loads removed, and the returned version says so (candidate with ``held_at``). A rollback is an
+    explicit choice and is not re-checked."""
     version.refresh_from_db()
     if version.state == AdapterVersion.State.ACTIVE:
         return version  # a redelivered promotion: done already
@@ -226,7 +237,7 @@ def adapter_activate(
                     upstreams=[up.url for up in targets])
     if refused == "stale_parent":
         # A rollback or a promotion by hand made during the gate wins; nothing switched.
-        return adapter_reject_stale_parent(version=version, active=old)
+        raise ParentRetired(version=version, active=old)
     if refused == "pinned":
         version = adapter_hold(version=version)
         adapter_unload_everywhere(version)  # not served while held; rolling forward to it loads it again

@@ -72,7 +72,10 @@ def _promote_candidate(version: AdapterVersion) -> str:
         return "held"
     # The parent and the pin are read again under the tenant's lock at the switch: a rollback or a pin made
     # while the gate ran wins.
-    version = adapter_services.adapter_activate(version=version)
+    try:
+        version = adapter_services.adapter_activate(version=version)
+    except adapter_services.ParentRetired as refused:
+        version = lineage_services.adapter_reject_stale_parent(version=refused.version, active=refused.active)
     if version.state == AdapterVersion.State.REJECTED:
         return "requeued"
     return "active" if version.state == AdapterVersion.State.ACTIVE else "held"
