@@ -1,19 +1,15 @@
-"""Writes that keep adapter lineage whole: nothing forgotten, nothing dropped without a reason. A version
-whose parent was retired while it trained is rejected (and its samples train again), a promotion that gave
-up leaves nothing loaded, and the sweeper re-drives what a lost worker forgot (adapters/services.py has the
-hot swap these protect)."""
+"""Writes around a promotion that need no training run: whether a version still continues the active one,
+unloading a version that must not be served from every upstream, and a promotion that gave up for now
+(adapters/services.py has the hot swap these protect). Rejecting a version out of the lineage, which gives
+the samples it trained back to the pool, and the sweeper that re-drives what a lost worker forgot are
+training's (clawhub/training/lineage_services.py)."""
 
-from datetime import timedelta
 
-from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 
 from clawhub.accounts.audit import audit_record_for_tenant
 from clawhub.adapters import serving
-from clawhub.adapters.models import AdapterVersion, LoadedAdapter
+from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.registry import loaded_adapters_forget
-from clawhub.core import tasks
 
 
 def adapter_parent_is_current(*, version: AdapterVersion) -> bool:
@@ -26,51 +22,12 @@ def adapter_parent_is_current(*, version: AdapterVersion) -> bool:
     return (active.pk if active else None) == version.parent_id
 
 
-def adapter_reject_stale_parent(
-    *, version: AdapterVersion, active: AdapterVersion | None
-) -> AdapterVersion:
-    """The version's parent was retired while it trained or was gated (a rollback, a held candidate promoted
-    by hand): promoting it would drop the active version's feedback, so it is rejected and its samples train
-    again into the next version."""
-    parent = f"v{version.parent.version}" if version.parent else "the base model"
-    return adapter_reject_out_of_lineage(
-        version=version,
-        decision="stale_parent",
-        reason=f"its parent ({parent}) was retired while it trained or was evaluated"
-        f"{f' (v{active.version} is active)' if active else ''}; its samples went back to the pool",
-    )
-
-
 def adapter_unload_everywhere(version: AdapterVersion) -> None:
     """Unloads a version that must not be served from every upstream that has (or may have) it: pre-loads of a
     promotion that did not complete. An upstream that is down forgets it on restart; the row goes anyway."""
     for up in serving.configured_upstreams():
         serving.unload_adapter(up, name=version.upstream_name)
     loaded_adapters_forget(adapter_name=version.upstream_name)
-
-
-def adapter_reject_out_of_lineage(*, version: AdapterVersion, decision: str, reason: str) -> AdapterVersion:
-    """The version will never be promoted (its parent was retired while it trained, or its promotion failed
-    too often): rejected with the reason on its page, its pre-loads removed, and the samples it trained
-    returned to the pool, so their feedback trains into the next version instead of being lost."""
-    from clawhub.training.models import TrainingRun
-    from clawhub.training.services import run_samples_requeue
-
-    with transaction.atomic():
-        updated = AdapterVersion.objects.filter(
-            pk=version.pk, state__in=[AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING]
-        ).update(state=AdapterVersion.State.REJECTED, decision=decision, decision_reason=reason)
-        version.refresh_from_db()
-        if not updated:
-            return version
-        run = TrainingRun.objects.select_related("tenant").filter(adapter_version=version).first()
-        requeued = run_samples_requeue(run=run, reason=reason) if run else 0
-        audit_record_for_tenant(
-            actor=None, action="adapter.rejected", target=version, tenant=version.tenant, decision=decision,
-            reason=reason, requeued=requeued,
-        )
-    adapter_unload_everywhere(version)
-    return version
 
 
 def adapter_promotion_failed(*, version: AdapterVersion, error: str) -> AdapterVersion:
@@ -94,48 +51,3 @@ def adapter_promotion_failed(*, version: AdapterVersion, error: str) -> AdapterV
             error=error[:500],
         )
     return version
-
-
-def promotions_sweep(*, now=None) -> dict[str, list[str]]:
-    """Periodic ("clawhub.train.sweep"): candidates whose promotion was never sent or never finished (a worker
-    died between "succeeded" and "promote sent", a promotion gave up, an evaluation hung) are sent to the
-    promote task again once they are stuck longer than CLAWHUB_PROMOTION_STUCK_SECONDS; after
-    CLAWHUB_PROMOTION_MAX_REDRIVES they are rejected with their samples returned to the pool. Pre-loads of
-    versions that will never be served are unloaded."""
-    from clawhub.training.models import TrainingRun
-
-    now = now or timezone.now()
-    bound = now - timedelta(seconds=settings.CLAWHUB_PROMOTION_STUCK_SECONDS)
-    done: dict[str, list[str]] = {"redriven": [], "given_up": [], "unloaded": []}
-    stuck = AdapterVersion.objects.filter(
-        state__in=[AdapterVersion.State.CANDIDATE, AdapterVersion.State.EVALUATING], held_at__isnull=True
-    ).select_related("tenant")
-    for version in stuck:
-        run = TrainingRun.objects.filter(adapter_version=version).first()
-        if run is not None and run.state != TrainingRun.State.SUCCEEDED:
-            continue  # still training (or the run failed: the version was never finished)
-        since = version.evaluating_since or (run.finished_at if run else version.created_at)
-        if since is None or since > bound:
-            continue
-        if version.redrives >= settings.CLAWHUB_PROMOTION_MAX_REDRIVES:
-            reason = (
-                f"promotion did not complete after {version.redrives + 1} attempts"
-                + (f" (last error: {version.promotion_error[:300]})" if version.promotion_error else "")
-                + "; its samples went back to the pool"
-            )
-            adapter_reject_out_of_lineage(version=version, decision="promotion_failed", reason=reason)
-            done["given_up"].append(version.upstream_name)
-            continue
-        marked = AdapterVersion.objects.filter(pk=version.pk, redrives=version.redrives).update(
-            redrives=version.redrives + 1, evaluating_since=now
-        )
-        if marked:
-            tasks.enqueue_on_commit(tasks.PROMOTE, version.pk)
-            done["redriven"].append(version.upstream_name)
-    leftovers = LoadedAdapter.objects.filter(
-        adapter_version__state=AdapterVersion.State.REJECTED
-    ).select_related("adapter_version")
-    for row in leftovers:
-        adapter_unload_everywhere(row.adapter_version)  # type: ignore[arg-type]  # filtered on its state: set
-        done["unloaded"].append(row.adapter_name)
-    return done

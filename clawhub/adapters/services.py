@@ -1,6 +1,6 @@
 """Writes for adapter versions: create, record the gate's decision, activate (promotion and rollback),
-unload, pin. Lineage rejections and the sweeper that re-drives what a lost worker forgot are in
-lineage_services.py.
+unload, pin. Lineage rejections (they give a run's samples back) and the sweeper that re-drives what a lost
+worker forgot are in clawhub/training/lineage_services.py.
 
 Hot swap across gateway processes (the design this module implements)
 ---------------------------------------------------------------------

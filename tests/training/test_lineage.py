@@ -8,12 +8,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from clawhub.adapters import lineage_services
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.models import AdapterVersion
 from clawhub.core.exceptions import Conflict
 from clawhub.review.models import Sample
-from clawhub.training import services
+from clawhub.training import lineage_services, services
 from clawhub.training.models import TrainingRun
 from clawhub.training.selectors import sample_standing, samples_held_back
 from tests.adapters.conftest import make_version

@@ -14,10 +14,9 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from clawhub.adapters import lineage_services
 from clawhub.adapters import services as adapter_services
 from clawhub.adapters.models import AdapterVersion, LoadedAdapter
-from clawhub.training import services
+from clawhub.training import lineage_services, services
 from clawhub.training.models import TrainingRun, TrainingSettings
 from clawhub.training.selectors import sample_standing, samples_held_back
 from tests.factories import make_user

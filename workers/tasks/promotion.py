@@ -14,6 +14,7 @@ from clawhub.adapters.models import AdapterVersion
 from clawhub.adapters.selectors import active_adapter_for_tenant, adapter_is_pinned, adapter_version_by_id
 from clawhub.adapters.serving import UpstreamUnavailable
 from clawhub.core import tasks
+from clawhub.training import lineage_services as training_lineage
 from clawhub.training import services
 from clawhub.training.selectors import heldout_samples, run_for_version
 from workers.celery import app
@@ -63,7 +64,7 @@ def _promote_candidate(version: AdapterVersion) -> str:
     if not lineage_services.adapter_parent_is_current(version=version):
         # The parent was retired while this version trained: no gate to run (checked again at the switch).
         active = active_adapter_for_tenant(tenant_id=version.tenant_id)
-        lineage_services.adapter_reject_stale_parent(version=version, active=active)
+        training_lineage.adapter_reject_stale_parent(version=version, active=active)
         return "requeued"
     if not _gate(version):
         return "rejected"
@@ -75,7 +76,7 @@ def _promote_candidate(version: AdapterVersion) -> str:
     try:
         version = adapter_services.adapter_activate(version=version)
     except adapter_services.ParentRetired as refused:
-        version = lineage_services.adapter_reject_stale_parent(version=refused.version, active=refused.active)
+        version = training_lineage.adapter_reject_stale_parent(version=refused.version, active=refused.active)
     if version.state == AdapterVersion.State.REJECTED:
         return "requeued"
     return "active" if version.state == AdapterVersion.State.ACTIVE else "held"
@@ -133,4 +134,4 @@ def unload_drained() -> list[str]:
 def sweep() -> dict[str, list[str]]:
     """Periodic: re-drive stuck candidates and evaluations, give up on hopeless ones (samples back to the
     pool), unload pre-loads of versions that will never be served."""
-    return lineage_services.promotions_sweep()
+    return training_lineage.promotions_sweep()
