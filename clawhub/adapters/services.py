@@ -1,6 +1,7 @@
-"""Writes for adapter versions: create, record the gate's decision, activate (promotion and rollback),
-unload, pin. Lineage rejections (they give a run's samples back) and the sweeper that re-drives what a lost
-worker forgot are in clawhub/training/lineage_services.py.
+"""Writes for adapter versions: create, the gate's start and the hold of what it passed while pinned, activate
+(promotion and rollback), unload, pin. The gate's decision and the lineage rejections (a rejected version
+gives its run's samples back) and the sweeper that re-drives what a lost worker forgot are in
+clawhub/training/lineage_services.py.
 
 Hot swap across gateway processes (the design this module implements)
 ---------------------------------------------------------------------
@@ -43,7 +44,7 @@ from django.utils import timezone
 
 from clawhub.accounts.audit import audit_record_for_tenant
 from clawhub.accounts.models import User
-from clawhub.adapters import evaluation, serving
+from clawhub.adapters import serving
 from clawhub.adapters.cache import adapter_cache_invalidate
 from clawhub.adapters.lineage_services import adapter_unload_everywhere
 from clawhub.adapters.models import AdapterPin, AdapterVersion
@@ -109,59 +110,6 @@ def adapter_evaluation_start(*, version: AdapterVersion) -> AdapterVersion:
             code="adapter_not_candidate",
         )
     return version
-
-
-def adapter_record_decision(*, version: AdapterVersion, decision: evaluation.Decision) -> bool:
-    """Stores the gate's decision, its reason and its numbers on the version (its page shows them); a
-    rejected candidate is done, and the samples it trained go back to the pool once
-    (training.services.run_samples_requeue_once: the reason says how many, and why any stay out). Returns
-    whether it passed."""
-    from clawhub.training.models import TrainingRun
-    from clawhub.training.services import run_samples_requeue_once
-
-    version.refresh_from_db()
-    margin = decision.numbers.get("margin") or {}
-    version.eval_score = margin.get("delta")
-    version.baseline_score = None
-    version.decision, version.decision_reason = decision.outcome, decision.reason
-    version.metrics = {
-        **version.metrics,
-        "eval": {
-            **decision.to_dict(),
-            "passed": decision.passed,
-            "baseline": {"version": version.parent.version if version.parent else None},
-            "at": timezone.now().isoformat(),
-        },
-    }
-    with transaction.atomic():
-        if not decision.passed:
-            version.state = AdapterVersion.State.REJECTED
-        version.save(
-            update_fields=["eval_score", "baseline_score", "decision", "decision_reason", "metrics", "state"]
-        )
-        run = TrainingRun.objects.filter(adapter_version=version).first()
-        if not decision.passed and run is not None:
-            requeued, kept = run_samples_requeue_once(run=run)
-            version.decision_reason += _requeue_note(requeued, kept)
-            version.save(update_fields=["decision_reason"])
-    audit_record_for_tenant(
-        actor=None,
-        action="adapter.evaluated",
-        target=version,
-        tenant=version.tenant,
-        passed=decision.passed,
-        decision=decision.outcome,
-        reason=decision.reason[:300],
-    )
-    return decision.passed
-
-
-def _requeue_note(requeued: int, kept: int) -> str:
-    note = f"; its {requeued} trained samples went back to the pool, to train once more" if requeued else ""
-    if kept:
-        note += (f"; {kept} samples stay out: they were in a batch the gate rejected before, and are retried "
-                 "only once")
-    return note
 
 
 def adapter_hold(*, version: AdapterVersion) -> AdapterVersion:

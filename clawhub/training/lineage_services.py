@@ -1,5 +1,6 @@
 """Writes that keep a tenant's lineage whole on the samples' side: nothing forgotten, nothing dropped without
-a reason. A version that will never be served (its parent was retired while it trained or was gated, or its
+a reason. The eval gate's decision is recorded here, since a rejected candidate's samples go back to the pool
+once; a version that will never be served (its parent was retired while it trained or was gated, or its
 promotion never completed) is rejected with the samples its run trained back in the pool, so that their
 feedback trains into the next version; the sweeper re-drives what a lost worker forgot. The hot swap these
 protect is clawhub/adapters/services.py; what needs no run is clawhub/adapters/lineage_services.py."""
@@ -11,11 +12,62 @@ from django.db import transaction
 from django.utils import timezone
 
 from clawhub.accounts.audit import audit_record_for_tenant
+from clawhub.adapters import evaluation
 from clawhub.adapters.lineage_services import adapter_unload_everywhere
 from clawhub.adapters.models import AdapterVersion, LoadedAdapter
 from clawhub.core import tasks
 from clawhub.training.models import TrainingRun
-from clawhub.training.services import run_samples_requeue
+from clawhub.training.services import run_samples_requeue, run_samples_requeue_once
+
+
+def adapter_record_decision(*, version: AdapterVersion, decision: evaluation.Decision) -> bool:
+    """Stores the gate's decision, its reason and its numbers on the version (its page shows them); a
+    rejected candidate is done, and the samples it trained go back to the pool once
+    (clawhub.training.services.run_samples_requeue_once: the reason says how many, and why any stay out).
+    Returns whether it passed."""
+    version.refresh_from_db()
+    margin = decision.numbers.get("margin") or {}
+    version.eval_score = margin.get("delta")
+    version.baseline_score = None
+    version.decision, version.decision_reason = decision.outcome, decision.reason
+    version.metrics = {
+        **version.metrics,
+        "eval": {
+            **decision.to_dict(),
+            "passed": decision.passed,
+            "baseline": {"version": version.parent.version if version.parent else None},
+            "at": timezone.now().isoformat(),
+        },
+    }
+    with transaction.atomic():
+        if not decision.passed:
+            version.state = AdapterVersion.State.REJECTED
+        version.save(
+            update_fields=["eval_score", "baseline_score", "decision", "decision_reason", "metrics", "state"]
+        )
+        run = TrainingRun.objects.filter(adapter_version=version).first()
+        if not decision.passed and run is not None:
+            requeued, kept = run_samples_requeue_once(run=run)
+            version.decision_reason += _requeue_note(requeued, kept)
+            version.save(update_fields=["decision_reason"])
+    audit_record_for_tenant(
+        actor=None,
+        action="adapter.evaluated",
+        target=version,
+        tenant=version.tenant,
+        passed=decision.passed,
+        decision=decision.outcome,
+        reason=decision.reason[:300],
+    )
+    return decision.passed
+
+
+def _requeue_note(requeued: int, kept: int) -> str:
+    note = f"; its {requeued} trained samples went back to the pool, to train once more" if requeued else ""
+    if kept:
+        note += (f"; {kept} samples stay out: they were in a batch the gate rejected before, and are retried "
+                 "only once")
+    return note
 
 
 def adapter_reject_stale_parent(

@@ -4,7 +4,7 @@ promotions, rejections and rollbacks — and one sentence that answers the quest
 version against what it was measured against, in words, with replies before and after from what is stored
 (the gate's canary replies, and the user's own playground comparisons): nothing is generated to draw the page.
 
-The gate's numbers are what ``adapters.services.adapter_record_decision`` stored on each version
+The gate's numbers are what ``training.lineage_services.adapter_record_decision`` stored on each version
 (``metrics["eval"]["numbers"]["margin"]``: the change in preference margin over the parent on held-out judged
 turns, with its bootstrap interval); nothing is recomputed here.
 """

@@ -14,6 +14,7 @@ from clawhub.adapters.models import AdapterPin, AdapterVersion, LoadedAdapter
 from clawhub.adapters.selectors import active_adapter_for_tenant
 from clawhub.core.exceptions import Conflict
 from clawhub.tenants.access import tenant_access
+from clawhub.training.lineage_services import adapter_record_decision
 from tests.adapters.conftest import make_version
 from tests.factories import make_user
 from tests.review.conftest import make_turn
@@ -32,7 +33,7 @@ def gate(monkeypatch):
     def use(outcome=PROMOTE, reason="the preference margin rose"):
         def fake_gate(version):
             version = services.adapter_evaluation_start(version=version)
-            return services.adapter_record_decision(version=version, decision=Decision(outcome, reason))
+            return adapter_record_decision(version=version, decision=Decision(outcome, reason))
 
         monkeypatch.setattr(tasks, "_gate", fake_gate)
 
@@ -48,7 +49,7 @@ def test_a_passing_decision_is_recorded_and_the_switch_retires_the_parent(
     new = make_version(user.tenant, 2, parent=old)
     services.adapter_evaluation_start(version=new)
     numbers = {"margin": {"delta": 0.2, "low": 0.1, "high": 0.3}, "positives": 5, "negatives": 4}
-    assert services.adapter_record_decision(
+    assert adapter_record_decision(
         version=new, decision=Decision(PROMOTE, "the preference margin rose", numbers)
     )
     new.refresh_from_db()
@@ -74,7 +75,7 @@ def test_a_rejecting_decision_ends_the_candidate(db, fake):
     make_version(user.tenant, 1, State.ACTIVE)
     new = make_version(user.tenant, 2)
     services.adapter_evaluation_start(version=new)
-    assert not services.adapter_record_decision(
+    assert not adapter_record_decision(
         version=new, decision=Decision(REJECT, "the preference margin fell")
     )
     new.refresh_from_db()

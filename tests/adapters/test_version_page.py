@@ -3,6 +3,7 @@
 from clawhub.adapters import services
 from clawhub.adapters.evaluation import NOT_ENOUGH, REJECT, Decision
 from clawhub.adapters.models import AdapterVersion
+from clawhub.training.lineage_services import adapter_record_decision
 from tests.adapters.conftest import make_version
 from tests.factories import make_user
 
@@ -18,7 +19,7 @@ def test_decisions_reasons_and_numbers_are_on_the_version_page(db, client):
     user = make_user()
     v1 = make_version(user.tenant, 1)
     services.adapter_evaluation_start(version=v1)
-    services.adapter_record_decision(
+    adapter_record_decision(
         version=v1,
         decision=Decision(NOT_ENOUGH, "not enough evidence yet: 1 positive and 0 negative held-out turns; "
                           "promoted because every safety check that could run passed: …",
@@ -41,7 +42,7 @@ def test_decisions_reasons_and_numbers_are_on_the_version_page(db, client):
             "perplexity": {"candidate": 5.1, "parent": 4.8},
         },
     }
-    services.adapter_record_decision(
+    adapter_record_decision(
         version=v2, decision=Decision(REJECT, "the preference margin fell: delta -0.250", numbers)
     )
     assert AdapterVersion.objects.get(pk=v2.pk).state == AdapterVersion.State.REJECTED
@@ -73,7 +74,7 @@ def test_a_candidate_that_forgot_facts_is_refused_in_words_on_the_version_page(d
     user = make_user()
     v1 = make_version(user.tenant, 1)
     services.adapter_evaluation_start(version=v1)
-    services.adapter_record_decision(version=v1, decision=decision)
+    adapter_record_decision(version=v1, decision=decision)
     html = page(client, user)
     assert ("the update made the model forget what the base model knows: it answers 38 of 42 fixed factual "
             "questions right, the base model 41 (at most 2 fewer allowed); it no longer answers "

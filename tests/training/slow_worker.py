@@ -87,12 +87,13 @@ def _gate_until_released(**_):
     def gate(version):
         from clawhub.adapters import services
         from clawhub.adapters.evaluation import PROMOTE, Decision
+        from clawhub.training.lineage_services import adapter_record_decision
 
         version = services.adapter_evaluation_start(version=version)  # the test sees "evaluating"
         deadline = time.monotonic() + 120
         while not os.path.exists(release) and time.monotonic() < deadline:
             time.sleep(0.05)
-        return services.adapter_record_decision(
+        return adapter_record_decision(
             version=version, decision=Decision(PROMOTE, "the preference margin rose (test gate)"))
 
     gate.held = True

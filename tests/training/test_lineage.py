@@ -179,7 +179,7 @@ def passing_gate(monkeypatch, *, meanwhile=lambda: None):
     def gate(version):
         version = adapter_services.adapter_evaluation_start(version=version)
         meanwhile()
-        return adapter_services.adapter_record_decision(
+        return lineage_services.adapter_record_decision(
             version=version, decision=Decision(PROMOTE, "the preference margin rose"))
 
     monkeypatch.setattr(task, "_gate", gate)
@@ -238,7 +238,7 @@ def test_a_batch_the_gate_rejected_goes_back_to_the_pool_once(db, sent):
 
     def reject(version):
         adapter_services.adapter_evaluation_start(version=version)
-        assert not adapter_services.adapter_record_decision(
+        assert not lineage_services.adapter_record_decision(
             version=version, decision=Decision(REJECT, "the preference margin fell"))
         version.refresh_from_db()
         return version

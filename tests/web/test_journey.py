@@ -18,6 +18,7 @@ from clawhub.conversations.models import Turn
 from clawhub.feedback.models import ExplicitFeedback
 from clawhub.review.models import Sample
 from clawhub.training import services as training
+from clawhub.training.lineage_services import adapter_record_decision
 from clawhub.training.models import TrainingRun
 from tests.gateway.conftest import wait_until
 from tests.web.signup import sign_up
@@ -127,7 +128,7 @@ def test_from_sign_up_to_a_better_model(site, laptop_page, output_dir, monkeypat
     training.run_succeed(run_id=run.pk, metrics=[], trained_sample_ids=[sample.pk], dropped=[],
                          resumed_from_step=None)
     expect(live.locator("li.current")).to_have_text("evaluating", timeout=WAIT_MS)
-    adapter_services.adapter_record_decision(version=version, decision=Decision(
+    adapter_record_decision(version=version, decision=Decision(
         PROMOTE, "not enough evidence yet for a first version", {
             "confidence": 0.9, "held_out": 4, "margin": {"delta": 0.12, "low": 0.03, "high": 0.21}}))
     adapter_services.adapter_activate(version=version, upstreams=[])

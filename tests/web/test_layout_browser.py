@@ -17,6 +17,7 @@ from clawhub.adapters.evaluation import PROMOTE, Decision
 from clawhub.review.models import Sample
 from clawhub.training import services as training
 from clawhub.training import views as training_views
+from clawhub.training.lineage_services import adapter_record_decision
 from clawhub.training.models import TrainingRun
 from clawhub.usage.models import UsageDaily
 from tests.factories import make_group, make_run, make_user
@@ -49,7 +50,7 @@ def a_used_account():
     version = adapter_services.adapter_version_create(tenant=me.tenant, parent=None)
     run.adapter_version = version
     run.save(update_fields=["adapter_version"])
-    adapter_services.adapter_record_decision(version=version, decision=Decision(
+    adapter_record_decision(version=version, decision=Decision(
         PROMOTE, "margin +0.220", {"confidence": 0.9, "held_out": 12,
                                    "margin": {"delta": 0.22, "low": 0.18, "high": 0.27}}))
     adapter_services.adapter_activate(version=version, upstreams=[])

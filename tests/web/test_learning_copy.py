@@ -12,6 +12,7 @@ from clawhub.adapters.evaluation import NOT_ENOUGH, REJECT, Decision
 from clawhub.privacy.services import sample_delete_own
 from clawhub.review.models import Sample
 from clawhub.review.services import feedback_submit
+from clawhub.training.lineage_services import adapter_record_decision
 from tests.factories import make_run, make_user
 from tests.review.conftest import make_sample, old_key
 
@@ -32,7 +33,7 @@ def text(html: str) -> str:
 def _decided_without_a_margin(tenant, outcome: str, reason: str):
     version = adapter_services.adapter_version_create(tenant=tenant, parent=None)
     decision = Decision(outcome, reason, {"held_out": 1})  # too few held-out turns: no margin measured
-    adapter_services.adapter_record_decision(version=version, decision=decision)
+    adapter_record_decision(version=version, decision=decision)
     version.refresh_from_db()
     return version
 
@@ -136,7 +137,7 @@ def test_the_learning_page_compares_the_serving_version_with_its_parent_in_words
                    "perplexity": {"candidate": 9.1, "parent": 9.4, "base": 9.0}},
         "canaries": {"parent": ["Paris is the capital of Franceee"], "candidate": ["Paris is the capital."]},
     }
-    adapter_services.adapter_record_decision(version=v2, decision=Decision(PROMOTE, "margin rose", numbers))
+    adapter_record_decision(version=v2, decision=Decision(PROMOTE, "margin rose", numbers))
     adapter_services.adapter_activate(version=v2, upstreams=[])
     base, mine = (make_turn(me, prompt="Name a red fruit.", reply=reply, next_text=None,
                             turn_type="playground") for reply in ("A banana.", "A strawberry."))

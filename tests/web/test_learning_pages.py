@@ -11,6 +11,7 @@ from clawhub.review.models import Sample
 from clawhub.review.services import sample_approve
 from clawhub.tenants.access import review_access
 from clawhub.training import services as training
+from clawhub.training.lineage_services import adapter_record_decision
 from clawhub.training.models import TrainingSettings
 from tests.factories import make_user
 from tests.gateway.conftest import activate_adapter
@@ -86,7 +87,7 @@ def test_the_conversation_page_explains_each_turn_and_rates_it(me):
 
 
 def _decide(version, outcome, delta, low, high):
-    adapter_services.adapter_record_decision(version=version, decision=Decision(
+    adapter_record_decision(version=version, decision=Decision(
         outcome, f"margin {delta:+.3f}", {"confidence": 0.9, "held_out": 12,
                                           "margin": {"delta": delta, "low": low, "high": high}}))
     version.refresh_from_db()

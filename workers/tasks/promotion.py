@@ -122,7 +122,7 @@ def _gate(version: AdapterVersion) -> bool:
         "parent": scores["parent"].canaries[:2],
     }
     logger.info("gate %s: %s (%s)", version.upstream_name, decision.outcome, decision.reason)
-    return adapter_services.adapter_record_decision(version=version, decision=decision)
+    return training_lineage.adapter_record_decision(version=version, decision=decision)
 
 
 @app.task(name=tasks.UNLOAD_DRAINED, queue=tasks.HOUSEKEEPING_QUEUE, ignore_result=True)
