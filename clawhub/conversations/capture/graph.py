@@ -2,6 +2,7 @@
 the sessions it locks."""
 
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 
 from django.db import connection
 from django.db.models import Q
@@ -95,22 +96,17 @@ class Graph:
         ids = _link_rows(lookups)
         if ids is None:
             return graph
-        rows = (
-            Turn.objects.filter(id__in=ids)
-            .select_related("session")
-            .only(*_LINK_FIELDS, "session__inferred", "session__closed_at")
-        )
-        for turn in rows.order_by("id"):
+        for turn, inferred, closed in _linkable(ids):
             graph._add(turn)
-            graph.inferred_sessions[turn.session_id] = turn.session.inferred
-            if turn.session.closed_at is not None:
+            graph.inferred_sessions[turn.session_id] = inferred
+            if closed:
                 graph.closed_sessions.add(turn.session_id)
         # The families these turns belong to: the children of every stored main turn a new turn may
         # continue, and the parents (and their children) of stored turns a new turn may adopt.
         family = {t.pk for t in graph.by_pk.values() if t.turn_type == MAIN and t.continuation_hash}
         family |= {t.parent_id for t in graph.by_pk.values() if t.parent_id}
         if family:
-            for turn in Turn.objects.filter(Q(parent_id__in=family) | Q(id__in=family)).only(*_LINK_FIELDS):
+            for turn in _families(sorted(family)):
                 graph._add(turn)
         for turn in graph.by_pk.values():
             if turn.parent_id and turn.parent_id in graph.by_pk:
@@ -176,6 +172,52 @@ _LOOKUP_CONDITIONS = {
     "prompt_hash": " AND t.parent_id IS NULL AND t.link = ''",
     "parent_hash": "",
 }
+
+
+def _linkable(ids) -> Iterator[tuple[Turn, bool, bool]]:
+    """(turn, its session inferred, its session closed) for the turns ``_link_rows`` found, in id order."""
+    if not isinstance(ids, RawSQL):  # the embedded SQLite default: Django's portable path
+        rows = (
+            Turn.objects.filter(id__in=ids)
+            .select_related("session")
+            .only(*_LINK_FIELDS, "session__inferred", "session__closed_at")
+        )
+        for turn in rows.order_by("id"):
+            yield turn, turn.session.inferred, turn.session.closed_at is not None
+        return
+    # Raw SQL on PostgreSQL: building and compiling the same query through the ORM (.only() over 23 fields,
+    # select_related) cost ~0.6 ms of CPU per batch, more than reading it.
+    sql, params = ids.sql, ids.params
+    rows = Turn.objects.raw(
+        f"SELECT {_columns('t')}, s.inferred AS session_inferred, s.closed_at IS NOT NULL AS session_closed "
+        f"FROM {_table(Turn)} AS t JOIN {_table(Session)} AS s ON s.id = t.session_id "
+        f"WHERE t.id IN ({sql}) ORDER BY t.id",
+        params,
+    )
+    for turn in rows:
+        yield turn, turn.session_inferred, turn.session_closed
+
+
+def _families(ids: list[int]) -> Iterable[Turn]:
+    """The turns with these ids and their children."""
+    if connection.vendor != "postgresql":
+        return Turn.objects.filter(Q(parent_id__in=ids) | Q(id__in=ids)).only(*_LINK_FIELDS)
+    return Turn.objects.raw(
+        f"SELECT {_columns('t')} FROM {_table(Turn)} AS t WHERE t.parent_id = ANY(%s::bigint[]) "
+        "OR t.id = ANY(%s::bigint[])",
+        [ids, ids],
+    )
+
+
+def _table(model) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def _columns(alias: str) -> str:
+    """_LINK_FIELDS as the columns of ``alias`` (raw() maps them back to the fields; the rest are deferred, as
+    with .only())."""
+    quote = connection.ops.quote_name
+    return ", ".join(f"{alias}.{quote(Turn._meta.get_field(name).column)}" for name in _LINK_FIELDS)
 
 
 def _link_rows(lookups: dict[str, set[tuple[int, int, str]]]):
