@@ -3,6 +3,7 @@ the sessions it locks."""
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from functools import lru_cache
 
 from django.db import connection
 from django.db.models import Q
@@ -188,36 +189,55 @@ def _linkable(ids) -> Iterator[tuple[Turn, bool, bool]]:
     # Raw SQL on PostgreSQL: building and compiling the same query through the ORM (.only() over 23 fields,
     # select_related) cost ~0.6 ms of CPU per batch, more than reading it.
     sql, params = ids.sql, ids.params
-    rows = Turn.objects.raw(
-        f"SELECT {_columns('t')}, s.inferred AS session_inferred, s.closed_at IS NOT NULL AS session_closed "
+    yield from _turns(
+        f"SELECT {_columns('t')}, s.inferred, s.closed_at IS NOT NULL "
         f"FROM {_table(Turn)} AS t JOIN {_table(Session)} AS s ON s.id = t.session_id "
         f"WHERE t.id IN ({sql}) ORDER BY t.id",
         params,
     )
-    for turn in rows:
-        yield turn, turn.session_inferred, turn.session_closed
 
 
 def _families(ids: list[int]) -> Iterable[Turn]:
     """The turns with these ids and their children."""
     if connection.vendor != "postgresql":
         return Turn.objects.filter(Q(parent_id__in=ids) | Q(id__in=ids)).only(*_LINK_FIELDS)
-    return Turn.objects.raw(
+    return (turn for turn, *_ in _turns(
         f"SELECT {_columns('t')} FROM {_table(Turn)} AS t WHERE t.parent_id = ANY(%s::bigint[]) "
         "OR t.id = ANY(%s::bigint[])",
         [ids, ids],
-    )
+    ))
+
+
+def _turns(sql: str, params: list) -> Iterator[tuple]:
+    """(Turn with _LINK_FIELDS loaded and the rest deferred, as .only() makes it, *the row's further columns})
+    for each row of ``sql``, whose columns start with ``_columns``: what a queryset would make of it, without
+    building one (Turn.from_db, each field's own conversion from the database)."""
+    fields = _link_fields()
+    names = [f.attname for f in fields]
+    convert = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    for row in rows:
+        values = list(row[: len(fields)])
+        for i, from_db_value in convert:
+            values[i] = from_db_value(values[i], None, connection)
+        yield (Turn.from_db(connection.alias, names, values), *row[len(fields):])
 
 
 def _table(model) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
+@lru_cache(maxsize=1)
+def _link_fields() -> tuple:
+    """_LINK_FIELDS as Turn's fields, in the model's order (Model.from_db takes the values in that order)."""
+    return tuple(f for f in Turn._meta.concrete_fields if f.attname in _LINK_FIELDS)
+
+
 def _columns(alias: str) -> str:
-    """_LINK_FIELDS as the columns of ``alias`` (raw() maps them back to the fields; the rest are deferred, as
-    with .only())."""
     quote = connection.ops.quote_name
-    return ", ".join(f"{alias}.{quote(Turn._meta.get_field(name).column)}" for name in _LINK_FIELDS)
+    return ", ".join(f"{alias}.{quote(f.column)}" for f in _link_fields())
 
 
 def _link_rows(lookups: dict[str, set[tuple[int, int, str]]]):
