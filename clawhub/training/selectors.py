@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from clawhub.adapters.models import AdapterVersion
 from clawhub.conversations.models import Turn
 from clawhub.feedback.models import ExplicitFeedback, Judgment
 from clawhub.groups.models import Group
@@ -153,8 +154,6 @@ def heldout_samples(*, tenant: Tenant, limit: int) -> list:
 def version_in_flight(*, tenant: Tenant):
     """The tenant's candidate that is still on its way through the gate and the switch (not one a pin holds
     back): the next run waits behind it, so that it trains from whatever that candidate becomes."""
-    from clawhub.adapters.models import AdapterVersion
-
     return (
         AdapterVersion.objects.filter(
             tenant=tenant,
@@ -198,8 +197,6 @@ def samples_held_back(*, tenant: Tenant) -> dict[int, str]:
 def lineage_of(*, tenant: Tenant) -> list:
     """The active version and its ancestors, newest first: what the tenant is served was trained on the
     samples of exactly these versions' runs."""
-    from clawhub.adapters.models import AdapterVersion
-
     chain = []
     version = AdapterVersion.objects.filter(tenant=tenant, state=AdapterVersion.State.ACTIVE).first()
     seen = set()
@@ -214,8 +211,6 @@ def sample_standing(*, tenant: Tenant) -> dict[int, str]:
     """Where each approved sample of the tenant stands: "in vN" (trained into a version the active one
     descends from), "waiting: …", "held out: …", "dropped: …", "rejected: …", or "lost" — which must never
     happen (feedback is never dropped without a recorded reason)."""
-    from clawhub.adapters.models import AdapterVersion
-
     lineage = {v.pk: v for v in lineage_of(tenant=tenant)}
     runs = {r.pk: r for r in TrainingRun.objects.filter(tenant=tenant).select_related("adapter_version")}
     held = samples_held_back(tenant=tenant)
