@@ -72,9 +72,10 @@ SLOW = {
 GROUP_OF_FIXTURE = {"real_vllm_server": "vllm-real", "shared_stack": "embedded"}
 GROUP_OF_MARKER = {"vllm": "vllm", "embedded": "embedded"}
 # The longest chains go first, so each starts at once on a worker of its own while the other workers share the
-# rest; last, the embedded stack's would still be running when everything else was done. With
+# rest; last, the embedded stack's would still be running when everything else was done. The durability tests
+# (about 4 minutes, most of it waiting out a 60 s and a 30 s outage) come next, for the same reason. With
 # --no-loadscope-reorder (./dev test passes it) xdist hands out groups in this order.
-FIRST_GROUPS = ("embedded", "vllm-real", "vllm")
+FIRST_GROUPS = ("embedded", "vllm-real", "vllm", "tests.gateway.test_durability")
 # Set to any value to run the tests in an order shuffled by it (the chains above stay first and in order), to
 # show that no test depends on another having run before it.
 ORDER_SEED_VARIABLE = "CLAWHUB_TEST_ORDER_SEED"
