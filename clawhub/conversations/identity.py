@@ -109,13 +109,40 @@ def canonical_message(message: Any) -> dict:
     return out
 
 
-def _encoded(message: Any) -> bytes:
+def _canonical_encoding(message: Any) -> bytes:
     # OpenClaw's internal context is not part of the conversation: OpenClaw sends it after the newest user
     # message and leaves it out when it resends that history with the reply, so it must not change a hash.
     if is_internal_context(message):
         return b""
     # orjson escapes newlines inside strings, so "\n" cleanly separates messages in the hashed stream.
     return orjson.dumps(canonical_message(message), option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+# Canonical encodings of messages hashed lately, by their JSON as sent. A conversation resends its whole
+# history with every request, so nearly all of a request's messages were canonicalised for an earlier one;
+# the JSON (orjson, in C) costs a fraction of canonicalising in Python. Bounded by the bytes it holds, and
+# emptied when full (a conversation's next request fills it again with what it still needs).
+_ENCODINGS: dict[bytes, bytes] = {}
+_ENCODINGS_MAX_BYTES = 8 * 1024 * 1024
+_encodings_bytes = 0
+
+
+def _encoded(message: Any) -> bytes:
+    global _encodings_bytes
+    try:
+        key = orjson.dumps(message)
+    except TypeError:  # not JSON (a caller's own objects): canonicalised each time
+        return _canonical_encoding(message)
+    encoded = _ENCODINGS.get(key)
+    if encoded is None:
+        encoded = _canonical_encoding(message)
+        if _encodings_bytes > _ENCODINGS_MAX_BYTES:
+            _ENCODINGS.clear()
+            _encodings_bytes = 0
+        _ENCODINGS[key] = encoded
+        # Approximate across threads (no lock): the bound only keeps the memory in check.
+        _encodings_bytes += len(key) + len(encoded)
+    return encoded
 
 
 @dataclass(frozen=True)

@@ -225,3 +225,25 @@ def test_capture_encodes_each_message_of_a_record_once(monkeypatch):
     assert len(encoded) == len(messages) + 1  # and the reply
     assert item.candidates and item.prompt_hash and item.continuation and len(item.retry_hashes) == 2
     assert item.continuation_without_retry not in ("", item.continuation)
+
+
+def test_a_resent_history_is_canonicalised_once(monkeypatch):
+    """A conversation resends its history with every request: a message canonicalised for one request is
+    not canonicalised again for the next, and the hashes are those of a fresh computation."""
+    from clawhub.conversations import identity
+
+    monkeypatch.setattr(identity, "_ENCODINGS", {})
+    canonicalised = []
+    real = identity._canonical_encoding
+    monkeypatch.setattr(identity, "_canonical_encoding",
+                        lambda message: canonicalised.append(message) or real(message))
+    first = [system(), user("What is 2+2?")]
+    identity.message_hashes(first, REPLY)
+    assert len(canonicalised) == 3
+    canonicalised.clear()
+    resent = [system(), user("What is 2+2?"), dict(REPLY), user("And 3+3?")]
+    remembered = identity.message_hashes(resent, REPLY)
+    assert canonicalised == [resent[-1]]  # only the new message
+    monkeypatch.setattr(identity, "_ENCODINGS", {})
+    assert identity.message_hashes(resent, REPLY) == remembered
+    assert remembered.candidates[0][0] == continuation_hash(first, REPLY)
