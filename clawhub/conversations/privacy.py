@@ -7,9 +7,10 @@ served and metered (usage), but their turns are not written.
 
 from collections.abc import Iterable
 from datetime import timedelta
+from functools import lru_cache
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from clawhub.accounts.models import User
@@ -20,15 +21,19 @@ from clawhub.keys.models import ApiKey
 def capture_allowed_many(
     pairs: Iterable[tuple[int, int | None]],
 ) -> dict[tuple[int, int | None], tuple[bool, bool]]:
-    """``capture_allowed`` for a batch of (user_id, key_id) pairs, in two queries whatever the batch size."""
+    """``capture_allowed`` for a batch of (user_id, key_id) pairs, in one query whatever the batch size."""
     pairs = set(pairs)
-    users = {
-        pk: (store, train)
-        for pk, store, train in User.objects.filter(pk__in={u for u, _ in pairs}, is_active=True)
-        .values_list("pk", "store_turns", "training_enabled")
-    }
-    keys = dict(ApiKey.objects.filter(pk__in={k for _, k in pairs if k is not None})
-                .values_list("pk", "training_enabled"))
+    user_ids = sorted({u for u, _ in pairs})
+    key_ids = sorted({k for _, k in pairs if k is not None})
+    users: dict[int, tuple[bool, bool]] = {}
+    keys: dict[int, bool] = {}
+    # Raw SQL: capture asks this once per batch, and building and compiling two querysets cost it ~0.9 ms
+    # of CPU, more than the rest of a small batch's reads.
+    for kind, pk, store, train in _switches(user_ids, key_ids):
+        if kind == "u":
+            users[pk] = (bool(store), bool(train))
+        else:
+            keys[pk] = bool(train)
     result = {}
     for user_id, key_id in pairs:
         store, train = users.get(user_id, (False, False))
@@ -36,6 +41,35 @@ def capture_allowed_many(
             train = train and keys.get(key_id, False)
         result[(user_id, key_id)] = (store, store and train)
     return result
+
+
+def _switches(user_ids: list[int], key_ids: list[int]) -> list[tuple]:
+    """("u", id, store_turns, training_enabled) of the active users, ("k", id, None, training_enabled) of
+    the keys."""
+    with connection.cursor() as cursor:
+        cursor.execute(_switches_sql(len(user_ids), len(key_ids)), [*user_ids, *key_ids])
+        return cursor.fetchall()
+
+
+@lru_cache(maxsize=256)
+def _switches_sql(users: int, keys: int) -> str:
+    quote = connection.ops.quote_name
+    user, key = User._meta, ApiKey._meta
+
+    def column(meta, name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    def among(n: int) -> str:
+        return ", ".join(["%s"] * n) or "NULL"  # IN (NULL) matches nothing
+
+    return (
+        f"SELECT 'u', {column(user, 'id')}, {column(user, 'store_turns')}, "
+        f"{column(user, 'training_enabled')} "
+        f"FROM {quote(user.db_table)} WHERE {column(user, 'id')} IN ({among(users)}) "
+        f"AND {column(user, 'is_active')} "
+        f"UNION ALL SELECT 'k', {column(key, 'id')}, NULL, {column(key, 'training_enabled')} "
+        f"FROM {quote(key.db_table)} WHERE {column(key, 'id')} IN ({among(keys)})"
+    )
 
 
 def capture_allowed(user_id: int, key_id: int | None) -> tuple[bool, bool]:
