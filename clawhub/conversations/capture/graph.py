@@ -10,6 +10,7 @@ from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
 from clawhub.conversations.capture.items import Item, new_session, owner_of, utc
+from clawhub.conversations.capture.rows import int_array, json_text
 from clawhub.conversations.identity import (
     MAIN,
 )
@@ -204,7 +205,7 @@ def _families(ids: list[int]) -> Iterable[Turn]:
     return (turn for turn, *_ in _turns(
         f"SELECT {_columns('t')} FROM {_table(Turn)} AS t WHERE t.parent_id = ANY(%s::bigint[]) "
         "OR t.id = ANY(%s::bigint[])",
-        [ids, ids],
+        [int_array(ids)] * 2,
     ))
 
 
@@ -224,7 +225,7 @@ def _locked_sessions(ids: list[int]) -> Iterable[Session]:
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     return (session for session, *_ in _instances(
         Session, fields, f"SELECT {columns} FROM {_table(Session)} WHERE id = ANY(%s::bigint[]) ORDER BY id "
-        "FOR UPDATE", [ids]))
+        "FOR UPDATE", [int_array(ids)]))
 
 
 def _instances(model, fields, sql: str, params: list) -> Iterator[tuple]:
@@ -275,15 +276,20 @@ def _link_rows(lookups: dict[str, set[tuple[int, int, str]]]):
         return Turn.objects.filter(where).values("id")
     table = connection.ops.quote_name(Turn._meta.db_table)
     arms, params = [], []
+    texts: dict[int, str] = {}  # the two continuation columns look up the same keys
     for column, keys in lookups.items():
-        tenants, users, digests = zip(*sorted(keys), strict=True)
+        # The keys as one JSON text of [tenant, user, hash] rows: three lists of an agent's ~500 prefix
+        # hashes per batch cost the driver milliseconds of CPU to quote value by value.
+        if id(keys) not in texts:
+            texts[id(keys)] = json_text(sorted(keys))
         arms.append(
-            "SELECT l.id FROM unnest(%s::bigint[], %s::bigint[], %s::text[]) AS k(tenant_id, user_id, h) "
+            "SELECT l.id FROM (SELECT (e->>0)::bigint AS tenant_id, (e->>1)::bigint AS user_id, e->>2 AS h "
+            "FROM json_array_elements(%s::json) AS e) AS k "
             f"CROSS JOIN LATERAL (SELECT t.id FROM {table} AS t WHERE t.tenant_id = k.tenant_id "
             f"AND t.{column} = k.h AND t.{column} <> ''{_LOOKUP_CONDITIONS[column]} "
             f"AND t.user_id = k.user_id ORDER BY t.id DESC LIMIT {LINK_ROWS}) AS l"
         )
-        params += [list(tenants), list(users), list(digests)]
+        params.append(texts[id(keys)])
     return RawSQL(" UNION ".join(arms), params)
 
 

@@ -25,6 +25,7 @@ from clawhub.conversations.capture.graph import Graph
 from clawhub.conversations.capture.items import item_of, resolve_explicit_sessions
 from clawhub.conversations.capture.linking import infer_sessions, write_turns
 from clawhub.conversations.capture.records import TurnRecord
+from clawhub.conversations.capture.rows import int_array, json_text
 from clawhub.conversations.models import Turn
 from clawhub.conversations.privacy import capture_allowed_many
 from clawhub.conversations.services import turns_ready_notify
@@ -156,7 +157,7 @@ def _lock_owners(owners: set[tuple[int, int]]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest(%s::bigint[]) AS k ORDER BY 1) AS owners",
-            [keys],
+            [int_array(keys)],
         )
 
 
@@ -168,8 +169,8 @@ def _known_request_ids(request_ids: list[str]) -> set[str]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT request_id FROM {connection.ops.quote_name(Turn._meta.db_table)} "
-            "WHERE request_id = ANY(%s::varchar[])",
-            [request_ids],
+            "WHERE request_id = ANY(ARRAY(SELECT json_array_elements_text(%s::json))::varchar[])",
+            [json_text(request_ids)],  # one text: the driver quotes a list's items one by one in Python
         )
         return {row[0] for row in cursor.fetchall()}
 
