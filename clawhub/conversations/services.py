@@ -14,16 +14,18 @@ from django.utils import timezone
 from clawhub.accounts.audit import audit_record_for_tenant
 from clawhub.conversations import hooks
 from clawhub.conversations.models import ConversationSettings, Session, Turn
-from clawhub.conversations.selectors import turns_awaiting_next, turns_judgeable
+from clawhub.conversations.selectors import turns_awaiting_next, turns_judgeable, turns_judgeable_loaded
 from clawhub.core.updates import model_update
 
 
-def turns_ready_notify(*, turn_ids: Iterable[int]) -> None:
+def turns_ready_notify(*, turn_ids: Iterable[int] = (), turns: Iterable[Turn] = ()) -> None:
     """Hands the turns to the judging hook once the current transaction commits (never before: the task it
     enqueues must find the rows). A failing hook is logged by Django and does not undo the commit. Cut turns
     (max_tokens, a client that went away, an upstream error) are not handed over unless the tenant includes
-    ``length`` ones: a cut reply judged as complete teaches the model from something it did not finish."""
-    ids = turns_judgeable(turn_ids=turn_ids)
+    ``length`` ones: a cut reply judged as complete teaches the model from something it did not finish.
+    ``turns``: saved turns in memory with their ``ended`` and ``tenant_id`` loaded, judged without reading
+    them back."""
+    ids = sorted({*turns_judgeable(turn_ids=turn_ids), *turns_judgeable_loaded(turns)})
     if ids:
         transaction.on_commit(lambda: hooks.on_turn_ready_for_judging(ids), robust=True)
 

@@ -44,6 +44,7 @@ _LINK_FIELDS = (
     "messages_shared",
     "prompt_token_ids_shared",
     "prompt_token_count",
+    "ended",  # whether a turn that becomes ready is judged
 )
 
 

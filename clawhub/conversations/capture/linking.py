@@ -75,9 +75,10 @@ def _open_regenerate_targets(graph: Graph, it: Item) -> list[Turn]:
     return sorted(found, key=order_key)
 
 
-def write_turns(items: list[Item], graph: Graph, now: datetime) -> list[int]:
+def write_turns(items: list[Item], graph: Graph, now: datetime) -> list[Turn]:
     """Creates the turns, links them to the turns they continue (and those to them), closes finished
-    sessions. Returns the ids of turns that got their next state or were closed without one."""
+    sessions. Returns the turns that got their next state or were closed without one (saved, with their
+    ``ended`` and ``tenant_id``)."""
     turns: list[Turn] = []
     ready: dict[int, Turn] = {}
     sessions: dict[int, Session] = {}
@@ -133,7 +134,7 @@ def write_turns(items: list[Item], graph: Graph, now: datetime) -> list[int]:
     )
     for it in items:
         remember(it)
-    return [t.pk for t in ready.values()]
+    return list(ready.values())
 
 
 def _waiting(session: Session, graph: Graph, new_in_session: dict[tuple, list[Turn]]) -> list[Turn]:

@@ -138,7 +138,7 @@ def _store(records: Sequence[TurnRecord]) -> int:
         infer_sessions(items, graph)
         graph.lock_sessions(items)
         ready = write_turns(items, graph, now)
-        turns_ready_notify(turn_ids=ready)
+        turns_ready_notify(turns=ready)
     _meter_usage(records)
     return len(kept)
 
