@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 
 from clawhub.conversations import hooks
+from clawhub.conversations.capture import graph
 from clawhub.conversations.capture.store import capture_store
 from clawhub.conversations.models import ConversationSettings, Session, Turn
 from clawhub.conversations.services import session_close_idle
@@ -518,7 +519,15 @@ def test_a_batch_reads_a_few_stored_turns_however_long_the_history(key, monkeypa
         loaded.append(1)
         return from_db(cls, *args, **kwargs)
 
+    made = graph.instance
+
+    def counted_raw(model, names, values):  # capture's own raw reads on PostgreSQL
+        if model is Turn:
+            loaded.append(1)
+        return made(model, names, values)
+
     monkeypatch.setattr(Turn, "from_db", classmethod(counted))
+    monkeypatch.setattr(graph, "instance", counted_raw)
     again = make_record(key, [user("status?")], reply="All good.")
     answer = make_record(key, [user("pong")], session_id="named")
     capture_store([again, answer])
