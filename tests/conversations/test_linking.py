@@ -537,3 +537,56 @@ def test_a_batch_reads_a_few_stored_turns_however_long_the_history(key, monkeypa
         answer.request_id: ("next", named[-1].request_id),
     }
     assert turn(named[-1]).next_state == [user("pong")]
+
+
+def _count_turns_read(monkeypatch) -> list:
+    """Counts the stored turns capture reads back (its raw reads on PostgreSQL, querysets elsewhere)."""
+    loaded = []
+    from_db, made = Turn.from_db.__func__, graph.instance
+
+    def counted(cls, *args, **kwargs):
+        loaded.append(1)
+        return from_db(cls, *args, **kwargs)
+
+    def counted_raw(model, names, values):
+        if model is Turn:
+            loaded.append(1)
+        return made(model, names, values)
+
+    monkeypatch.setattr(Turn, "from_db", classmethod(counted))
+    monkeypatch.setattr(graph, "instance", counted_raw)
+    return loaded
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the nearest prefixes are read on PostgreSQL")
+def test_an_agent_turn_reads_its_parent_not_its_whole_conversation(key, monkeypatch):
+    """Each request of an agent resends its conversation, so its prefixes match every earlier turn of it:
+    only the newest prefix a stored main turn ends (the parent's) is read, with that turn's family."""
+    messages = [system(), user("step 0")]
+    records = []
+    for n in range(12):
+        record = make_record(key, list(messages), reply=f"done {n}")
+        capture_store([record])
+        records.append(record)
+        messages += [assistant(f"done {n}"), user(f"step {n + 1}")]
+    loaded = _count_turns_read(monkeypatch)
+    last = make_record(key, list(messages))
+    capture_store([last])
+    assert len(loaded) <= 4, len(loaded)  # before: 24 (every earlier turn, and the children of each)
+    assert links(last) == {last.request_id: ("next", records[-1].request_id)}
+    assert turn(records[-1]).next_state == [user("step 12")]
+
+
+def test_a_parent_older_than_the_newest_matching_prefix_is_still_found(key):
+    """The newest prefix of a request in a named session is a turn of another session; an older one is a
+    turn of its own: linking needs prefixes the nearest read left out, and reads them."""
+    first_x = make_record(key, [user("a")], reply="A", session_id="x")
+    capture_store([first_x])
+    capture_store([make_record(key, [user("a"), assistant("A"), user("b")], reply="B", session_id="x")])
+    first_y = make_record(key, [user("a")], reply="A", session_id="y")
+    capture_store([first_y])
+    later = make_record(key, [user("a"), assistant("A"), user("b"), assistant("B"), user("c")],
+                        session_id="y")
+    capture_store([later])
+    assert links(later) == {later.request_id: ("next", first_y.request_id)}
+    assert turn(later).session_id == turn(first_y).session_id

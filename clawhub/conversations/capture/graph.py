@@ -82,11 +82,20 @@ class Graph:
         return turn
 
     @classmethod
-    def load(cls, items: list[Item]) -> "Graph":
+    def load(cls, items: list[Item], *, nearest: bool = True) -> "Graph":
+        """``nearest``: of the stored turns a new turn may continue, only those of its newest prefixes down to
+        the first one a stored main turn ends (on PostgreSQL): linking stops there when that turn is in the
+        new turn's session (``covers``). An agent's request matches every earlier turn of its conversation
+        (up to MAX_PREFIX_CANDIDATES of them, with their children); its parent is the newest."""
         graph = cls()
         mains = [it for it in items if it.turn_type == MAIN]
         # Stored turns a new turn may continue (their prompt + reply is a prefix of its messages).
         continued = {(*owner_of(it.record), h) for it in items for h, _ in it.candidates}
+        ranked = None
+        if nearest and connection.vendor == "postgresql":
+            ranked = [(*owner_of(it.record), h, n, rank) for n, it in enumerate(items)
+                      for rank, (h, _) in enumerate(it.candidates)]
+            continued = set()
         lookups = {
             "continuation_hash": continued,
             "continuation_hash_without_retry": continued,
@@ -97,7 +106,7 @@ class Graph:
             # Stored turns that continue a new one (written before it by a faster writer).
             "parent_hash": {(*owner_of(it.record), h) for it in mains for h in it.continuations},
         }
-        ids = _link_rows(lookups)
+        ids = _link_rows(lookups, ranked)
         if ids is None:
             return graph
         for turn, inferred, closed in _linkable(ids):
@@ -120,6 +129,23 @@ class Graph:
             if turn.regenerate_of_id and turn.regenerate_of_id in graph.by_pk:
                 turn.regenerate = graph.by_pk[turn.regenerate_of_id]
         return graph
+
+    def covers(self, items: list[Item]) -> bool:
+        """Whether a ``nearest`` load holds every stored turn the batch links to, once its sessions are
+        inferred. Inferring stops at the first prefix some stored turn ends, no older than the first a main
+        turn ends, so it always has what it needs; linking a main turn stops at the first prefix a main turn
+        of its own session ends, so that must be the first prefix any stored main turn ends (or none is)."""
+        for it in items:
+            if it.turn_type != MAIN:
+                continue
+            owner = owner_of(it.record)
+            for digest, _ in it.candidates:
+                mains = [t for t in self.by_continuation.get((*owner, digest), ()) if t.turn_type == MAIN]
+                if mains:
+                    if not any(t.session_id == it.session_ref for t in mains):
+                        return False  # linking would go on to older prefixes, which were not read
+                    break
+        return True
 
     def lock_sessions(self, items: list[Item]) -> None:
         """Locks the existing sessions in id order (the batch's, and inferred ones a new turn may absorb),
@@ -275,11 +301,14 @@ def _columns(alias: str) -> str:
     return ", ".join(f"{alias}.{quote(f.column)}" for f in _link_fields())
 
 
-def _link_rows(lookups: dict[str, set[tuple[int, int, str]]]):
+def _link_rows(lookups: dict[str, set[tuple[int, int, str]]], ranked: list[tuple] | None = None):
     """The ids of the newest LINK_ROWS turns of each (tenant, user, hash) for each hash column, as a subquery
-    (each arm a bounded index scan of (tenant, hash, id)); None when there is nothing to look up."""
+    (each arm a bounded index scan of (tenant, hash, id)); None when there is nothing to look up.
+
+    ``ranked`` (PostgreSQL): (tenant, user, hash, new turn, rank) of each new turn's prefixes, newest first,
+    looked up in both continuation columns down to the first rank where a main turn ends (``Graph.load``)."""
     lookups = {column: keys for column, keys in lookups.items() if keys}
-    if not lookups:
+    if not lookups and not ranked:
         return None
     if connection.vendor != "postgresql":
         # The embedded SQLite default has no LATERAL: every match, as before (its histories are small).
@@ -305,7 +334,29 @@ def _link_rows(lookups: dict[str, set[tuple[int, int, str]]]):
             f"AND t.user_id = k.user_id ORDER BY t.id DESC LIMIT {LINK_ROWS}) AS l"
         )
         params.append(texts[id(keys)])
+    if ranked:
+        arms.append(_nearest_arm(table))
+        params.append(json_text(ranked))
     return RawSQL(" UNION ".join(arms), params)
+
+
+def _nearest_arm(table: str) -> str:
+    def newest(column: str) -> str:
+        return (
+            f"(SELECT t.id, t.turn_type FROM {table} AS t WHERE t.tenant_id = k.tenant_id "
+            f"AND t.{column} = k.h AND t.{column} <> '' AND t.user_id = k.user_id "
+            f"ORDER BY t.id DESC LIMIT {LINK_ROWS})"
+        )
+
+    return (
+        "SELECT m.id FROM (SELECT l.id, k.rank, "
+        f"min(k.rank) FILTER (WHERE l.turn_type = '{MAIN}') OVER (PARTITION BY k.item) AS cut "
+        "FROM (SELECT (e->>0)::bigint AS tenant_id, (e->>1)::bigint AS user_id, e->>2 AS h, "
+        "(e->>3)::int AS item, (e->>4)::int AS rank FROM json_array_elements(%s::json) AS e) AS k "
+        f"CROSS JOIN LATERAL ({newest('continuation_hash')} UNION ALL "
+        f"{newest('continuation_hash_without_retry')}) AS l) AS m "
+        "WHERE m.cut IS NULL OR m.rank <= m.cut"
+    )
 
 
 def session_key(turn_or_session) -> tuple:

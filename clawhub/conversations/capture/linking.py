@@ -45,7 +45,7 @@ def infer_sessions(items: list[Item], graph: Graph) -> None:
                     break
                 stored = graph.by_continuation.get((*owner, digest))
                 if stored:
-                    it.session_ref = stored[-1].session_id  # ascending ids: the newest turn wins
+                    it.session_ref = max(stored, key=_pk).session_id  # the newest turn wins
                     break
             else:
                 same = prompts.get((*owner, it.prompt_hash)) if it.turn_type == MAIN else None
@@ -60,6 +60,10 @@ def infer_sessions(items: list[Item], graph: Graph) -> None:
             in_batch[(*owner, digest)] = it
         if it.prompt_hash:
             prompts.setdefault((*owner, it.prompt_hash), it)
+
+
+def _pk(turn: Turn) -> int:
+    return turn.pk
 
 
 def _open_regenerate_targets(graph: Graph, it: Item) -> list[Turn]:

@@ -136,6 +136,13 @@ def _store(records: Sequence[TurnRecord]) -> int:
         resolve_explicit_sessions(items)
         graph = Graph.load(items)
         infer_sessions(items, graph)
+        if not graph.covers(items):
+            # A new turn's parent may be older than the prefixes read: read them all and infer again.
+            for it in items:
+                if not it.external_id:
+                    it.session_ref = None
+            graph = Graph.load(items, nearest=False)
+            infer_sessions(items, graph)
         graph.lock_sessions(items)
         ready = write_turns(items, graph, now)
         turns_ready_notify(turns=ready)
