@@ -16,6 +16,10 @@ Workloads (each request one turn):
 - ``agent``: OpenClaw-shaped conversations of ``AGENT_TURNS`` turns, each request the previous one's messages,
   its reply and a new user message (every turn links to its parent and becomes its next state).
 
+``--rate`` hands the records off at that rate instead, while the consumer runs its own loop (short reads,
+its linger after one, idle reads): the CPU of its thread per stored turn, its mean batch, and how long a
+record waited from its hand-off to its batch's commit, once per ``--linger``.
+
 ``--history`` seeds each bench tenant, before the run, with that many prior turns written by bulk SQL in the
 shape capture leaves them: half repeats of the ``repeat`` prompt in one session, all waiting (as the
 ``repeat`` workload leaves them), half conversations of 20 linked turns. Each history level gets tenants of
@@ -329,8 +333,82 @@ def drain(workload: str, tenants: list[Tenant], *, records: int, batch: int, out
     }
 
 
+def paced(workload: str, tenants: list[Tenant], *, rate: float, seconds: float, batch: int, linger_ms: int,
+          out_label: dict) -> dict:
+    """Hands ``rate`` records a second off for ``seconds`` (round robin over ``tenants``) while the consumer
+    runs its own loop in this thread, short reads, lingering and idle reads included: its CPU (this thread's)
+    per stored turn, its batches, and how long a record waited from its hand-off to its batch's commit."""
+    import threading
+
+    import redis
+
+    from clawhub.conversations.capture.compact import forget_recent_prompts
+    from clawhub.conversations.capture.consumer import CaptureConsumer
+    from clawhub.conversations.capture.handoff import HandoffSettings
+    from clawhub.conversations.capture.records import encode
+    from clawhub.conversations.capture.store import capture_store
+
+    cfg = HandoffSettings.from_settings(stream=f"bench-capture:{uuid.uuid4().hex}", in_process=False,
+                                        batch_records=batch, batch_linger=linger_ms / 1000)
+    client = redis.Redis.from_url(cfg.redis_url)
+    made = Records(time.time())
+    total = max(1, int(rate * seconds))
+    records = [made.next(workload, tenants[i % len(tenants)]) for i in range(total)]
+    payloads = [encode(r) for r in records]
+    handed: dict[str, float] = {}
+    waited: list[float] = []
+
+    def store(batch_records):
+        capture_store(batch_records)
+        now = time.perf_counter()
+        waited.extend(now - handed[r.request_id] for r in batch_records)
+
+    forget_recent_prompts()
+    consumer = CaptureConsumer(cfg, store=store, name="bench")
+    consumer.source.backlog()  # the group exists before the first record
+    stop = threading.Event()
+
+    def hand_off():
+        start = time.perf_counter()
+        for i, (record, payload) in enumerate(zip(records, payloads, strict=True)):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            handed[record.request_id] = time.perf_counter()
+            client.xadd(cfg.stream, {"r": payload})
+            client.incrby(cfg.bytes_key, len(payload))
+        while consumer.stats["stored"] + consumer.stats["dead_letters"] < total:
+            time.sleep(0.01)
+        stop.set()
+
+    producer = threading.Thread(target=hand_off, daemon=True)
+    try:
+        cpu0 = time.thread_time()
+        producer.start()
+        consumer.run(stop)
+        cpu = time.thread_time() - cpu0
+        producer.join()
+    finally:
+        consumer.close()
+        client.delete(cfg.stream, cfg.dead_stream, cfg.bytes_key, cfg.stats_key)
+        client.close()
+    stored = consumer.stats["stored"]
+    waited.sort()
+    return {
+        **out_label, "workload": workload, "rate": rate, "linger_ms": linger_ms, "stored": stored,
+        "batch": batch, "batches": consumer.stats["batches"],
+        "mean_batch": round(stored / max(consumer.stats["batches"], 1), 1),
+        # Idle reads included: the consumer's whole loop while records came at this rate.
+        "consumer_cpu_ms_per_turn": round(cpu * 1000 / max(stored, 1), 3),
+        "wait_p50_ms": round(waited[len(waited) // 2] * 1000, 1) if waited else None,
+        "wait_max_ms": round(waited[-1] * 1000, 1) if waited else None,
+    }
+
+
 def run(*, records: int, tenants: int, histories: list[int], workloads: list[str], batches: list[int],
-        out) -> list[dict]:
+        out, rate: float = 0, seconds: float = 20, lingers: list[int] | None = None) -> list[dict]:
+    """Drains ``records`` handed off at once per workload and batch size; with ``rate``, hands them off at
+    that rate for ``seconds`` instead, once per linger (ms)."""
     from django.db import connection
 
     label = uuid.uuid4().hex[:8]
@@ -342,9 +420,13 @@ def run(*, records: int, tenants: int, histories: list[int], workloads: list[str
         seed_history(group, history, before=time.time())
         seeded = round(time.perf_counter() - t0, 1)
         for workload in workloads:
-            for batch in batches:
-                row = drain(workload, group, records=records, batch=batch,
-                            out_label={"history": history, "tenants": tenants})
+            for batch, linger in [(b, x) for b in batches for x in (lingers or [None])]:
+                label = {"history": history, "tenants": tenants}
+                if rate:
+                    row = paced(workload, group, rate=rate, seconds=seconds, batch=batch,
+                                linger_ms=linger or 0, out_label=label)
+                else:
+                    row = drain(workload, group, records=records, batch=batch, out_label=label)
                 row["seed_s"] = seeded
                 row["load_1m"] = round(load, 2)
                 load = os.getloadavg()[0]

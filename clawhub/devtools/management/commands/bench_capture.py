@@ -21,8 +21,15 @@ class Command(BaseCommand):
         parser.add_argument("--batch", default="200,20",
                             help="records per consumer fetch, comma-separated (200: draining a backlog; 20: "
                                  "steady load, where each fetch finds a few records)")
+        parser.add_argument("--rate", type=float, default=0,
+                            help="hand records off at this rate (per second) while the consumer runs its own "
+                                 "loop, instead of draining --records handed off at once")
+        parser.add_argument("--seconds", type=float, default=20, help="how long --rate hands records off")
+        parser.add_argument("--linger", default="",
+                            help="with --rate: the consumer's linger after a short read, ms, comma-separated "
+                                 "(default: CLAWHUB_CAPTURE_BATCH_LINGER_MS)")
 
-    def handle(self, *args, records, tenants, history, workloads, batch, **options):
+    def handle(self, *args, records, tenants, history, workloads, batch, rate, seconds, linger, **options):
         from django.conf import settings
 
         from clawhub.devtools.capture_bench import WORKLOADS, run
@@ -32,5 +39,9 @@ class Command(BaseCommand):
             raise CommandError(f"--workloads takes a comma-separated list of {', '.join(WORKLOADS)}.")
         if not settings.REDIS_URL:
             raise CommandError("bench_capture measures the Redis stream consumer: set REDIS_URL.")
+        if rate < 0 or seconds <= 0:
+            raise CommandError("--rate takes a rate >= 0 and --seconds a duration > 0.")
+        lingers = _ints(linger) or [settings.CAPTURE_BATCH_LINGER_MS]
         run(records=records, tenants=tenants, histories=_ints(history), workloads=chosen,
-            batches=_ints(batch), out=sys.stdout)
+            batches=_ints(batch), out=sys.stdout, rate=rate, seconds=seconds,
+            lingers=lingers if rate else None)
