@@ -30,6 +30,8 @@ TEST_OUTPUT_DIR = BASE_DIR / "test-output"
 # The capture consumer runs as a thread of each test gateway, on a stream and spool folder of its own.
 CAPTURE_CONSUMER_IN_PROCESS = True
 CAPTURE_SPOOL_DIR = os.path.join(tempfile.gettempdir(), f"clawhub-test-capture-{os.getpid()}")
+# Tests wait for their turns to be stored: a short linger keeps those waits short.
+CAPTURE_BATCH_LINGER_MS = 100
 # The per-tenant training budget (clawhub/training/budget.py) is off here: tests start many runs of one tenant
 # within seconds. tests/security/test_training_limits.py turns it on.
 CLAWHUB_TRAIN_BUDGET_GPU_SECONDS_PER_DAY = 0
