@@ -279,8 +279,8 @@ def turns_judgeable_loaded(turns: Iterable[Turn]) -> list[int]:
     """``turns_judgeable`` for turns in memory whose ``ended`` and ``tenant_id`` are loaded (capture's): no
     query unless one of them stopped at max_tokens, then one raw read of those tenants' settings (capture
     asks once per batch, and a queryset's building cost more CPU than its query)."""
-    turns = {t.pk: t for t in turns}
-    length_tenants = {t.tenant_id for t in turns.values() if t.ended == Turn.Ended.LENGTH}
+    by_pk = {t.pk: t for t in turns}
+    length_tenants = {t.tenant_id for t in by_pk.values() if t.ended == Turn.Ended.LENGTH}
     included: set[int] = set()
     if length_tenants:
         meta = ConversationSettings._meta
@@ -296,7 +296,7 @@ def turns_judgeable_loaded(turns: Iterable[Turn]) -> list[int]:
             included = {row[0] for row in cursor.fetchall()}
     return sorted(
         pk
-        for pk, t in turns.items()
+        for pk, t in by_pk.items()
         if t.ended not in CUT_ENDINGS or (t.ended == Turn.Ended.LENGTH and t.tenant_id in included)
     )
 
