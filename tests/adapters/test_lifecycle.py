@@ -18,7 +18,6 @@ from clawhub.training.lineage_services import adapter_record_decision
 from tests.adapters.conftest import make_version
 from tests.factories import make_user
 from tests.review.conftest import make_turn
-from tests.training.conftest import approved_samples
 from workers.celery import app
 
 State = AdapterVersion.State
@@ -83,24 +82,6 @@ def test_a_rejecting_decision_ends_the_candidate(db, fake):
     assert new.decision_reason == "the preference margin fell"
     assert new.metrics["eval"]["passed"] is False
     assert AuditLog.objects.filter(action="adapter.evaluated", target_id=str(new.pk)).exists()
-
-
-def test_the_held_out_set_is_the_held_back_slice_of_succeeded_runs(db, sent, settings):
-    from clawhub.training import services as training
-    from clawhub.training.selectors import heldout_samples
-
-    settings.CLAWHUB_GATE_HOLDOUT_EVERY = 2
-    user = make_user()
-    approved_samples(user, 4)
-    run = training.run_start(tenant=user.tenant, access=tenant_access(actor=user, tenant_id=user.tenant.pk))
-    assert len(run.sample_ids) == 2 and len(run.heldout_ids) == 2
-    assert heldout_samples(tenant=user.tenant, limit=10) == []  # the run has not succeeded yet
-    training.run_mark_running(run_id=run.pk, task_id="t")
-    training.run_succeed(run_id=run.pk, metrics=[], trained_sample_ids=run.sample_ids, dropped=[],
-                         resumed_from_step=None)
-    held = heldout_samples(tenant=user.tenant, limit=10)
-    assert sorted(s.pk for s in held) == sorted(run.heldout_ids)
-    assert not set(run.sample_ids) & {s.pk for s in held}  # never a trained sample
 
 
 def test_drained_versions_are_unloaded_after_the_grace_period(db, fake, sent_tasks):
