@@ -421,12 +421,12 @@ def run(*, records: int, tenants: int, histories: list[int], workloads: list[str
         seeded = round(time.perf_counter() - t0, 1)
         for workload in workloads:
             for batch, linger in [(b, x) for b in batches for x in (lingers or [None])]:
-                label = {"history": history, "tenants": tenants}
+                level = {"history": history, "tenants": tenants}
                 if rate:
                     row = paced(workload, group, rate=rate, seconds=seconds, batch=batch,
-                                linger_ms=linger or 0, out_label=label)
+                                linger_ms=linger or 0, out_label=level)
                 else:
-                    row = drain(workload, group, records=records, batch=batch, out_label=label)
+                    row = drain(workload, group, records=records, batch=batch, out_label=level)
                 row["seed_s"] = seeded
                 row["load_1m"] = round(load, 2)
                 load = os.getloadavg()[0]
