@@ -354,7 +354,7 @@ class Gateway(Forwarding):
         the request is served with (read again if it changed since it was cached)."""
         for _ in range(ADMIT_LOOKUPS):
             try:
-                admitted, _generation = await self._admit_once(
+                admitted, generation = await self._admit_once(
                     entry.info, request_id, entry.generation, reserve, adapter.name if adapter else None,
                     adapter_generation)
             except AdapterMoved:
@@ -363,6 +363,11 @@ class Gateway(Forwarding):
                 adapter, adapter_generation = await self._adapter_for(entry.info, model)
                 continue
             if admitted:
+                if generation is not None:  # admission read the generations: what is cached is current
+                    if entry.generation is not None and generation == entry.generation:
+                        self.keys.confirm(digest)
+                    if adapter_generation is not None:
+                        self.adapters.confirm(entry.info.tenant_id)
                 return entry.info, adapter
             # The key was revoked, rotated or changed since it was cached: look it up again.
             self.keys.forget(digest)
@@ -384,7 +389,7 @@ class Gateway(Forwarding):
         except Exception:
             # Redis unreachable: serving goes on without quotas rather than failing every agent.
             logger.exception("quota check failed; admitting without limits")
-            return True, generation
+            return True, None  # nothing checked
 
     async def _completion(self, scope, receive, send, route: str, headers: dict[bytes, bytes], served: Served,
                           trace_id: str) -> None:

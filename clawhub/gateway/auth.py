@@ -1,11 +1,14 @@
-"""API key lookup for /v1: an indexed query in a worker thread, then a few seconds in an in-process cache.
+"""API key lookup for /v1: an indexed query in a worker thread, then kept in an in-process cache.
 
 The cache is keyed by the secret's SHA-256 digest (never the secret). A revoke, rotate or change bumps the
 key's generation in the shared cache (clawhub.keys.cache: Redis, or the embedded stack's file cache); each
 lookup records the generation it was made under, and every /v1 request compares it with the current one
 before trusting the copy: completions in the quota check's own round trip (the admission script with Redis,
 LocalLimiter without), /v1/models and /v1/feedback with one read of it. A changed generation sends the
-request back here for a fresh lookup, so a revocation holds from the next request on, in every mode.
+request back here for a fresh lookup, so a revocation holds from the next request on, in every mode. An
+admission that finds the generation unchanged keeps the lookup fresh (``KeyCache.confirm``), so a key in use
+is not read again every GATEWAY_KEY_CACHE_SECONDS, only when nothing confirmed it for that long (Redis away)
+or ten minutes after its read.
 
 While the database is unreachable, keys seen recently are served from their last good lookup (and a key whose
 generation moved on is forgotten first, so a revocation is never served stale), in a process started during
@@ -155,6 +158,10 @@ class KeyCache:
         if info is not None and info.expires_at is not None and info.expires_at <= time.time():
             return digest, CachedKey(None)
         return digest, entry
+
+    def confirm(self, digest: str) -> None:
+        """Admission found the key's generation unchanged: its lookup stays fresh (CachedLoader.confirm)."""
+        self._cache.confirm(digest)
 
     def forget(self, digest: str) -> None:
         self._cache.forget(digest)

@@ -280,16 +280,17 @@ class RedisLimiter(_Leases):
         """Counts the request if it is within every limit, reserving ``reserve`` tokens. Returns (True,
         generation) when admitted, (False, generation) when the key's cache generation moved on (nothing was
         counted); raises AdapterMoved when the tenant's adapter generation did (nothing counted either) and a
-        429 GatewayError when a limit is reached. Redis not answering admits (fail open, counted)."""
+        429 GatewayError when a limit is reached. Redis not answering admits (fail open, counted) with
+        generation None: nothing was checked."""
         if time.monotonic() < self._down_until:
             REDIS_FAILURES.labels(part="quota").inc()
-            return True, expected_generation or ""
+            return True, None
         try:
             return await self._bounded(self._admit_redis(info, request_id, expected_generation, reserve,
                                                          adapter, adapter_generation))
         except (TimeoutError, OSError, self._errors()) as exc:
             self._failed("quota", exc)
-            return True, expected_generation or ""
+            return True, None
 
     async def generation_moved(self, info: KeyInfo, expected_generation: str | None) -> bool:
         """Whether the key's cache generation differs from the one its lookup was made under (one GET, for
@@ -412,8 +413,11 @@ class LocalLimiter(_Leases):
     async def admit(self, info: KeyInfo, request_id: str, expected_generation: str | None, *,
                     reserve: int = 0, adapter: str | None = None,
                     adapter_generation: AdapterGeneration | None = None) -> tuple[bool, str | None]:
-        if await self.generation_moved(info, expected_generation):
-            return False, None
+        from clawhub.keys.cache import key_cache_generation_now
+
+        generation = key_cache_generation_now(key_id=info.key_id)
+        if expected_generation is not None and generation != expected_generation:
+            return False, generation
         if adapter_generation is not None:
             from clawhub.adapters.cache import adapter_cache_generation_now
 
@@ -453,7 +457,7 @@ class LocalLimiter(_Leases):
         self.leases[request_id] = Lease(keys=tuple(names) + ((busy,) if busy else ()),
                                         tpm_keys=tuple(f"{n}:tpm:{minute}" for n in names), reserve=reserve,
                                         group=bool(info.group_id), adapter_key=busy)
-        return True, None
+        return True, generation
 
     async def generation_moved(self, info: KeyInfo, expected_generation: str | None) -> bool:
         from clawhub.keys.cache import key_cache_generation_now

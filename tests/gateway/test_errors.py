@@ -109,6 +109,33 @@ def test_missing_unknown_revoked_expired_and_rotated_keys_are_401(gateway, setti
 
 
 @pytest.mark.parametrize("quotas", ["redis", "embedded"])
+def test_a_key_admission_keeps_confirming_is_not_looked_up_again_after_its_ttl(gateway_factory, fake, quotas,
+                                                                              monkeypatch):
+    """Each completion's admission reads the key's generation: while it is unchanged the cached lookup stays
+    fresh past GATEWAY_KEY_CACHE_SECONDS (no database read every minute per key), and a revocation still
+    holds from the next request."""
+    gateway = gateway_factory([fake.url], **({"redis_url": ""} if quotas == "embedded" else {}))
+    from types import SimpleNamespace
+
+    from clawhub.gateway import auth, dbreads
+
+    clock = [time.monotonic()]
+    monkeypatch.setattr(dbreads, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    lookups = []
+    resolve = auth.resolve_key_blocking
+    monkeypatch.setattr(auth, "resolve_key_blocking", lambda secret: lookups.append(1) or resolve(secret))
+    owner = make_user()
+    key, secret = make_key(owner)
+    ttl = gateway.app.config.key_cache_seconds
+    for _ in range(4):
+        assert post(gateway, secret, chat()).status_code == 200
+        clock[0] += ttl * 0.8
+    assert len(lookups) == 1  # 2.4 ttl after the lookup, still the first one
+    key_revoke(key=key, actor=owner)
+    assert_error(post(gateway, secret, chat()), 401, code="invalid_api_key")
+
+
+@pytest.mark.parametrize("quotas", ["redis", "embedded"])
 def test_a_revoked_key_is_refused_on_every_v1_route_from_the_next_request(gateway_factory, fake, quotas):
     """Finding N12: the cached lookup (GATEWAY_KEY_CACHE_SECONDS, 10 s) is checked against the key's
     generation on every route, with Redis and without it (the embedded stack's in-process quotas)."""

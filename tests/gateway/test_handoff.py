@@ -170,6 +170,34 @@ def test_lookups_serve_the_last_good_value_while_the_database_is_down():
     asyncio.run(scenario())
 
 
+def test_a_lookup_admission_confirms_stays_fresh_until_its_max_age(monkeypatch):
+    """Confirmed (its generation found unchanged) it is not read again every ttl; unconfirmed (Redis away)
+    it expires after ttl as before; confirmed or not, it is read again CONFIRMED_MAX_AGE after its read."""
+    from types import SimpleNamespace
+
+    from clawhub.gateway import dbreads
+
+    clock = [1000.0]
+    monkeypatch.setattr(dbreads, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    cache = CachedLoader(None, ttl=60.0, what="key")
+    cache.put("k", "v")
+    for _ in range(9):  # 450 s, each step within the ttl of the last confirmation
+        clock[0] += 50
+        assert cache.peek("k") == (True, "v")
+        cache.confirm("k")
+    clock[0] += 59
+    assert cache.peek("k") == (True, "v")
+    clock[0] += 2  # 511 s after the read, 61 s after the last confirmation
+    assert cache.peek("k") == (False, None)
+    cache.put("k", "v2")
+    for _ in range(12):
+        clock[0] += 50
+        cache.confirm("k")
+    assert cache.peek("k") == (False, None)  # 600 s after its read however often confirmed
+    cache.confirm("never-read")
+    assert cache.peek("never-read") == (False, None)
+
+
 def test_quotas_fail_open_with_a_metric_when_redis_does_not_answer():
     info = KeyInfo(key_id=1, user_id=1, tenant_id=1, group_id=None, model_id="clawhub-personal",
                    allowed_models=frozenset(), rpm=1, tpm=None, concurrency=None, expires_at=None,
@@ -178,8 +206,8 @@ def test_quotas_fail_open_with_a_metric_when_redis_does_not_answer():
     async def scenario():
         limiter = RedisLimiter(f"redis://127.0.0.1:{free_port()}/0", GroupLimits(), slot_ttl=10, timeout=0.2)
         before = counter("clawhub_redis_failures_total", part="quota")
-        assert await limiter.admit(info, "r1", "7") == (True, "7")
-        assert await limiter.admit(info, "r2", "7") == (True, "7")  # rpm=1, but nothing can be counted
+        assert await limiter.admit(info, "r1", "7") == (True, None)  # admitted, nothing checked
+        assert await limiter.admit(info, "r2", "7") == (True, None)  # rpm=1, but nothing can be counted
         await limiter.release(info, "r1", 10)
         assert counter("clawhub_redis_failures_total", part="quota") == before + 2
         await limiter.close()
