@@ -8,7 +8,7 @@ LocalLimiter without), /v1/models and /v1/feedback with one read of it. A change
 request back here for a fresh lookup, so a revocation holds from the next request on, in every mode. An
 admission that finds the generation unchanged keeps the lookup fresh (``KeyCache.confirm``), so a key in use
 is not read again every GATEWAY_KEY_CACHE_SECONDS, only when nothing confirmed it for that long (Redis away)
-or ten minutes after its read.
+or ten lifetimes (at most ten minutes) after its read.
 
 While the database is unreachable, keys seen recently are served from their last good lookup (and a key whose
 generation moved on is forgotten first, so a revocation is never served stale), in a process started during

@@ -30,8 +30,9 @@ logger = logging.getLogger("clawhub.gateway")
 
 DB_THREADS = 4
 STALE_RETRY = 1.0  # while the database is down, a stale value is served this long before the next try
-# A cached value that admission keeps confirming (its generation unchanged) is read again after this long
-# all the same: what a change made around the services (a bare SQL update) waits for.
+# A cached value that admission keeps confirming (its generation unchanged) is read again all the same after
+# ten of its TTLs, at most ten minutes: what a change made around the services (a bare SQL update) waits for.
+CONFIRMED_TTLS = 10
 CONFIRMED_MAX_AGE = 600.0
 
 
@@ -209,12 +210,14 @@ class CachedLoader:
 
     def confirm(self, key: Hashable) -> None:
         """``key``'s value was just found current (its generation unchanged): fresh for another ``ttl``, up to
-        CONFIRMED_MAX_AGE after it was read. So a value in use is not read again every ``ttl`` while the
-        generations vouch for it, and still expires within ``ttl`` once nothing confirms it (Redis away)."""
+        CONFIRMED_TTLS ttls (at most CONFIRMED_MAX_AGE) after it was read. So a value in use is not read again
+        every ``ttl`` while the generations vouch for it, and still expires within ``ttl`` once nothing
+        confirms it (Redis away)."""
         hit = self._values.get(key)
         if hit is not None:
             now = time.monotonic()
-            fresh = min(now + self._ttl, hit[2] + max(self._ttl, CONFIRMED_MAX_AGE))
+            max_age = max(self._ttl, min(self._ttl * CONFIRMED_TTLS, CONFIRMED_MAX_AGE))
+            fresh = min(now + self._ttl, hit[2] + max_age)
             if fresh > hit[0]:
                 self._values[key] = (fresh, hit[1], hit[2])
 

@@ -230,8 +230,8 @@ GATEWAY_LEASE_SECONDS = env.float("GATEWAY_LEASE_SECONDS", default=30.0)
 GATEWAY_HEALTH_INTERVAL = env.float("GATEWAY_HEALTH_INTERVAL", default=5.0)
 # Cached lookups are checked against their generation on every request (a revoke, rotate or promotion holds
 # from the next request on), and each check that finds it unchanged keeps the lookup this long again (up to
-# ten minutes after its read: clawhub.gateway.dbreads.CONFIRMED_MAX_AGE); the lifetimes bound what is served
-# while the shared cache (Redis) is away.
+# ten lifetimes, at most ten minutes, after its read: clawhub.gateway.dbreads.CONFIRMED_MAX_AGE); the
+# lifetimes bound what is served while the shared cache (Redis) is away.
 GATEWAY_KEY_CACHE_SECONDS = env.float("GATEWAY_KEY_CACHE_SECONDS", default=60.0)
 GATEWAY_ADAPTER_CACHE_SECONDS = env.float("GATEWAY_ADAPTER_CACHE_SECONDS", default=300.0)
 # Limits every group key also counts against, per group; empty = unlimited.

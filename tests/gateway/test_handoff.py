@@ -172,7 +172,8 @@ def test_lookups_serve_the_last_good_value_while_the_database_is_down():
 
 def test_a_lookup_admission_confirms_stays_fresh_until_its_max_age(monkeypatch):
     """Confirmed (its generation found unchanged) it is not read again every ttl; unconfirmed (Redis away)
-    it expires after ttl as before; confirmed or not, it is read again CONFIRMED_MAX_AGE after its read."""
+    it expires after ttl as before; confirmed or not, it is read again ten ttls (at most CONFIRMED_MAX_AGE)
+    after its read."""
     from types import SimpleNamespace
 
     from clawhub.gateway import dbreads
@@ -196,6 +197,15 @@ def test_a_lookup_admission_confirms_stays_fresh_until_its_max_age(monkeypatch):
     assert cache.peek("k") == (False, None)  # 600 s after its read however often confirmed
     cache.confirm("never-read")
     assert cache.peek("never-read") == (False, None)
+    short = CachedLoader(None, ttl=2.0, what="key")
+    short.put("k", "v")
+    for _ in range(10):
+        clock[0] += 1.5
+        short.confirm("k")
+    assert short.peek("k") == (True, "v")  # 15 s after its read
+    clock[0] += 5.1
+    short.confirm("k")
+    assert short.peek("k") == (False, None)  # ten ttls: 20 s
 
 
 def test_quotas_fail_open_with_a_metric_when_redis_does_not_answer():
