@@ -41,12 +41,13 @@ from clawhub.gateway.errors import (
     upstream_timeout,
 )
 from clawhub.gateway.forwarding import CONNECT_ERRORS, Forwarding
+from clawhub.gateway.h1client import UpstreamClient
 from clawhub.gateway.http import ClientGone, read_body, send_json
 from clawhub.gateway.identity import extract_identity
 from clawhub.gateway.meters import ServedRequests
 from clawhub.gateway.proxy import watch_disconnect
 from clawhub.gateway.quotas import AdapterGeneration, AdapterMoved, LocalLimiter, RedisLimiter, reservation
-from clawhub.gateway.transport import UpstreamClient, UpstreamTransport
+from clawhub.gateway.transport import UpstreamTransport
 from clawhub.gateway.upstreams import (
     ActiveAdapter,
     SharedResidency,

@@ -14,10 +14,10 @@ from clawhub.core.metrics import UPSTREAM_ERRORS
 from clawhub.gateway import feedback, limits, messages, responses, tool_calls
 from clawhub.gateway.bodies import encode_body
 from clawhub.gateway.errors import no_upstream, normalise_upstream_error, upstream_refused, upstream_timeout
+from clawhub.gateway.h1client import UpstreamResponse
 from clawhub.gateway.http import send_json
 from clawhub.gateway.identity import Identity
 from clawhub.gateway.proxy import Wants, parse_reply, relay_stream, rewrite_response
-from clawhub.gateway.transport import UpstreamResponse
 from clawhub.gateway.upstreams import ActiveAdapter, Upstream
 from workers.upstream_errors import body_shape
 

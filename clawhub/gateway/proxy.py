@@ -22,7 +22,7 @@ from clawhub.conversations.capture.records import RawIds, TurnRecord
 from clawhub.core.metrics import UPSTREAM_ERRORS
 from clawhub.gateway import messages, responses, tool_calls
 from clawhub.gateway.errors import GatewayError, normalise_upstream_error, upstream_refused, upstream_timeout
-from clawhub.gateway.transport import UpstreamResponse
+from clawhub.gateway.h1client import UpstreamResponse
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -1,16 +1,12 @@
-"""The gateway's connections to its upstreams, over aiohttp's HTTP/1.1 client.
+"""The gateway's rare calls to its upstreams (health checks, /v1/models, adapter loads, /tokenize): httpx's
+API over an aiohttp pool (``UpstreamTransport``), because the admin helpers they share with the workers speak
+httpx. Completions go through clawhub.gateway.h1client instead: measured per request in one run, httpx's own
+transport (httpcore + h11) cost about 0.7 ms of CPU on an agent-sized request, httpx's API over aiohttp
+440-485 us, aiohttp alone 160-230 us (412-573 us with 32 KB bodies both ways), h1client 128-227 us.
 
-Completions go through ``UpstreamClient``: one aiohttp session and a response object with only what the
-gateway reads (status, headers, ``aread``, ``aiter_raw``, ``aclose``). Measured per request in one run,
-httpx's own transport (httpcore + h11) cost about 0.7 ms of CPU on an agent-sized request, httpx's API over
-aiohttp (``UpstreamTransport``) 440-485 us, aiohttp alone 160-230 us: httpx's request, header and response
-models were most of it. The rare calls (health checks, /v1/models, adapter loads, /tokenize) keep httpx's API
-over the same kind of aiohttp pool (``UpstreamTransport``): the admin helpers they share with the workers
-speak httpx.
-
-Both translate aiohttp's errors into the httpx errors the gateway reasons about: a kept-alive connection the
-server closed is ``RemoteProtocolError`` (retried once: forwarding.STALE_ERRORS), a connection that cannot be
-made ``ConnectError``, a cut mid-body ``ReadError``, a read that waited too long ``ReadTimeout``.
+aiohttp's errors are translated into the httpx errors the gateway reasons about: a kept-alive connection the
+server closed is ``RemoteProtocolError``, a connection that cannot be made ``ConnectError``, a cut mid-body
+``ReadError``, a read that waited too long ``ReadTimeout``.
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ from contextlib import contextmanager
 
 import aiohttp
 import httpx
-import orjson
 from httpx_aiohttp import AiohttpTransport
 
 
@@ -50,13 +45,6 @@ def _as_httpx_errors() -> Iterator[None]:
         raise httpx.ReadTimeout(str(exc) or "timed out") from exc
 
 
-def _raised(exc: BaseException) -> BaseException:
-    """The httpx error for an aiohttp failure (or a timeout) while a request was sent or its answer read."""
-    if isinstance(exc, TimeoutError):
-        return httpx.ReadTimeout(str(exc) or "timed out")
-    return _translated(exc) or httpx.ReadError(str(exc))
-
-
 def _session(keepalive: float, max_connections: int) -> aiohttp.ClientSession:
     """``keepalive``: seconds an idle connection is kept (0: none is kept, every request connects)."""
     connector_args = {"force_close": True} if keepalive <= 0 else {"keepalive_timeout": keepalive}
@@ -71,65 +59,6 @@ def _release(response: aiohttp.ClientResponse) -> None:
         response.release()
     else:
         response.close()
-
-
-class UpstreamResponse:
-    """An upstream's answer once its headers arrived; its body is read with ``aread`` or ``aiter_raw``."""
-
-    __slots__ = ("_response", "status_code", "headers", "content")
-
-    def __init__(self, response: aiohttp.ClientResponse):
-        self._response = response
-        self.status_code = response.status
-        self.headers = response.headers  # case-insensitive
-        self.content = b""  # the body, once aread() read it
-
-    async def aread(self) -> bytes:
-        try:
-            self.content = await self._response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _raised(exc) from exc
-        return self.content
-
-    async def aiter_raw(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.content.iter_any():
-                yield chunk
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _raised(exc) from exc
-
-    def json(self):
-        return orjson.loads(self.content)
-
-    async def aclose(self) -> None:
-        _release(self._response)
-
-
-class UpstreamClient:
-    """POSTs to upstreams over one pool of kept-alive connections (``keepalive`` as in ``_session``)."""
-
-    def __init__(self, *, keepalive: float, connect_timeout: float, read_timeout: float,
-                 max_connections: int = 1024):
-        self._keepalive, self._max = keepalive, max_connections
-        self._session: aiohttp.ClientSession | None = None
-        # As httpx.Timeout(read_timeout, connect=connect_timeout) was: each read and the wait for a pooled
-        # connection are bounded by the read timeout, making a connection by the connect timeout.
-        self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout,
-                                              connect=read_timeout)
-
-    async def post(self, url: str, payload: bytes, headers: dict[str, str]) -> UpstreamResponse:
-        """Sends the request; returns once the answer's headers arrived (its body is read separately)."""
-        if self._session is None:  # made on the running loop, on first use
-            self._session = _session(self._keepalive, self._max)
-        with _as_httpx_errors():
-            response = await self._session.post(url, data=payload, headers=headers, allow_redirects=False,
-                                                 compress=False, timeout=self._timeout)
-        return UpstreamResponse(response)
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
 
 class _Stream(httpx.AsyncByteStream):
