@@ -244,3 +244,61 @@ def test_a_chat_replys_prompt_ids_are_cut_out_as_bytes_and_written_back_unchange
     odd = b'{"prompt_token_ids":["a]"],"x":1}'
     assert split_prompt_ids(odd)[1] is not None
     assert parse_reply(odd, True) == ({"prompt_token_ids": ["a]"], "x": 1}, None)
+
+
+def test_the_upstream_client_reuses_a_connection_and_reads_a_large_reply_whole():
+    """clawhub.gateway.h1client: a kept-alive connection serves the next request; a 1 MB reply (past the
+    256 KB at which reading pauses for a slow reader) arrives whole, read at once or piece by piece, plain or
+    chunked; a connection refused is httpx's ConnectError."""
+    import httpx
+
+    from clawhub.gateway.h1client import UpstreamClient
+    from tests.ports import free_port
+
+    body = bytes(range(256)) * 4096  # 1 MB
+
+    async def run():
+        connections = []
+
+        async def serve(reader, writer):
+            connections.append(writer)
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                size = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                request = await reader.readexactly(size)
+                if request == b"chunked":
+                    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    for at in range(0, len(body), 100_000):
+                        part = body[at:at + 100_000]
+                        writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    writer.write(b"0\r\n\r\n")
+                else:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/x"
+        client = UpstreamClient(keepalive=4.0, connect_timeout=2, read_timeout=5)
+        try:
+            response = await client.post(url, b"plain", {"content-type": "text/plain"})
+            assert response.status_code == 200
+            assert response.headers.get("content-type") == "application/octet-stream"
+            assert await response.aread() == body
+            await response.aclose()
+            for kind in (b"plain", b"chunked"):
+                response = await client.post(url, kind, {})
+                parts = []
+                async for part in response.aiter_raw():
+                    parts.append(part)
+                    await asyncio.sleep(0.001)  # a slow reader
+                await response.aclose()
+                assert b"".join(parts) == body
+            assert len(connections) == 1
+            with pytest.raises(httpx.ConnectError):
+                await client.post(f"http://127.0.0.1:{free_port()}/v1/x", b"{}", {})
+        finally:
+            await client.aclose()
+            server.close()
+
+    asyncio.run(run())
