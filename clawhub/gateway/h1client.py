@@ -160,16 +160,19 @@ class _Connection(asyncio.Protocol):
 class UpstreamResponse:
     """An upstream's answer once its headers arrived; its body is read with ``aread`` or ``aiter_raw``."""
 
-    __slots__ = ("_conn", "status_code", "headers", "content", "_closed")
+    __slots__ = ("_conn", "status_code", "headers", "content", "_read", "_closed")
 
     def __init__(self, conn: _Connection):
         self._conn = conn
         self.status_code = conn.status
         self.headers = conn.headers  # lower-cased names
         self.content = b""  # the body, once aread() read it
-        self._closed = False
+        self._read = self._closed = False
 
     async def aread(self) -> bytes:
+        """The whole body; read once, then the same bytes again (forwarding reads a 400 twice)."""
+        if self._read:
+            return self.content
         conn = self._conn
         parts = []
         while True:
@@ -179,6 +182,7 @@ class UpstreamResponse:
                 break
             await conn.more()
         self.content = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._read = True
         return self.content
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:

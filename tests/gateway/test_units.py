@@ -248,8 +248,8 @@ def test_a_chat_replys_prompt_ids_are_cut_out_as_bytes_and_written_back_unchange
 
 def test_the_upstream_client_reuses_a_connection_and_reads_a_large_reply_whole():
     """clawhub.gateway.h1client: a kept-alive connection serves the next request; a 1 MB reply (past the
-    256 KB at which reading pauses for a slow reader) arrives whole, read at once or piece by piece, plain or
-    chunked; a connection refused is httpx's ConnectError."""
+    256 KB at which reading pauses for a slow reader) arrives whole, read at once (and again, as forwarding
+    reads a 400) or piece by piece, plain or chunked; a connection refused is httpx's ConnectError."""
     import httpx
 
     from clawhub.gateway.h1client import UpstreamClient
@@ -285,6 +285,7 @@ def test_the_upstream_client_reuses_a_connection_and_reads_a_large_reply_whole()
             assert response.status_code == 200
             assert response.headers.get("content-type") == "application/octet-stream"
             assert await response.aread() == body
+            assert await response.aread() == body  # read again: the same body
             await response.aclose()
             for kind in (b"plain", b"chunked"):
                 response = await client.post(url, kind, {})
