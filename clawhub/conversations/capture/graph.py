@@ -93,8 +93,7 @@ class Graph:
         continued = {(*owner_of(it.record), h) for it in items for h, _ in it.candidates}
         ranked = None
         if nearest and connection.vendor == "postgresql":
-            ranked = [(*owner_of(it.record), h, n, rank) for n, it in enumerate(items)
-                      for rank, (h, _) in enumerate(it.candidates)]
+            ranked = _ranked(items)
             continued = set()
         lookups = {
             "continuation_hash": continued,
@@ -301,12 +300,26 @@ def _columns(alias: str) -> str:
     return ", ".join(f"{alias}.{quote(f.column)}" for f in _link_fields())
 
 
-def _link_rows(lookups: dict[str, set[tuple[int, int, str]]], ranked: list[tuple] | None = None):
+def _ranked(items: list[Item]) -> tuple[list[tuple], list[tuple]] | None:
+    """(each distinct (tenant, user, hash) of the items' prefixes, (that key's index, new turn, rank) of each
+    prefix, newest first): a batch's turns share most prefixes (the same conversation, the same system
+    prompt), and each key is looked up once."""
+    keys: dict[tuple, int] = {}
+    rows = [
+        (keys.setdefault((*owner_of(it.record), h), len(keys)), n, rank)
+        for n, it in enumerate(items)
+        for rank, (h, _) in enumerate(it.candidates)
+    ]
+    return (list(keys), rows) if rows else None
+
+
+def _link_rows(lookups: dict[str, set[tuple[int, int, str]]],
+               ranked: tuple[list[tuple], list[tuple]] | None = None):
     """The ids of the newest LINK_ROWS turns of each (tenant, user, hash) for each hash column, as a subquery
     (each arm a bounded index scan of (tenant, hash, id)); None when there is nothing to look up.
 
-    ``ranked`` (PostgreSQL): (tenant, user, hash, new turn, rank) of each new turn's prefixes, newest first,
-    looked up in both continuation columns down to the first rank where a main turn ends (``Graph.load``)."""
+    ``ranked`` (PostgreSQL, ``_ranked``): each new turn's prefixes, newest first, looked up in both
+    continuation columns down to the first rank where a main turn ends (``Graph.load``)."""
     lookups = {column: keys for column, keys in lookups.items() if keys}
     if not lookups and not ranked:
         return None
@@ -335,8 +348,9 @@ def _link_rows(lookups: dict[str, set[tuple[int, int, str]]], ranked: list[tuple
         )
         params.append(texts[id(keys)])
     if ranked:
+        keys, rows = ranked
         arms.append(_nearest_arm(table))
-        params.append(json_text(ranked))
+        params += [json_text(rows), json_text(keys)]
     return RawSQL(" UNION ".join(arms), params)
 
 
@@ -349,12 +363,14 @@ def _nearest_arm(table: str) -> str:
         )
 
     return (
-        "SELECT m.id FROM (SELECT l.id, k.rank, "
-        f"min(k.rank) FILTER (WHERE l.turn_type = '{MAIN}') OVER (PARTITION BY k.item) AS cut "
-        "FROM (SELECT (e->>0)::bigint AS tenant_id, (e->>1)::bigint AS user_id, e->>2 AS h, "
-        "(e->>3)::int AS item, (e->>4)::int AS rank FROM json_array_elements(%s::json) AS e) AS k "
-        f"CROSS JOIN LATERAL ({newest('continuation_hash')} UNION ALL "
-        f"{newest('continuation_hash_without_retry')}) AS l) AS m "
+        "SELECT m.id FROM (SELECT f.id, r.rank, "
+        f"min(r.rank) FILTER (WHERE f.turn_type = '{MAIN}') OVER (PARTITION BY r.item) AS cut "
+        "FROM (SELECT (e->>0)::int AS key, (e->>1)::int AS item, (e->>2)::int AS rank "
+        "FROM json_array_elements(%s::json) AS e) AS r "
+        "JOIN (SELECT k.n, l.id, l.turn_type FROM (SELECT x.n - 1 AS n, (x.e->>0)::bigint AS tenant_id, "
+        "(x.e->>1)::bigint AS user_id, x.e->>2 AS h FROM json_array_elements(%s::json) WITH ORDINALITY "
+        f"AS x(e, n)) AS k CROSS JOIN LATERAL ({newest('continuation_hash')} UNION ALL "
+        f"{newest('continuation_hash_without_retry')}) AS l) AS f ON f.n = r.key) AS m "
         "WHERE m.cut IS NULL OR m.rank <= m.cut"
     )
 
