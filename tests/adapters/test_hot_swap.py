@@ -124,6 +124,7 @@ def test_promotion_and_rollback_under_load_fail_no_request(
         time.sleep(PHASE)
         promoted_at = time.time()
         services.adapter_activate(version=v2)  # what the promote task does after the eval gate
+        promoted = time.time()  # committed, and the generation bumped: gateways read v2 from here on
         assert listed_adapters(upstream) >= {v1.upstream_name, v2.upstream_name}  # both, while draining
         time.sleep(DRAIN_SECONDS + 0.5)
         assert _unload_when_drained() == [v1.upstream_name]
@@ -133,6 +134,7 @@ def test_promotion_and_rollback_under_load_fail_no_request(
 
         rolled_back_at = time.time()
         services.adapter_activate(version=AdapterVersion.objects.get(pk=v1.pk), reason="rollback")
+        rolled_back = time.time()
         time.sleep(DRAIN_SECONDS + 0.5)
         assert _unload_when_drained() == [v2.upstream_name]
         second_unload_at = time.time()
@@ -143,15 +145,16 @@ def test_promotion_and_rollback_under_load_fail_no_request(
     assert len(load.results) >= 20, len(load.results)
     records = gateway.spy.wait_for(len(load.results), timeout=30)
     assert all(r.http_status == 200 for r in records)
-    # After a switch, a gateway may serve the old name for one cache period, counted from when its lookup
-    # finished: a lookup that read the database just before the switch and was slow to finish (two busy
-    # cores, the suite's other worker) stretches that by its own duration. Each window still holds seconds
-    # of traffic.
+    # A switch is made when adapter_activate returns (its transaction committed and the generation bumped: on
+    # two busy cores, seconds after the call began). After it, a gateway may serve the old name for one cache
+    # period, counted from when its lookup finished: a lookup that read the database just before the switch
+    # and was slow to finish (two busy cores, the suite's other workers) stretches that by its own duration.
+    # Each window still holds seconds of traffic.
     settle = CACHE_SECONDS + 2.5
     assert served_by(records, 0, promoted_at) == {v1.upstream_name}
-    assert served_by(records, promoted_at + settle, rolled_back_at) == {v2.upstream_name}
+    assert served_by(records, promoted + settle, rolled_back_at) == {v2.upstream_name}
     assert served_by(records, unloaded_at, rolled_back_at)  # traffic went on after the unload
-    assert served_by(records, rolled_back_at + settle, float("inf")) == {v1.upstream_name}
+    assert served_by(records, rolled_back + settle, float("inf")) == {v1.upstream_name}
     assert served_by(records, second_unload_at, float("inf"))
     names = listed_adapters(upstream)
     assert v1.upstream_name in names and v2.upstream_name not in names
