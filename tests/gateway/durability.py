@@ -294,7 +294,10 @@ class PacedLoad:
 
     async def _run(self) -> None:
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
-        async with httpx.AsyncClient(timeout=httpx.Timeout(30, connect=2), limits=limits) as client:
+        # A connect measured by this thread's event loop: with the whole suite on two cores the loop can be
+        # starved for seconds, and a 2 s connect limit then failed a connection the kernel had already made
+        # (ConnectTimeout, twice in full runs; never alone). 10 s still fails a gateway that stops accepting.
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30, connect=10), limits=limits) as client:
             tasks, i = [], 0
             start = time.monotonic()
             while not self._stop.is_set():
