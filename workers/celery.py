@@ -45,6 +45,12 @@ app.conf.update(
             "schedule": 60.0,
             "options": {"queue": tasks.HOUSEKEEPING_QUEUE, "expires": 60},
         },
+        # Generation bumps the shared cache did not take (it was away when the change committed).
+        "bump-pending-generations": {
+            "task": tasks.GENERATIONS_SWEEP,
+            "schedule": 30.0,
+            "options": {"queue": tasks.HOUSEKEEPING_QUEUE, "expires": 30},
+        },
     },
 )
 app.autodiscover_tasks(["workers.tasks"], related_name=None)

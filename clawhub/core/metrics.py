@@ -116,6 +116,12 @@ GATEWAY_UNAVAILABLE = Counter(
     ["what"],
 )
 
+GENERATION_BUMPS_DEFERRED = Counter(
+    "clawhub_generation_bumps_deferred",
+    "Changes (a key revoked or edited, an adapter switched) whose generation bump the shared cache did not"
+    " take: kept in the database and made by the periodic sweep (clawhub.core.generations).",
+)
+
 # --- adapters on the upstreams ------------------------------------------------------------------------------
 
 ADAPTER_LOADS = Counter(

@@ -7,7 +7,8 @@ Queues and who consumes them (every worker command in deploy/ and ``./dev run``'
 - ``judge``: judging turns, and the periodic jobs of judging (idle sessions, the unjudged sweep); CPU workers.
 - ``train``: training runs and promotions (load, evaluate, switch); one process per GPU.
 - ``housekeeping``: periodic bookkeeping that must never wait behind an hour of training (start runs for full
-  batches, the promotion sweep, unloading drained adapters, the retention purge); the judge workers take it.
+  batches, the promotion sweep, unloading drained adapters, the retention purge, generation bumps that
+  failed); the judge workers take it.
 - ``default``: everything else (the health ping).
 """
 
@@ -27,6 +28,7 @@ TRAIN_KICK = "clawhub.train.kick"
 PROMOTION_SWEEP = "clawhub.train.sweep"
 UNLOAD_DRAINED = "clawhub.train.unload_drained"
 RETENTION_PURGE = "clawhub.retention.purge"
+GENERATIONS_SWEEP = "clawhub.core.generations_sweep"
 HEALTH_PING = "clawhub.health.ping"
 ACCOUNT_MAIL = "clawhub.accounts.mail"
 
@@ -41,6 +43,7 @@ TASK_QUEUES: dict[str, str] = {
     PROMOTION_SWEEP: HOUSEKEEPING_QUEUE,
     UNLOAD_DRAINED: HOUSEKEEPING_QUEUE,
     RETENTION_PURGE: HOUSEKEEPING_QUEUE,
+    GENERATIONS_SWEEP: HOUSEKEEPING_QUEUE,
     HEALTH_PING: DEFAULT_QUEUE,
     # Password reset, address verification and "someone tried to sign up" mails: off the request path, so
     # the answer takes as long whether or not a mail goes out (and a slow mail server holds no web worker).

@@ -17,6 +17,7 @@ from clawhub.core.task_names import (  # re-exported: senders write tasks.JUDGE_
     ACCOUNT_MAIL,
     CLOSE_IDLE,
     DEFAULT_QUEUE,
+    GENERATIONS_SWEEP,
     HEALTH_PING,
     HOUSEKEEPING_QUEUE,
     JUDGE_QUEUE,
@@ -38,6 +39,7 @@ __all__ = [
     "enqueue", "enqueue_on_commit", "JUDGE_QUEUE", "TRAIN_QUEUE", "HOUSEKEEPING_QUEUE", "DEFAULT_QUEUE",
     "QUEUES", "JUDGE_TURN", "JUDGE_TURNS", "JUDGE_SWEEP", "CLOSE_IDLE", "TRAIN_RUN", "PROMOTE", "TRAIN_KICK",
     "PROMOTION_SWEEP", "UNLOAD_DRAINED", "RETENTION_PURGE", "HEALTH_PING", "ACCOUNT_MAIL", "TASK_QUEUES",
+    "GENERATIONS_SWEEP",
 ]
 
 
