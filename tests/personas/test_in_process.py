@@ -138,3 +138,43 @@ def test_the_null_control_keeps_each_batchs_rewards_but_not_which_reply_earned_t
     assert all(s.hints == [] for s in shuffled) and batch[2].hints == ["Keep it short."]
     again = shuffled_rewards(batch, random.Random("0:brief:1"))
     assert [s.reward for s in again] == [s.reward for s in shuffled]
+
+
+def test_rescore_measures_the_base_the_prompt_only_baseline_and_saved_versions_at_its_limit(tmp_path,
+                                                                                             monkeypatch):
+    """Through the command, as it is run: a version a run exported, scored at another --eval-max-tokens. At
+    2 tokens every reply is cut, so nothing complies; at 48 some replies finish. (Three held-out prompts
+    instead of all, for time.)"""
+    from django.core.management import CommandError, call_command
+
+    prompts = P.held_out_prompts()[:3]
+    monkeypatch.setattr(P, "held_out_prompts", lambda: prompts)
+    backend = LocalBackend(resident=True)
+    backend.start(str(TINY_MODEL_DIR), None, TrainConfig(device="cpu", dtype="float32"), str(tmp_path / "w"))
+    version = backend.export_adapter(str(tmp_path / "v1"))
+    backend.close()
+
+    def rescore(limit: int) -> list[dict]:
+        out = _Lines()
+        call_command("bench_personas", "--in-process", "--rescore", version, "--personas", "plain",
+                     "--seeds", "3", "--eval-max-tokens", str(limit), "--eval-samples", "1",
+                     "--model", str(TINY_MODEL_DIR), "--out", str(tmp_path / "out"), stdout=out,
+                     stderr=_Lines())
+        return [json.loads(line) for line in out.lines]
+
+    cut_short = rescore(2)
+    assert [r["model"] for r in cut_short] == ["base", "prompt-only", version]
+    held_out = len(prompts)
+    assert all(r["cut"] == held_out and r["compliance"] == 0 and r["eval_max_tokens"] == 2 for r in cut_short)
+    assert any(r["cut"] < held_out for r in rescore(48))
+    with pytest.raises(CommandError, match="not an exported version"):
+        call_command("bench_personas", "--in-process", "--rescore", str(tmp_path), "--personas", "plain",
+                     stdout=_Lines(), stderr=_Lines())
+
+
+class _Lines:
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def write(self, s):
+        self.lines += [line for line in s.splitlines() if line.strip()]

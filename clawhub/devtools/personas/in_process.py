@@ -257,6 +257,36 @@ class InProcessBench:
                      f"prompt-only {prompt_only}")
         track.base_compliance, track.base_capability, track.prompt_only_compliance = self._baselines[key]
 
+    def rescore(self, persona: P.Persona, adapters: list[Path]) -> list[dict[str, Any]]:
+        """Held-out compliance, at this config's eval limit, of the base, the prompt-only baseline and each
+        saved version (a folder a run exported, ``adapters/<method>-<persona>/v<N>``): what a run's figures
+        would read with another ``eval_max_tokens``. Every rubric refuses a reply cut at the limit, so at the
+        runs' 64 tokens a persona other than "brief" also asks for brevity; this tells the two apart."""
+        rows: list[dict[str, Any]] = []
+        scratch = self.config.out_dir / "rescore"
+
+        def scored(label: str, backend: Any, tag: str, system: str | None = None) -> None:
+            compliance, shape = self.measure(backend, persona, tag=tag, system=system)
+            rows.append({"model": label, "persona": persona.name, "compliance": compliance,
+                         "eval_max_tokens": self.config.eval_max_tokens,
+                         **{k: v for k, v in shape.items() if k != "example"}})
+            self.log(f"[rescore] {json.dumps(rows[-1])}")
+
+        for adapter in [None, *adapters]:
+            backend = self._backend("combine", None if adapter is None else str(adapter),
+                                    scratch / (adapter.name if adapter else "base"))
+            try:
+                if adapter is None:
+                    with backend.model.disable_adapter():
+                        scored("base", backend, "base")
+                        scored("prompt-only", backend, "prompt-only", persona.preference)
+                else:
+                    scored(str(adapter), backend, f"rescore-{adapter.name}")
+            finally:
+                backend.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+        return rows
+
     # --- sessions -----------------------------------------------------------------------------------------
 
     def collect_batch(self, track: Track, user: P.ScriptedUser, backend: Any, update: int,

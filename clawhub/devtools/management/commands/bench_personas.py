@@ -26,6 +26,9 @@ SmolLM2-135M-Instruct takes minutes on a CPU instead of the stack's ~50.
 
     python manage.py bench_personas --in-process --methods combine --seeds 0 --max-updates 12
 
+``--in-process --rescore FOLDER,...`` scores versions a run exported (and the base and the prompt-only
+baseline) on one persona at ``--eval-max-tokens`` instead of running.
+
 It talks to the stack over HTTP only; the one local write besides --out is a copy of the band plot into the
 data directory (CLAWHUB_DATA_DIR/bench/personas.png), where the dashboard picks it up, so run it with the
 same CLAWHUB_DATA_DIR as the stack.
@@ -97,11 +100,19 @@ class Command(BaseCommand):
         parser.add_argument("--threads", type=int, default=1, help="--in-process: torch threads")
         parser.add_argument("--parallel-sessions", type=int, default=8,
                             help="--in-process: sessions sampled together in one batched generate")
+        parser.add_argument("--eval-max-tokens", type=int, default=64,
+                            help="--in-process: held-out replies are cut here (a cut reply never complies)")
+        parser.add_argument("--rescore", default="",
+                            help="--in-process: comma-separated version folders a run exported; scores them, "
+                                 "the base and the prompt-only baseline on the one --personas at "
+                                 "--eval-max-tokens (first of --seeds) instead of running")
         parser.add_argument("--shuffle-rewards", action="store_true",
                             help="--in-process: the null control: each batch's rewards permuted among its "
                                  "samples and its hints dropped (an update that teaches no preference)")
 
     def handle(self, *args, **options):
+        if options["rescore"]:
+            return self._rescore(options)
         if options["in_process"]:
             return self._run(InProcessBench, self._configs(options, self._in_process_config), options,
                              dashboard=False)
@@ -155,8 +166,24 @@ class Command(BaseCommand):
             eval_samples=options["eval_samples"], parallel_sessions=options["parallel_sessions"],
             capability=not options["no_capability"], prompt_only=not options["no_prompt_only"],
             target=options["target"], threads=options["threads"],
-            shuffle_rewards=options["shuffle_rewards"], out_dir=Path(options["out"]) / f"seed-{seed}",
+            shuffle_rewards=options["shuffle_rewards"], eval_max_tokens=options["eval_max_tokens"],
+            out_dir=Path(options["out"]) / f"seed-{seed}",
         )
+
+    def _rescore(self, options) -> None:
+        if not options["in_process"]:
+            raise CommandError("--rescore needs --in-process")
+        [config, *_] = self._configs(options, self._in_process_config)
+        if len(config.personas) != 1:
+            raise CommandError("--rescore scores one persona: name it with --personas")
+        adapters = [Path(a) for a in options["rescore"].split(",") if a.strip()]
+        missing = [str(a) for a in adapters if not (a / "adapter_config.json").is_file()]
+        if missing:
+            raise CommandError(f"not an exported version (no adapter_config.json): {', '.join(missing)}")
+        bench = InProcessBench(config, echo=lambda line: self.stdout.write(line),
+                               log=lambda line: self.stderr.write(line))
+        for row in bench.rescore(personas.PERSONAS[config.personas[0]], adapters):
+            self.stdout.write(json.dumps(row))
 
     def _run(self, bench_class, configs: list, options, *, dashboard: bool = True) -> None:
         """One bench per config in turn; what finished is written and reported, also when a run fails."""
