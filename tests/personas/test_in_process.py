@@ -178,3 +178,28 @@ class _Lines:
 
     def write(self, s):
         self.lines += [line for line in s.splitlines() if line.strip()]
+
+
+def test_the_capability_gate_rejects_a_version_that_forgot_and_continues_the_last_promoted(tmp_path,
+                                                                                          monkeypatch):
+    """Guard accuracies base 1.0, then 0.9 (5 of 53 lost: over the gate's 2) and 1.0: the first version is
+    rejected, the second run starts again from the base (its parent), and two attempts make one update."""
+    guards = iter([1.0, 0.9, 1.0])
+    monkeypatch.setattr(InProcessBench, "capability", lambda self, backend: next(guards))
+    bench = InProcessBench(config(tmp_path, capability_gate=True, batch_size=2), echo=lambda line: None,
+                           log=lambda line: None)
+    parents = []
+    start = InProcessBench._backend
+
+    def backend(self, method, parent, workdir):
+        parents.append(parent)
+        return start(self, method, parent, workdir)
+
+    monkeypatch.setattr(InProcessBench, "_backend", backend)
+    [result] = bench.run()
+    track = result["brief"]
+    assert parents == [None, None]
+    assert (track["updates_attempted"], track["updates_promoted"], track["updates_rejected"]) == (2, 1, 1)
+    assert [g["outcome"] for g in track["gate"]] == ["rejected", "active"]
+    assert "forgot: 5 of 53" in track["gate"][0]["reason"]
+    assert track["capability"] == [1.0, 1.0]  # the base and the promoted version only

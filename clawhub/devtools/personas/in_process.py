@@ -28,7 +28,10 @@ Different from the stack
   batched, KV cache; top-k 0 and top-p 1 as vLLM serves them) instead of vLLM;
 - no capture, review, promotion gate or hot swap: every update is promoted directly (the gate's capability
   check is replaced by the guard measured after each update, which the stack bench measures too), and the
-  review's guards (near duplicates, new keys) hold nothing back;
+  review's guards (near duplicates, new keys) hold nothing back. With ``capability_gate`` the gate's
+  capability rule is applied to that guard: an update that answers more of it wrong than the base than the
+  gate allows (``MAX_CAPABILITY_DROP``, 2 of 53) is rejected, and the next one continues the last promoted
+  version, as in the stack (up to twice ``max_updates`` attempts for ``max_updates`` promoted);
 - a batch is exactly ``batch_size`` judged turns of the sessions that produced them (surplus turns of the
   last sessions are dropped, not carried to the next run);
 - the simulated users' sessions of a batch run side by side as forks of the user, drawn in order, as the
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from clawhub.adapters.evaluation import MAX_CAPABILITY_DROP
 from clawhub.devtools.personas import personas as P
 from clawhub.devtools.personas.judges import rule_judge
 from clawhub.devtools.personas.tracks import (
@@ -65,6 +69,7 @@ from workers.trainer import capability as C
 from workers.trainer.backend import TrainConfig, TrainSample
 
 PROMOTED = "promoted directly: the in-process track has no gate"
+GATED = "promoted: the capability guard within the gate's bound (the in-process track's one gate rule)"
 
 
 @dataclass
@@ -93,12 +98,15 @@ class InProcessConfig:
     # training, so an update of the same size and method teaches no preference. What the capability guard
     # loses under it is what any update of that size costs, learned or not.
     shuffle_rewards: bool = False
+    capability_gate: bool = False  # reject an update that loses more of the guard than the gate allows
     out_dir: Path = Path("bench-output")
 
     def __post_init__(self) -> None:
         check_users(methods=self.methods, personas=self.personas, phrasings=self.phrasings, noise=self.noise)
         if min(self.max_updates, self.batch_size, self.turns_per_session, self.parallel_sessions) < 1:
             raise ValueError("max_updates, batch_size, turns_per_session and parallel_sessions must be >= 1")
+        if self.capability_gate and not self.capability:
+            raise ValueError("the capability gate needs the capability guard")
 
 
 def served_temperature(model: Path | str) -> float:
@@ -373,9 +381,11 @@ class InProcessBench:
         root = cfg.out_dir / "adapters" / f"{method}-{persona.name}"
         parent: str | None = None
         read: dict[str, int] = {}
-        for update in range(1, cfg.max_updates + 1):
+        attempts = cfg.max_updates * (2 if cfg.capability_gate else 1)  # the stack bench's bound
+        while len(track.promoted) < cfg.max_updates and track.attempts < attempts:
             began = time.monotonic()
             track.attempts += 1
+            update = track.attempts  # names the run, its seeds and its version folder
             backend = self._backend(method, parent, root / f"run-{update}")
             try:
                 if update == 1:
@@ -389,19 +399,24 @@ class InProcessBench:
                     batch = shuffled_rewards(batch, random.Random(f"{cfg.seed}:{persona.name}:{update}"))
                 self._keep_batch(f"{method}-{persona.name}-u{update}", batch)
                 result = backend.train(batch)
-                parent = backend.export_adapter(str(root / f"v{update}"))
+                version = backend.export_adapter(str(root / f"v{update}"))
                 promoted = time.monotonic()
                 compliance, shape = self.measure(backend, persona, tag=f"{method}-{update}")
                 guard = self.capability(backend) if cfg.capability else None
             finally:
                 backend.close()
             done = time.monotonic()
+            forgot = self.gate_forgot(track, guard)
+            if not forgot:
+                parent = version  # a rejected version is not continued: the next run starts from the last one
             record = UpdateRecord(
-                update=update, attempt=update, run_id=None, version=update, outcome="active",
+                update=len(track.promoted) + (0 if forgot else 1), attempt=update, run_id=None,
+                version=update, outcome="rejected" if forgot else "active",
                 compliance=compliance, sessions=track.sessions, samples=len(batch),
                 feedback_to_served_s=round(promoted - trained, 1), oldest_feedback_to_served_s=None,
                 run_to_served_s=round(promoted - trained, 1), capability=guard, wall_s=round(done - began, 1),
-                decision="promoted", decision_reason=PROMOTED,
+                decision="reject" if forgot else "promoted",
+                decision_reason=forgot or (GATED if cfg.capability_gate else PROMOTED),
                 stages={"collect": round(trained - collected, 1), "train": round(promoted - trained, 1),
                         "measure": round(done - promoted, 1)})
             track.records.append(record)
@@ -412,6 +427,18 @@ class InProcessBench:
         track.judge_agreement = agreement(track.truth, read)
         track.done = True
         return track
+
+    def gate_forgot(self, track: Track, guard: float | None) -> str:
+        """With ``capability_gate``: why the gate's capability rule rejects a version whose guard accuracy is
+        ``guard`` (more of its questions wrong than the base's than MAX_CAPABILITY_DROP allows), else ""."""
+        if not self.config.capability_gate or guard is None or track.base_capability is None:
+            return ""
+        asked = len(C.QUESTIONS)
+        lost = round((track.base_capability - guard) * asked)
+        bound = int(MAX_CAPABILITY_DROP * asked)
+        if lost <= bound:
+            return ""
+        return f"forgot: {lost} of {asked} capability questions fewer right than the base (at most {bound})"
 
     def run_method(self, method: str) -> dict[str, Any]:
         cfg = self.config
@@ -427,6 +454,7 @@ class InProcessBench:
             "track": "in-process", "chat_temperature": self.chat_temperature,
             "eval_temperature": self.eval_temperature, "eval_samples": cfg.eval_samples,
             "threads": cfg.threads, "shuffle_rewards": cfg.shuffle_rewards,
+            "capability_gate": cfg.capability_gate, "eval_max_tokens": cfg.eval_max_tokens,
         }
         for track in tracks:
             result[track.name] = track.summary(cfg.target)

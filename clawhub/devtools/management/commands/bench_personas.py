@@ -106,6 +106,9 @@ class Command(BaseCommand):
                             help="--in-process: comma-separated version folders a run exported; scores them, "
                                  "the base and the prompt-only baseline on the one --personas at "
                                  "--eval-max-tokens (first of --seeds) instead of running")
+        parser.add_argument("--capability-gate", action="store_true",
+                            help="--in-process: reject an update that loses more of the capability guard "
+                                 "than the promotion gate allows; the next continues the last promoted one")
         parser.add_argument("--shuffle-rewards", action="store_true",
                             help="--in-process: the null control: each batch's rewards permuted among its "
                                  "samples and its hints dropped (an update that teaches no preference)")
@@ -167,7 +170,7 @@ class Command(BaseCommand):
             capability=not options["no_capability"], prompt_only=not options["no_prompt_only"],
             target=options["target"], threads=options["threads"],
             shuffle_rewards=options["shuffle_rewards"], eval_max_tokens=options["eval_max_tokens"],
-            out_dir=Path(options["out"]) / f"seed-{seed}",
+            capability_gate=options["capability_gate"], out_dir=Path(options["out"]) / f"seed-{seed}",
         )
 
     def _rescore(self, options) -> None:
