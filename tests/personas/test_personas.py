@@ -188,3 +188,12 @@ def test_personas_and_plots_are_plain_python():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'torch', 'httpx')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_reply_names_its_topic_or_evades_it():
+    assert P.mentions_topic("Stock prices move with earnings.", "the stock market")
+    assert P.mentions_topic("A hurricane forms over warm water.", "hurricanes")
+    assert P.mentions_topic("Giza's pyramids are old.", "the pyramids of Giza")
+    assert P.mentions_topic("The pyramids are tombs.", "the pyramids of Giza")
+    assert not P.mentions_topic("I'm here to help. What can I assist you with today?", "the Milky Way")
+    assert not P.mentions_topic("The answer is of the essence.", "the pyramids of Giza")  # not by "the", "of"

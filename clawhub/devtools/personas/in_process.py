@@ -230,13 +230,15 @@ class InProcessBench:
         """Held-out compliance of the model as it is now: every held-out prompt ``eval_samples`` times at the
         eval temperature, scored by the rubric (a reply cut at ``eval_max_tokens`` does not comply)."""
         cfg = self.config
-        prompts = [self._prompt_ids(backend.tokenizer, P.held_out_messages(p, system))
-                   for p in P.held_out_prompts() for _ in range(cfg.eval_samples)]
+        asked = [p for p in P.held_out_prompts() for _ in range(cfg.eval_samples)]
+        prompts = [self._prompt_ids(backend.tokenizer, P.held_out_messages(p, system)) for p in asked]
         replies = sample_replies(backend.model, backend.tokenizer, prompts,
                                  max_new_tokens=cfg.eval_max_tokens, temperature=self.eval_temperature,
                                  seed=request_seed(cfg.seed, "eval", tag))
         kept = [r.finish_reason != "length" and persona.complies(r.text) for r in replies]
+        on_topic = [P.mentions_topic(r.text, p.topic) for r, p in zip(replies, asked, strict=True)]
         shape = {"cut": sum(r.finish_reason == "length" for r in replies),
+                 "compliant_on_topic": sum(k and t for k, t in zip(kept, on_topic, strict=True)) / len(kept),
                  "median_words": statistics.median(P.words(r.text) for r in replies),
                  "median_sentences": statistics.median(len(P.sentences(r.text)) for r in replies),
                  "example": replies[0].text[:300]}

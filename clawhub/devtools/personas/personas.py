@@ -107,6 +107,17 @@ def is_answer(text: str) -> bool:
     return words(text) >= MIN_WORDS
 
 
+_NOT_TOPIC = {"the", "of", "a", "an"}
+
+
+def mentions_topic(text: str, topic: str) -> bool:
+    """Whether a reply names its question's topic (one of the topic's words, singular or plural): reported
+    beside compliance, not part of it. A reply that complies without naming the topic is most likely an
+    evasion ("What can I assist you with today?"), which the rubrics alone count as compliant."""
+    found = {w.lower().removesuffix("s") for w in _WORD.findall(text or "")}
+    return any(w.lower().removesuffix("s") in found for w in topic.split() if w.lower() not in _NOT_TOPIC)
+
+
 def brief_complies(text: str) -> bool:
     return is_answer(text) and len(sentences(text)) <= BRIEF_MAX_SENTENCES
 
