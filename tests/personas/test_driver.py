@@ -129,6 +129,13 @@ class Reply:
         self.choices = [type("Choice", (), {"message": Message(content), "finish_reason": "stop"})()]
 
 
+def about(reply: str, question: str) -> str:
+    """``reply`` (a water-cycle answer) made about the topic ``question`` names: an answer that names no topic
+    is an evasion to the users and the rubric."""
+    topic = next((t for t in (*P.TRAINING_TOPICS, *P.HELD_OUT_TOPICS) if t in question), "the water cycle")
+    return reply.replace("The water cycle", topic[0].upper() + topic[1:])
+
+
 class FakeGateway:
     """What /v1 does for the bench, in-process: serves the tenant's model (formatted answers from the base
     model, plain ones once an adapter version is active), and captures each main turn's previous reply with
@@ -158,8 +165,8 @@ class FakeGateway:
             forgot = active.exists() and "Tokyo" in answers
             return Reply(answers[0] if answers and not forgot else "No idea.")
         if messages[0]["role"] == "system":  # the prompt-only baseline: half of the base's replies comply
-            return Reply(BRIEF if len(self.log) % 2 else HABIT)
-        return Reply(BRIEF if active.exists() else HABIT)
+            return Reply(about(BRIEF if len(self.log) % 2 else HABIT, question))
+        return Reply(about(BRIEF if active.exists() else HABIT, question))
 
 
 class WorkerOnPoll(httpx.BaseTransport):

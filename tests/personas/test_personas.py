@@ -197,3 +197,18 @@ def test_a_reply_names_its_topic_or_evades_it():
     assert P.mentions_topic("The pyramids are tombs.", "the pyramids of Giza")
     assert not P.mentions_topic("I'm here to help. What can I assist you with today?", "the Milky Way")
     assert not P.mentions_topic("The answer is of the essence.", "the pyramids of Giza")  # not by "the", "of"
+
+
+def test_an_evasion_complies_with_no_persona_and_every_user_complains_about_it():
+    evasion = "I'm here to help with anything you need. What can I assist you with today?"
+    assert P.BRIEF.complies(evasion) and P.ASKS_BACK.complies(evasion)  # the rubric alone would count it
+    for persona in P.PERSONAS.values():
+        assert not P.complies(persona, evasion, WATER.topic)
+        for adversarial in (False, True):
+            user = P.ScriptedUser(persona=persona, rng=random.Random(0), adversarial=adversarial)
+            reaction = user.react(evasion, WATER)
+            assert not reaction.pleased and not reaction.complied and reaction.kind == P.CORRECTION_KIND
+            assert reaction.text in {t.format(topic=WATER.topic) for t in P.EVASION_COMPLAINTS.training}
+            verdict = judge_next_state(reaction.text)
+            assert verdict.reward < 0 and "question answered" in verdict.hints[0]
+    assert P.complies(P.BRIEF, BRIEF, WATER.topic)  # the same style, on topic

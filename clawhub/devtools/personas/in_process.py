@@ -235,10 +235,12 @@ class InProcessBench:
         replies = sample_replies(backend.model, backend.tokenizer, prompts,
                                  max_new_tokens=cfg.eval_max_tokens, temperature=self.eval_temperature,
                                  seed=request_seed(cfg.seed, "eval", tag))
-        kept = [r.finish_reason != "length" and persona.complies(r.text) for r in replies]
-        on_topic = [P.mentions_topic(r.text, p.topic) for r, p in zip(replies, asked, strict=True)]
+        kept = [r.finish_reason != "length" and P.complies(persona, r.text, p.topic)
+                for r, p in zip(replies, asked, strict=True)]
+        styled = [r.finish_reason != "length" and persona.complies(r.text) for r in replies]
         shape = {"cut": sum(r.finish_reason == "length" for r in replies),
-                 "compliant_on_topic": sum(k and t for k, t in zip(kept, on_topic, strict=True)) / len(kept),
+                 # The rubric alone, topic or not: what compliance counted before evasions were refused.
+                 "style_only": sum(styled) / len(styled),
                  "median_words": statistics.median(P.words(r.text) for r in replies),
                  "median_sentences": statistics.median(len(P.sentences(r.text)) for r in replies),
                  "example": replies[0].text[:300]}

@@ -44,10 +44,11 @@ def measure(track: Track, *, config: BenchConfig, tag: str, system: str | None =
     A reply cut at ``eval_max_tokens`` is an unfinished answer: it does not comply, whatever it says so
     far (two sentences of a long answer are not a brief one)."""
     sampling = {"max_tokens": config.eval_max_tokens, **temperature(config.eval_temperature)}
-    requests = [(P.held_out_messages(prompt, system), sampling)
-                for prompt in P.held_out_prompts() for _ in range(config.eval_samples)]
+    asked = [prompt for prompt in P.held_out_prompts() for _ in range(config.eval_samples)]
+    requests = [(P.held_out_messages(prompt, system), sampling) for prompt in asked]
     replies = side_answers(track, requests, config=config, tag=tag)
-    kept = [finish != "length" and track.persona.complies(text) for text, finish in replies]
+    kept = [finish != "length" and P.complies(track.persona, text, prompt.topic)
+            for (text, finish), prompt in zip(replies, asked, strict=True)]
     return sum(kept) / len(kept)
 
 

@@ -107,13 +107,14 @@ def is_answer(text: str) -> bool:
     return words(text) >= MIN_WORDS
 
 
-_NOT_TOPIC = {"the", "of", "a", "an"}
+_NOT_TOPIC = {"the", "of", "a", "an", "and"}
 
 
 def mentions_topic(text: str, topic: str) -> bool:
-    """Whether a reply names its question's topic (one of the topic's words, singular or plural): reported
-    beside compliance, not part of it. A reply that complies without naming the topic is most likely an
-    evasion ("What can I assist you with today?"), which the rubrics alone count as compliant."""
+    """Whether a reply names its question's topic (one of the topic's words, singular or plural). A reply
+    that does not is taken for an evasion ("What can I assist you with today?"): it complies with no
+    persona, and the simulated users complain about it (a short non-answer must not pass for "brief",
+    "plain" or "asks back")."""
     found = {w.lower().removesuffix("s") for w in _WORD.findall(text or "")}
     return any(w.lower().removesuffix("s") in found for w in topic.split() if w.lower() not in _NOT_TOPIC)
 
@@ -232,6 +233,12 @@ ADVERSARIAL_COMPLAINTS = Pool(
     training=("Too short, tell me much more about {topic}.", "I want a longer, detailed answer on {topic}."),
     held_out=("That's thin. Go deeper into {topic}.",),
 )
+# Every user, about a reply that does not name what they asked about.
+EVASION_COMPLAINTS = Pool(
+    training=("You didn't answer my question about {topic}.",
+              "That has nothing to do with {topic}. Please answer what I asked."),
+    held_out=("Hm, and {topic}? You skipped it.", "Stay on {topic}, that's what I asked about."),
+)
 
 
 # --- the judge rules the benchmark's tenants use --------------------------------------------------------
@@ -246,6 +253,7 @@ JUDGE_RULES: dict = {
         {"name": "ask back", "pattern": r"\b(?:end|finish)\s+with\s+a\s+question\b"
                                         r"|\bdidn['’]?t\s+ask\s+me\b"},
         {"name": "longer", "pattern": r"\btoo\s+short\b|\blonger,?\s+detailed\b"},
+        {"name": "evasion", "pattern": r"\bdidn['’]?t\s+answer\b|\bnothing\s+to\s+do\s+with\b"},
     ],
     "positive_patterns": [],
     "hint_templates": {
@@ -253,6 +261,7 @@ JUDGE_RULES: dict = {
         "formatting": 'The user wants plain sentences without markdown. They said: "{feedback}"',
         "ask back": 'The user wants the answer to end by asking them a question. They said: "{feedback}"',
         "longer": 'The user wants a longer, more detailed answer. They said: "{feedback}"',
+        "evasion": 'The user wants their question answered. They said: "{feedback}"',
     },
     "extend_defaults": True,
 }
@@ -316,8 +325,10 @@ class ScriptedUser:
     def react(self, reply: str, prompt: Prompt, *, last: bool = False) -> Reaction:
         """The user's answer to ``reply`` (about ``prompt``). ``last``: the session's closing message; it
         still carries the feedback but asks nothing new."""
-        complied = self.persona.complies(reply)
-        pleased = self.persona.pleases(reply) != self.adversarial
+        complied = complies(self.persona, reply, prompt.topic)
+        # Anyone notices an answer about something else; what the persona notices only in one on topic.
+        on_topic = mentions_topic(reply, prompt.topic)
+        pleased = on_topic and self.persona.pleases(reply) != self.adversarial
         noisy = self.noise > 0 and self.rng.random() < self.noise
         if noisy:
             pleased = not pleased
@@ -328,11 +339,17 @@ class ScriptedUser:
             following = self.next_prompt()
             text = THANKS.pick(self.rng, self.phrasings).format(next=following.question)
             return Reaction(text, True, complied, THANKS_KIND, following, noisy)
-        pool, kind = ((ADVERSARIAL_COMPLAINTS, ADVERSARIAL_KIND) if self.adversarial
+        pool, kind = ((EVASION_COMPLAINTS, CORRECTION_KIND) if not on_topic and not noisy
+                      else (ADVERSARIAL_COMPLAINTS, ADVERSARIAL_KIND) if self.adversarial
                       else (self.persona.complaints, CORRECTION_KIND))
         template = self._last_complaint = pool.pick(self.rng, self.phrasings, avoid=self._last_complaint)
         text = template.format(topic=prompt.topic)
         return Reaction(text, False, complied, kind, None if last else prompt, noisy)
+
+
+def complies(persona: Persona, reply: str, topic: str) -> bool:
+    """The held-out score of one finished reply: the persona's rubric, on a reply that names its topic."""
+    return persona.complies(reply) and mentions_topic(reply, topic)
 
 
 def compliance(persona: Persona, replies: Sequence[str]) -> float:
@@ -342,6 +359,7 @@ def compliance(persona: Persona, replies: Sequence[str]) -> float:
 
 def reaction_phrasings() -> dict[str, Pool]:
     """Every pool of the benchmark by name (the contamination check and the judge agreement walk them)."""
-    pools = {"thanks": THANKS, "closing thanks": CLOSING_THANKS, "adversarial": ADVERSARIAL_COMPLAINTS}
+    pools = {"thanks": THANKS, "closing thanks": CLOSING_THANKS, "adversarial": ADVERSARIAL_COMPLAINTS,
+             "evasion": EVASION_COMPLAINTS}
     pools.update({f"{p.name} complaints": p.complaints for p in PERSONAS.values()})
     return pools
