@@ -50,11 +50,6 @@ def test_what_a_user_perceives_is_not_the_rubric():
     assert P.ASKS_BACK.pleases(question_inside) and not P.ASKS_BACK.complies(question_inside)
 
 
-def test_compliance_is_the_fraction_that_meets_the_preference():
-    assert P.compliance(P.BRIEF, [BRIEF, HABIT, ASKS_BACK, LONG_PROSE]) == 0.5
-    assert P.compliance(P.BRIEF, []) == 0.0
-
-
 # --- prompts ------------------------------------------------------------------------------------------------
 
 

@@ -352,11 +352,6 @@ def complies(persona: Persona, reply: str, topic: str) -> bool:
     return persona.complies(reply) and mentions_topic(reply, topic)
 
 
-def compliance(persona: Persona, replies: Sequence[str]) -> float:
-    """The fraction of replies the rubric accepts."""
-    return sum(persona.complies(text) for text in replies) / len(replies) if replies else 0.0
-
-
 def reaction_phrasings() -> dict[str, Pool]:
     """Every pool of the benchmark by name (the contamination check and the judge agreement walk them)."""
     pools = {"thanks": THANKS, "closing thanks": CLOSING_THANKS, "adversarial": ADVERSARIAL_COMPLAINTS,
