@@ -155,3 +155,18 @@ def test_every_accounts_and_groups_operation_is_tagged_and_has_a_success_respons
         for method, op in schema["paths"][path].items():
             assert op["tags"] == [tag], (method, path, op["tags"])
             assert any(code.startswith("2") for code in op["responses"]), (method, path, op["responses"])
+
+
+def test_a_rating_says_its_thumb_and_score_must_agree_and_that_stored_feedback_may_conflict(schema):
+    """A schema-valid rating must not be refused as invalid: the schema carries the rule across fields that
+    the service enforces (up with 1-2, down with 4-5), and a disagreement with stored feedback is a 409."""
+    import jsonschema
+
+    rate = schema["paths"]["/api/turns/{turn_id}/feedback/"]["post"]
+    body = _component(schema, _json_body(rate))
+    assert "409" in rate["responses"]
+    check = jsonschema.Draft4Validator({"not": body["not"]})  # the rule alone (OpenAPI's nullable aside)
+    assert not check.is_valid({"thumb": "down", "score": 4})
+    assert not check.is_valid({"thumb": "up", "score": 2})
+    assert all(check.is_valid(b) for b in ({"thumb": "down", "score": 3}, {"thumb": "up", "score": 5},
+                                            {"thumb": "down", "score": None}, {"score": 1}, {"thumb": "up"}))

@@ -339,6 +339,16 @@ class TurnFeedbackInputSerializer(serializers.Serializer):
     demonstration = serializers.CharField(max_length=DEMONSTRATION_MAX, required=False, allow_blank=True,
                                           allow_null=True, trim_whitespace=True)
 
+    class Meta:
+        # A thumb and a score in one request must agree (clawhub.review.services._disagree); with the stored
+        # feedback's, a disagreement is a 409.
+        openapi = {"not": {"anyOf": [
+            {"required": ["thumb", "score"], "properties": {
+                "thumb": {"enum": ["up"]}, "score": {"type": "integer", "maximum": 2}}},
+            {"required": ["thumb", "score"], "properties": {
+                "thumb": {"enum": ["down"]}, "score": {"type": "integer", "minimum": 4}}},
+        ]}}
+
 
 class TurnFeedbackDetailApi(APIView):
     """The explicit feedback on one turn (404 when it has none yet)."""

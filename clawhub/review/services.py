@@ -316,11 +316,14 @@ def feedback_submit(
         if not (feedback.thumb or feedback.score is not None or feedback.comment or feedback.demonstration):
             raise ValidationFailed("Say something: a thumb, a score, a comment or a corrected reply.",
                                    code="empty_feedback")
-        own = {feedback.thumb == ExplicitFeedback.Thumb.UP if feedback.thumb else None,
-               None if feedback.score in (None, 3) else feedback.score > 3} - {None}
-        if len(own) > 1:
-            raise ValidationFailed("The thumb and the score disagree.", code="contradictory_feedback",
-                                   fields={"score": [f"Thumb {feedback.thumb} with score {feedback.score}."]})
+        if _disagree(feedback.thumb, feedback.score):
+            where = f"Thumb {feedback.thumb} with score {feedback.score}."
+            if _disagree(fields.get("thumb"), fields.get("score")):  # the request itself (its schema says so)
+                raise ValidationFailed("The thumb and the score disagree.", code="contradictory_feedback",
+                                       fields={"score": [where]})
+            # With what the turn's feedback already says: the request alone was fine.
+            raise Conflict(f"The thumb and the score would disagree with the feedback stored: {where}",
+                           code="contradictory_feedback")
         feedback.rated_by, feedback.key_id, feedback.source, feedback.updated_at = actor, key_id, source, now
         feedback.save()
         if judgment is None:
@@ -334,6 +337,13 @@ def feedback_submit(
                                 ip=ip, before=before, after=_feedback_dict(feedback), source=source,
                                 turn=turn.pk)
     return feedback, created
+
+
+def _disagree(thumb: str | None, score: int | None) -> bool:
+    """A thumb up with a score of 1-2, or down with 4-5 (3, or either missing, agrees with anything)."""
+    if not thumb or score in (None, 3):
+        return False
+    return (thumb == ExplicitFeedback.Thumb.UP) != (score > 3)
 
 
 def _feedback_dict(feedback: ExplicitFeedback) -> dict[str, Any]:

@@ -121,10 +121,15 @@ def test_bad_feedback_is_a_clear_400(me, judged, api_as):
         response = rate(api_as, me, judged.turn_id, **body)
         assert response.status_code == 400, (body, response.content)
         assert response.json()["error"]["code"] == code, body
+    # A request that agrees in itself but not with the feedback stored: the turn's state, 409.
+    assert rate(api_as, me, judged.turn_id, thumb="down").status_code == 201
+    response = rate(api_as, me, judged.turn_id, score=5)
+    assert response.status_code == 409 and response.json()["error"]["code"] == "contradictory_feedback"
+    assert ExplicitFeedback.objects.get(turn_id=judged.turn_id).score is None  # nothing stored changed
     side = make_turn(me, turn_type="side")
     response = rate(api_as, me, side.pk, thumb="up")
     assert response.status_code == 400 and response.json()["error"]["code"] == "side_turn"
-    assert not ExplicitFeedback.objects.exists()
+    assert not ExplicitFeedback.objects.filter(turn=side).exists()
 
 
 def test_a_playground_turn_becomes_a_sample_only_once_rated(me, api_as):
