@@ -90,7 +90,9 @@ def _gate_until_released(**_):
         from clawhub.training.lineage_services import adapter_record_decision
 
         version = services.adapter_evaluation_start(version=version)  # the test sees "evaluating"
-        deadline = time.monotonic() + 120
+        # Longer than any wait of the test that holds it (a gate that passed by itself while the test still
+        # waited for another worker would end the race the test is about in the other order).
+        deadline = time.monotonic() + 900
         while not os.path.exists(release) and time.monotonic() < deadline:
             time.sleep(0.05)
         return adapter_record_decision(
