@@ -29,9 +29,10 @@ Different from the stack
 - no capture, review, promotion gate or hot swap: every update is promoted directly (the gate's capability
   check is replaced by the guard measured after each update, which the stack bench measures too), and the
   review's guards (near duplicates, new keys) hold nothing back. With ``capability_gate`` the gate's
-  capability rule is applied to that guard: an update that answers more of it wrong than the base than the
-  gate allows (``MAX_CAPABILITY_DROP``, 2 of 53) is rejected, and the next one continues the last promoted
-  version, as in the stack (up to twice ``max_updates`` attempts for ``max_updates`` promoted);
+  capability rule is applied to that guard: an update that gets more of its questions wrong than the base
+  does, beyond what the gate allows (``MAX_CAPABILITY_DROP``: 2 of 53), is rejected, and the next one
+  continues the last promoted version, as in the stack (up to twice ``max_updates`` attempts for
+  ``max_updates`` promoted);
 - a batch is exactly ``batch_size`` judged turns of the sessions that produced them (surplus turns of the
   last sessions are dropped, not carried to the next run);
 - the simulated users' sessions of a batch run side by side as forks of the user, drawn in order, as the
