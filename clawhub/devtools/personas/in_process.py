@@ -435,7 +435,8 @@ class InProcessBench:
 
     def gate_forgot(self, track: Track, guard: float | None) -> str:
         """With ``capability_gate``: why the gate's capability rule rejects a version whose guard accuracy is
-        ``guard`` (more of its questions wrong than the base's than MAX_CAPABILITY_DROP allows), else ""."""
+        ``guard`` (more of its questions wrong than the base gets wrong, beyond MAX_CAPABILITY_DROP), else
+        ""."""
         if not self.config.capability_gate or guard is None or track.base_capability is None:
             return ""
         asked = len(C.QUESTIONS)
