@@ -7,7 +7,15 @@ import zlib
 import pytest
 
 from clawhub.core.charts import svg_chart
-from clawhub.devtools.personas.plots import PNG_SIGNATURE, Canvas, line_chart_png, png_bytes
+from clawhub.devtools.personas.plots import (
+    BLACK,
+    PNG_SIGNATURE,
+    Canvas,
+    band_chart_png,
+    line_chart_png,
+    png_bytes,
+    text_width,
+)
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
@@ -65,6 +73,18 @@ def test_the_benchmark_chart_is_a_png_with_each_series_drawn(output_dir):
     # The first three palette colours (one per series) and the target line's red are all there.
     for colour in ((37, 99, 235), (22, 163, 74), (217, 119, 6), (200, 60, 60)):
         assert bytes(colour) in colours
+
+
+def test_a_long_legend_name_is_drawn_whole_inside_the_image():
+    name = "combine brief prompt-only"  # 25 characters: the legend cut names at 23
+    band = {"low": [0.0, 0.1], "high": [0.2, 0.3], "mean": [0.1, 0.2]}
+    width = 720
+    _, _, rows = decode_png(band_chart_png({name: band}, width=width, height=300))
+    # The first legend entry's text is 10 px high from y=38; right of the middle, its black ink is the name's.
+    black = bytes(BLACK)
+    ink = [x for y in range(38, 48) for x in range(width // 2, width) if rows[y][x * 3:x * 3 + 3] == black]
+    assert max(ink) < width - 1
+    assert max(ink) - min(ink) + 1 >= text_width(name) - 4  # 25 glyphs of 8 px, less the last one's spacing
 
 
 def test_svg_chart_places_versions_evenly_and_scales_scores():

@@ -132,8 +132,10 @@ class _Frame:
         return round(self.bottom - (self.bottom - self.top) * max(0.0, min(1.0, v)))
 
 
-def _frame(width: int, height: int, longest: int) -> _Frame:
-    return _Frame(Canvas(width, height), 52, width - 230, 34, height - 40, max(1, longest - 1))
+def _frame(width: int, height: int, longest: int, names: Sequence[str]) -> _Frame:
+    """The legend gets what its longest name needs (at least 230 px); the plot area the rest."""
+    legend = max([230] + [text_width(name) + 46 for name in names])
+    return _Frame(Canvas(width, height), 52, width - legend, 34, height - 40, max(1, longest - 1))
 
 
 def _axes(f: _Frame, *, title: str, x_label: str, target: float | None, grid_dash: int = 0) -> None:
@@ -167,7 +169,7 @@ def _series(f: _Frame, n: int, name: str, values: Sequence[float | None], *,
     if swatch is not None:
         canvas.rect(f.right + 12, ly, f.right + 32, ly + 8, swatch)
     canvas.line(f.right + 12, ly + 4, f.right + 32, ly + 4, color, width=3)
-    canvas.text(f.right + 38, ly, name[:23], BLACK)
+    canvas.text(f.right + 38, ly, name, BLACK)
 
 
 def line_chart_png(series: Mapping[str, Sequence[float | None]], *, title: str = "",
@@ -175,7 +177,7 @@ def line_chart_png(series: Mapping[str, Sequence[float | None]], *, title: str =
                    width: int = 720, height: int = 420) -> bytes:
     """Compliance (0..1) against update number (0 = the base model) for each named series; None values are
     skipped (a series that stopped early). A dashed red line marks the target."""
-    f = _frame(width, height, max((len(v) for v in series.values()), default=1))
+    f = _frame(width, height, max((len(v) for v in series.values()), default=1), list(series))
     _axes(f, title=title, x_label=x_label, target=target)
     for n, (name, values) in enumerate(series.items()):
         _series(f, n, name, values)
@@ -191,7 +193,7 @@ def band_chart_png(bands: Mapping[str, Mapping[str, Sequence[float | None]]], *,
                    width: int = 720, height: int = 420) -> bytes:
     """One band per named series: the range over seeds (``low``..``high``) filled in a light tint of the
     series' colour, the ``mean`` drawn over it. Axes as in line_chart_png."""
-    f = _frame(width, height, max((len(b["mean"]) for b in bands.values()), default=1))
+    f = _frame(width, height, max((len(b["mean"]) for b in bands.values()), default=1), list(bands))
     px, py = f.px, f.py
     for n, values in enumerate(bands.values()):  # fills first, so that no band hides a mean line
         tint = _tint(PALETTE[n % len(PALETTE)])
