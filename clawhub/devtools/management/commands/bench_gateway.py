@@ -5,6 +5,21 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 
+def unlike_production() -> list[str]:
+    """What makes this run's gateway unlike production's: without REDIS_URL it keeps quotas in its own process
+    and reads generations from the file cache, with SQLite behind it; figures from such a run are not the
+    production path's."""
+    from django.conf import settings
+
+    lines = []
+    if not settings.REDIS_URL:
+        lines.append("REDIS_URL is not set: quotas are the in-process limiter's, generations come from the "
+                     "file cache, not production's Redis path.")
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        lines.append("DATABASE_URL is not set: SQLite, not PostgreSQL.")
+    return lines
+
+
 class Command(BaseCommand):
     help = "Drive the same load at a fake upstream directly, through ClawHub and through LiteLLM."
 
@@ -34,6 +49,8 @@ class Command(BaseCommand):
         if not chosen or set(chosen) - set(API_PATHS):
             raise CommandError(f"--apis takes a comma-separated list of {', '.join(API_PATHS)}.")
         modes = {"both": (False, True), "plain": (False,), "stream": (True,)}[mode]
+        for line in unlike_production():
+            self.stderr.write(line)
         run(requests=requests, concurrency=concurrency, workers=workers, max_tokens=max_tokens,
             litellm=not no_litellm, out=sys.stdout, body=body, modes=modes, tenants=tenants, profile=profile,
             apis=chosen)
