@@ -69,6 +69,34 @@ def test_in_process_runs_each_seed_reports_across_them_and_leaves_the_dashboard_
     assert "(and " not in err.text
 
 
+def test_report_puts_runs_from_separate_folders_in_one_table(tmp_path):
+    def save(folder, method, seed, name, curve):
+        (tmp_path / folder / f"seed-{seed}").mkdir(parents=True, exist_ok=True)
+        track = {"compliance": curve, "updates_to_target": None, "feedback_to_served_s": [40.0], "gate": []}
+        line = json.dumps({"method": method, "seed": seed, name: track})
+        with open(tmp_path / folder / f"seed-{seed}" / "results.jsonl", "a") as f:
+            f.write(line + "\n")
+
+    save("rl", "rl", 0, "brief", [0.0, 0.1, 0.2])
+    save("rl", "rl", 1, "brief", [0.0, 0.0, 0.1])
+    save("combine", "combine", 0, "brief", [0.0, 0.4, 0.6])
+    save("asks", "combine", 0, "asks-back", [0.1, 0.2, 0.3])  # the same method and seed, another persona
+    out, err = _Capture(), _Capture()
+    folders = ",".join(str(tmp_path / f) for f in ("rl", "combine", "asks"))
+    call_command("bench_personas", "--report", folders, "--out", str(tmp_path / "out"), stdout=out,
+                 stderr=err)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["rl"]["seeds"] == [0, 1]
+    assert summary["rl"]["brief"]["compliance"]["mean"] == [0.0, 0.05, 0.15]
+    assert summary["combine"]["seeds"] == [0]
+    assert summary["combine"]["brief"]["updates_to_gain"] == [1]
+    assert summary["combine"]["asks-back"]["updates_to_gain"] == [None]  # +0.20 over its base only
+    assert summary["rl"]["brief"]["updates_to_gain"] == [None, None]
+    assert (tmp_path / "out" / "compliance-bands.png").read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(CommandError, match="no seed-"):
+        call_command("bench_personas", "--report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o2"))
+
+
 @pytest.mark.parametrize("in_process", [False, True])
 def test_no_seed_and_bad_overrides_are_refused_before_anything_runs(monkeypatch, in_process):
     monkeypatch.setattr(command, "InProcessBench", FakeBench)

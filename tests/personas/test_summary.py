@@ -4,7 +4,7 @@ the adversary's shift, and one band per method in the plot."""
 import pytest
 
 from clawhub.devtools.personas.plots import band_chart_png
-from clawhub.devtools.personas.summary import across_seeds, band, report_lines
+from clawhub.devtools.personas.summary import across_seeds, band, first_gain, report_lines
 
 
 def result(method, seed, student, group, control, served=(12.0,), gate=("promote",)):
@@ -23,6 +23,13 @@ def test_band_is_mean_sd_and_range_over_the_seeds_that_reached_each_update():
     assert b["mean"] == [0.3, 0.6, 0.8] and b["seeds"] == [3, 3, 2]
     assert b["low"] == [0.2, 0.5, 0.7] and b["high"] == [0.4, 0.7, 0.9]
     assert b["sd"][0] == pytest.approx(0.1) and b["sd"][2] == pytest.approx(0.1414, abs=1e-4)
+
+
+def test_first_gain_is_the_first_update_at_least_the_gain_above_the_base():
+    assert first_gain([0.0, 0.1, 0.3, 0.2]) == 2
+    assert first_gain([0.16, 0.4, 0.46]) == 2  # over the base, not over zero
+    assert first_gain([0.5, 0.7, 0.79]) is None
+    assert first_gain([None, 0.9]) is None and first_gain([]) is None
 
 
 def test_across_seeds_reports_every_track_and_method_the_same_way():

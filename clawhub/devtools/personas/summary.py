@@ -9,6 +9,15 @@ import statistics
 from collections import Counter
 from typing import Any
 
+GAIN = 0.30  # the gain over the base (update 0) a method must reach on every seed
+
+
+def first_gain(curve: list[float | None], gain: float = GAIN) -> int | None:
+    """The first update whose compliance is at least ``gain`` above the base's (update 0); None if none is."""
+    if not curve or curve[0] is None:
+        return None
+    return next((i for i, c in enumerate(curve) if i and c is not None and c >= curve[0] + gain - 1e-9), None)
+
 
 def tracks_of(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A method result's track summaries by track name (the group's two tracks flattened)."""
@@ -46,7 +55,8 @@ def across_seeds(results: list[dict[str, Any]], *, target: float = 0.8) -> dict[
     summary: dict[str, Any] = {}
     for method, runs in by_method.items():
         names = sorted({name for run in runs for name in tracks_of(run)})
-        entry: dict[str, Any] = {"seeds": [run["seed"] for run in runs],
+        # Sorted and once each: a report over several folders may hold a seed once per persona.
+        entry: dict[str, Any] = {"seeds": sorted({run["seed"] for run in runs}),
                                  "in_process": any(run.get("track") == "in-process" for run in runs)}
         for name in names:
             per_seed = [tracks_of(run)[name] for run in runs if name in tracks_of(run)]
@@ -75,6 +85,7 @@ def across_seeds(results: list[dict[str, Any]], *, target: float = 0.8) -> dict[
                     "high": max(finals, default=None),
                 },
                 "updates_to_target": [t.get("updates_to_target") for t in per_seed],
+                "updates_to_gain": [first_gain(c) for c in curves],
                 "reached_target_on_every_seed": all(t.get("updates_to_target") is not None for t in per_seed),
                 "feedback_to_served_max_s": max(served, default=None),
                 "feedback_to_served_over_60_s": sum(s > 60 for s in served),
@@ -112,7 +123,8 @@ def report_lines(summary: dict[str, Any], *, target: float = 0.8) -> list[str]:
             else:
                 delivery = (f"feedback→served max {track['feedback_to_served_max_s']} s; "
                             f"gate: {track['gate_decisions']}")
-            lines.append(f"    updates to {target}: {track['updates_to_target']}; {delivery}")
+            lines.append(f"    updates to {target}: {track['updates_to_target']}; to the base + {GAIN:.2f}: "
+                         f"{track['updates_to_gain']}; {delivery}")
             capability = track.get("capability") or {}
             if capability.get("mean"):
                 lines.append("    capability guard: " + " | ".join(

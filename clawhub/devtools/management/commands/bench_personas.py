@@ -29,6 +29,10 @@ SmolLM2-135M-Instruct takes minutes on a CPU instead of the stack's ~50.
 ``--in-process --rescore FOLDER,...`` scores versions a run exported (and the base and the prompt-only
 baseline) on one persona at ``--eval-max-tokens`` instead of running.
 
+``--report FOLDER,...`` reports earlier runs together instead of running: every ``seed-*/results.jsonl``
+under the named ``--out`` folders (methods or personas run side by side in separate processes) in one table,
+summary.json and band plots, written to ``--out``.
+
 It talks to the stack over HTTP only; the one local write besides --out is a copy of the band plot into the
 data directory (CLAWHUB_DATA_DIR/bench/personas.png), where the dashboard picks it up, so run it with the
 same CLAWHUB_DATA_DIR as the stack.
@@ -106,6 +110,9 @@ class Command(BaseCommand):
                             help="--in-process: comma-separated version folders a run exported; scores them, "
                                  "the base and the prompt-only baseline on the one --personas at "
                                  "--eval-max-tokens (first of --seeds) instead of running")
+        parser.add_argument("--report", default="",
+                            help="comma-separated --out folders of earlier runs: their results reported "
+                                 "together (table, summary.json, band plots in --out) instead of running")
         parser.add_argument("--capability-gate", action="store_true",
                             help="--in-process: reject an update that loses more of the capability guard "
                                  "than the promotion gate allows; the next continues the last promoted one")
@@ -114,6 +121,8 @@ class Command(BaseCommand):
                                  "samples and its hints dropped (an update that teaches no preference)")
 
     def handle(self, *args, **options):
+        if options["report"]:
+            return self._report_saved(options)
         if options["rescore"]:
             return self._rescore(options)
         if options["in_process"]:
@@ -187,6 +196,15 @@ class Command(BaseCommand):
                                log=lambda line: self.stderr.write(line))
         for row in bench.rescore(personas.PERSONAS[config.personas[0]], adapters):
             self.stdout.write(json.dumps(row))
+
+    def _report_saved(self, options) -> None:
+        folders = [Path(f) for f in options["report"].split(",") if f.strip()]
+        files = sorted(path for folder in folders for path in folder.glob("seed-*/results.jsonl"))
+        if not files:
+            raise CommandError(f"no seed-*/results.jsonl under {', '.join(map(str, folders)) or '(none)'}")
+        lines = [line for path in files for line in path.read_text().splitlines() if line.strip()]
+        results = [json.loads(line) for line in lines]
+        self._report(results, out=Path(options["out"]), target=options["target"], dashboard=False)
 
     def _run(self, bench_class, configs: list, options, *, dashboard: bool = True) -> None:
         """One bench per config in turn; what finished is written and reported, also when a run fails."""
