@@ -97,6 +97,19 @@ def test_report_puts_runs_from_separate_folders_in_one_table(tmp_path):
         call_command("bench_personas", "--report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o2"))
 
 
+def test_the_prompt_only_band_is_drawn_once_per_persona_whatever_the_methods():
+    def track(curve, prompt_only):
+        return {"compliance": {"mean": curve, "low": curve, "high": curve}, "prompt_only": prompt_only}
+
+    summary = {"rl": {"seeds": [0, 1], "brief": track([0.0, 0.1], [0.1, 0.2])},
+               "opd": {"seeds": [0, 1], "brief": track([0.0, 0.3], [0.1, 0.2]),
+                       "plain": track([0.0, 0.2], [None, 0.0])}}
+    bands = command.compliance_bands(summary)
+    assert list(bands) == ["rl brief", "opd brief", "opd plain", "brief prompt-only", "plain prompt-only"]
+    baseline = bands["brief prompt-only"]
+    assert baseline == {"mean": [pytest.approx(0.15)] * 2, "low": [0.1] * 2, "high": [0.2] * 2}
+
+
 @pytest.mark.parametrize("in_process", [False, True])
 def test_no_seed_and_bad_overrides_are_refused_before_anything_runs(monkeypatch, in_process):
     monkeypatch.setattr(command, "InProcessBench", FakeBench)

@@ -58,6 +58,24 @@ from clawhub.web.progress import bench_plot_path
 from workers import base_models
 
 
+def compliance_bands(summary: dict) -> dict[str, dict]:
+    """The band plot's bands: one per method and track, and the prompt-only baseline as a flat band over the
+    updates (its spread over the seeds) once per track, as it does not depend on the method."""
+    bands: dict[str, dict] = {}
+    baselines: dict[str, dict] = {}
+    for method, entry in summary.items():
+        for name, track in entry.items():
+            if not isinstance(track, dict) or "compliance" not in track:
+                continue
+            bands[f"{method} {name}"] = track["compliance"]
+            values = [v for v in track.get("prompt_only") or [] if v is not None]
+            if values and f"{name} prompt-only" not in baselines:
+                n = len(track["compliance"]["mean"])
+                baselines[f"{name} prompt-only"] = {"mean": [sum(values) / len(values)] * n,
+                                                    "low": [min(values)] * n, "high": [max(values)] * n}
+    return {**bands, **baselines}
+
+
 class Command(BaseCommand):
     help = ("Persona benchmark: simulated users chat through /v1, their feedback trains their adapters, "
             "compliance is scored by code.")
@@ -235,14 +253,7 @@ class Command(BaseCommand):
             self.stderr.write(line)
         tracks = [(f"{method} {name}", track) for method, entry in summary.items()
                   for name, track in entry.items() if isinstance(track, dict) and "compliance" in track]
-        bands = {label: track["compliance"] for label, track in tracks}
-        # The prompt-only baseline as a flat band over the updates (its spread over the seeds).
-        for label, track in tracks:
-            values = [v for v in track.get("prompt_only") or [] if v is not None]
-            if values:
-                n = len(track["compliance"]["mean"])
-                bands[f"{label} prompt-only"] = {"mean": [sum(values) / len(values)] * n,
-                                                 "low": [min(values)] * n, "high": [max(values)] * n}
+        bands = compliance_bands(summary)
         # "0, 1, 2", not a list: the plot's font has no brackets.
         seeds = ", ".join(str(s) for s in sorted({r["seed"] for r in results}))
         png = out / "compliance-bands.png"
